@@ -1,0 +1,177 @@
+# cython: language_level=3
+"""Byte-level primitives shared by the codec modules (see buffer.pxd)."""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from cpython.object cimport PyObject
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+from amqwire.codec.errors import AMQPSyntaxError, FrameError, UnsupportedValueError
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+    int PyBytes_CheckExact(object o)
+    int PyUnicode_Check(object o)
+    int PyObject_CheckBuffer(object o)
+
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+
+
+
+
+cdef class WriteBuffer:
+    """A growable byte buffer that frames are written into.
+
+    Frames are written by reserving the 7-byte header, writing the payload, then
+    patching the size and appending the end octet, so no payload is ever copied twice.
+    """
+
+    def __cinit__(self, Py_ssize_t capacity=512):
+        if capacity < 16:
+            capacity = 16
+        self._buf = <char *>PyMem_Malloc(<size_t>capacity)
+        if self._buf is NULL:
+            raise MemoryError()
+        self._cap = capacity
+        self._len = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self._buf)
+        self._buf = NULL
+
+    cdef int _grow(self, Py_ssize_t needed) except -1:
+        cdef Py_ssize_t new_cap = self._cap
+        cdef char *new_buf
+        while new_cap < needed:
+            new_cap = new_cap * 2 if new_cap < (1 << 26) else new_cap + (new_cap >> 1)
+        new_buf = <char *>PyMem_Realloc(self._buf, <size_t>new_cap)
+        if new_buf is NULL:
+            raise MemoryError(f"WriteBuffer: cannot grow to {new_cap} bytes")
+        self._buf = new_buf
+        self._cap = new_cap
+        return 0
+
+    cdef int write_shortstr(self, object value, const char *what) except -1:
+        cdef const char *data
+        cdef Py_ssize_t n
+        if PyUnicode_Check(value):
+            data = PyUnicode_AsUTF8AndSize(value, &n)
+        elif PyBytes_CheckExact(value):
+            data = PyBytes_AS_STRING(value)
+            n = PyBytes_GET_SIZE(value)
+        elif value is None:
+            n = 0
+            data = NULL
+        else:
+            raise UnsupportedValueError(
+                f"{what.decode()}: expected str for a short string, got {type(value).__name__}")
+        if n > 255:
+            raise AMQPSyntaxError(
+                f"{what.decode()}: short string is {n} bytes in UTF-8, the limit is 255")
+        self.ensure(1 + n)
+        self._buf[self._len] = <char><uint8_t>n
+        if n:
+            memcpy(self._buf + self._len + 1, data, <size_t>n)
+        self._len += 1 + n
+        return 0
+
+    cdef int write_longstr(self, object value, const char *what) except -1:
+        cdef Py_buffer view
+        cdef const char *data
+        cdef Py_ssize_t n
+        if PyBytes_CheckExact(value):
+            n = PyBytes_GET_SIZE(value)
+            if n > 0xFFFFFFFF:
+                raise AMQPSyntaxError(f"{what.decode()}: long string of {n} bytes exceeds 2**32-1")
+            self.write_u32(<uint32_t>n)
+            self.write_raw(PyBytes_AS_STRING(value), n)
+            return 0
+        if PyUnicode_Check(value):
+            data = PyUnicode_AsUTF8AndSize(value, &n)
+            if n > 0xFFFFFFFF:
+                raise AMQPSyntaxError(f"{what.decode()}: long string of {n} bytes exceeds 2**32-1")
+            self.write_u32(<uint32_t>n)
+            self.write_raw(data, n)
+            return 0
+        if value is None:
+            return self.write_u32(0)
+        if not PyObject_CheckBuffer(value):
+            raise UnsupportedValueError(
+                f"{what.decode()}: expected bytes or str for a long string, got {type(value).__name__}")
+        PyObject_GetBuffer(value, &view, PyBUF_SIMPLE)
+        try:
+            if view.len > 0xFFFFFFFF:
+                raise AMQPSyntaxError(f"{what.decode()}: long string of {view.len} bytes exceeds 2**32-1")
+            self.write_u32(<uint32_t>view.len)
+            self.write_raw(<const char *>view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
+        return 0
+
+    cdef Py_ssize_t begin_frame(self, uint8_t frame_type, uint16_t channel) except -1:
+        cdef Py_ssize_t start = self._len
+        self.ensure(FRAME_HEADER_SIZE)
+        self._buf[start] = <char>frame_type
+        amqw_pack_u16(self._buf + start + 1, channel)
+        self._len += FRAME_HEADER_SIZE
+        return start
+
+    cdef int end_frame(self, Py_ssize_t start, Py_ssize_t frame_max) except -1:
+        cdef Py_ssize_t size = self._len - start - FRAME_HEADER_SIZE
+        if frame_max > 0 and size + FRAME_OVERHEAD > frame_max:
+            self._len = start
+            raise FrameError(
+                f"frame of {size + FRAME_OVERHEAD} bytes exceeds frame_max {frame_max}")
+        amqw_pack_u32(self._buf + start + 3, <uint32_t>size)
+        return self.write_u8(FRAME_END)
+
+    cdef bytes to_bytes(self):
+        return PyBytes_FromStringAndSize(self._buf, self._len)
+
+    # Python-visible API, for tests and for callers that build frames by hand.
+    def __len__(self):
+        return self._len
+
+    def getvalue(self):
+        """The bytes written so far."""
+        return self.to_bytes()
+
+    def clear(self):
+        """Forget what was written; keep the memory for reuse."""
+        self._len = 0
+
+
+cdef int raise_short_read(ReadView *v, Py_ssize_t need, const char *what) except -1:
+    cdef Py_ssize_t left = v.len - v.pos
+    if need < 0:
+        raise AMQPSyntaxError(
+            f"{what.decode()}: negative length {need} at offset {v.base + v.pos}",
+            offset=v.base + v.pos)
+    raise AMQPSyntaxError(
+        f"{what.decode()}: needs {need} bytes at offset {v.base + v.pos}, only {left} left",
+        offset=v.base + v.pos)
+
+
+cdef object decode_utf8(const char *data, Py_ssize_t n, ReadView *v, const char *what):
+    try:
+        return PyUnicode_DecodeUTF8(data, n, NULL)
+    except UnicodeDecodeError as exc:
+        raise AMQPSyntaxError(
+            f"{what.decode()}: invalid UTF-8 at offset {v.base + v.pos - n + exc.start}",
+            offset=v.base + v.pos - n + exc.start) from None
+
+
+cdef object read_shortstr(ReadView *v, const char *what):
+    cdef uint8_t n
+    cdef const char *p
+    read_u8(v, &n, what)
+    p = read_raw(v, n, what)
+    return decode_utf8(p, n, v, what)
+
+
+cdef bytes read_longstr(ReadView *v, const char *what):
+    cdef uint32_t n
+    cdef const char *p
+    read_u32(v, &n, what)
+    p = read_raw(v, <Py_ssize_t>n, what)
+    return PyBytes_FromStringAndSize(p, <Py_ssize_t>n)

@@ -1,0 +1,65 @@
+"""Errors raised by the codec.
+
+Every error is a ``ValueError`` carrying the AMQP reply code a peer would send for it,
+so a connection can close with the right code: 501 for framing, 502 for malformed
+method arguments, properties or tables, 505 for a frame where another was due.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "CodecError",
+    "FrameError",
+    "AMQPSyntaxError",
+    "UnsupportedValueError",
+    "UnexpectedFrame",
+    "ProtocolHeaderError",
+]
+
+FRAME_ERROR = 501
+SYNTAX_ERROR = 502
+UNEXPECTED_FRAME = 505
+
+
+class CodecError(ValueError):
+    """Base class: malformed or unencodable AMQP data."""
+
+    reply_code: int = SYNTAX_ERROR
+
+    def __init__(self, message: str, *, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
+        #: Frames or commands completely parsed before the bad input, in order.
+        #: Set by the parsers so that nothing received before the error is lost.
+        self.parsed: list = []
+
+
+class FrameError(CodecError):
+    """Bad framing: end octet, unknown frame type, size over frame_max (501)."""
+
+    reply_code = FRAME_ERROR
+
+
+class AMQPSyntaxError(CodecError):
+    """Malformed method arguments, properties or field tables, or values that
+    cannot be encoded in their AMQP domain (502)."""
+
+    reply_code = SYNTAX_ERROR
+
+
+class UnsupportedValueError(AMQPSyntaxError, TypeError):
+    """A Python value with no AMQP field type (also a ``TypeError``)."""
+
+
+class UnexpectedFrame(CodecError):
+    """A frame arrived where the protocol expects another kind (505)."""
+
+    reply_code = UNEXPECTED_FRAME
+
+
+class ProtocolHeaderError(FrameError):
+    """The peer answered with a protocol header: it does not speak AMQP 0-9-1,
+    or it rejected ours.  ``offered`` is the header it sent, as bytes."""
+
+    def __init__(self, message: str, offered: bytes) -> None:
+        super().__init__(message, offset=0)
+        self.offered = offered

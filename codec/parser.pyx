@@ -1,0 +1,530 @@
+# cython: language_level=3
+"""Bytes in: an incremental frame parser and, one layer up, a command assembler.
+
+Feed any chunk (one byte or many MiB); get back the frames or commands completed by it.
+Complete frames are parsed straight from the caller's buffer; only the bytes of a frame
+cut off at the end of a chunk are kept, and content bodies are copied once, into the
+bytes object the command carries.
+"""
+
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.list cimport PyList_Append
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+from amqwire.codec.buffer cimport (
+    FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_HEARTBEAT, FRAME_METHOD,
+    FRAME_OVERHEAD, ReadView, amqw_unpack_u16, amqw_unpack_u32, read_u16, read_u64,
+)
+from amqwire.codec.methods cimport Method, method_has_content, read_method
+from amqwire.codec.properties cimport BasicProperties, read_properties
+
+from amqwire.codec.errors import (
+    AMQPSyntaxError, CodecError, FrameError, ProtocolHeaderError, UnexpectedFrame,
+)
+
+cdef enum:
+    _BASIC_CLASS = 60
+    _DEFAULT_FRAME_MAX = 131072
+    _DEFAULT_MAX_BODY = 128 * 1024 * 1024
+
+cdef bytes _PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+
+
+# --- events -----------------------------------------------------------------------------
+
+cdef class MethodFrame:
+    cdef readonly int channel
+    cdef readonly Method method
+
+    def __init__(self, int channel, Method method not None):
+        self.channel = channel
+        self.method = method
+
+    def __eq__(self, other):
+        if type(other) is not MethodFrame:
+            return NotImplemented
+        return self.channel == (<MethodFrame>other).channel and self.method == (<MethodFrame>other).method
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"MethodFrame(channel={self.channel}, method={self.method!r})"
+
+
+cdef class HeaderFrame:
+    cdef readonly int channel
+    cdef readonly int class_id
+    cdef readonly object body_size
+    cdef readonly BasicProperties properties
+
+    def __init__(self, int channel, int class_id, body_size, BasicProperties properties not None):
+        self.channel = channel
+        self.class_id = class_id
+        self.body_size = body_size
+        self.properties = properties
+
+    def __eq__(self, other):
+        if type(other) is not HeaderFrame:
+            return NotImplemented
+        o = <HeaderFrame>other
+        return (self.channel, self.class_id, self.body_size, self.properties) == \
+               (o.channel, o.class_id, o.body_size, o.properties)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"HeaderFrame(channel={self.channel}, class_id={self.class_id}, "
+                f"body_size={self.body_size}, properties={self.properties!r})")
+
+
+cdef class BodyFrame:
+    cdef readonly int channel
+    cdef readonly bytes data
+
+    def __init__(self, int channel, bytes data not None):
+        self.channel = channel
+        self.data = data
+
+    def __eq__(self, other):
+        if type(other) is not BodyFrame:
+            return NotImplemented
+        return self.channel == (<BodyFrame>other).channel and self.data == (<BodyFrame>other).data
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"BodyFrame(channel={self.channel}, data=<{len(self.data)} bytes>)"
+
+
+cdef class Heartbeat:
+    """A heartbeat frame (always channel 0)."""
+
+    @property
+    def channel(self):
+        return 0
+
+    def __eq__(self, other):
+        return type(other) is Heartbeat
+
+    def __hash__(self):
+        return 8
+
+    def __repr__(self):
+        return "Heartbeat()"
+
+
+cdef class ProtocolHeader:
+    """The 8-byte header a client opens with: AMQP 0-major-minor-revision."""
+    cdef readonly int major
+    cdef readonly int minor
+    cdef readonly int revision
+
+    def __init__(self, int major, int minor, int revision):
+        self.major = major
+        self.minor = minor
+        self.revision = revision
+
+    def __eq__(self, other):
+        if type(other) is not ProtocolHeader:
+            return NotImplemented
+        o = <ProtocolHeader>other
+        return (self.major, self.minor, self.revision) == (o.major, o.minor, o.revision)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"ProtocolHeader({self.major}, {self.minor}, {self.revision})"
+
+
+cdef class Command:
+    """A whole command: a method, and for content methods its properties and body."""
+    cdef readonly int channel
+    cdef readonly Method method
+    cdef readonly BasicProperties properties
+    cdef readonly bytes body
+
+    def __init__(self, int channel, Method method not None, BasicProperties properties=None,
+                 bytes body=None):
+        self.channel = channel
+        self.method = method
+        self.properties = properties
+        self.body = body
+
+    def __eq__(self, other):
+        if type(other) is not Command:
+            return NotImplemented
+        o = <Command>other
+        return (self.channel == o.channel and self.method == o.method
+                and self.properties == o.properties and self.body == o.body)
+
+    __hash__ = None
+
+    def __repr__(self):
+        body = "None" if self.body is None else f"<{len(self.body)} bytes>"
+        return (f"Command(channel={self.channel}, method={self.method!r}, "
+                f"properties={self.properties!r}, body={body})")
+
+
+cdef Heartbeat _HEARTBEAT = Heartbeat()
+
+
+# --- the frame scanner ---------------------------------------------------------------
+
+cdef class _Scanner:
+    cdef char *_pending           # the start of a frame cut off by the end of a chunk
+    cdef Py_ssize_t _pending_len
+    cdef Py_ssize_t _pending_cap
+    cdef Py_ssize_t _frame_max
+    cdef Py_ssize_t _consumed     # stream offset of the next frame, for error messages
+    cdef bint _expect_header
+    cdef bint _at_start
+    cdef object _error
+
+    def __cinit__(self, *args, **kwargs):
+        self._pending = NULL
+        self._pending_len = 0
+        self._pending_cap = 0
+        self._consumed = 0
+        self._at_start = True
+        self._error = None
+
+    def __dealloc__(self):
+        PyMem_Free(self._pending)
+
+    cdef int _set_frame_max(self, object value) except -1:
+        if not isinstance(value, int) or value < 0 or value > 0xFFFFFFFF:
+            raise ValueError(f"frame_max must be 0 (no limit) or a frame size in bytes, got {value!r}")
+        if value != 0 and value < FRAME_OVERHEAD:
+            raise ValueError(f"frame_max {value} is smaller than a frame's overhead")
+        self._frame_max = value
+        return 0
+
+    @property
+    def frame_max(self):
+        return self._frame_max
+
+    @frame_max.setter
+    def frame_max(self, value):
+        self._set_frame_max(value)
+
+    @property
+    def buffered(self):
+        """Bytes held from a frame that is not complete yet."""
+        return self._pending_len
+
+    def feed(self, data):
+        """Parse ``data`` (any bytes-like) and return what it completed, in order."""
+        cdef Py_buffer pybuf
+        cdef list out = []
+        if self._error is not None:
+            raise self._error
+        PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
+        try:
+            self._feed(<const char *>pybuf.buf, pybuf.len, out)
+        except CodecError as exc:
+            exc.parsed = out
+            self._error = exc
+            raise
+        finally:
+            PyBuffer_Release(&pybuf)
+        return out
+
+    cdef Py_ssize_t _extent(self, const char *p, Py_ssize_t avail) except -2:
+        """Length of the frame at p, -1 if more bytes are needed to tell; raises on a bad header."""
+        cdef uint8_t ftype
+        cdef uint32_t size
+        if avail < 1:
+            return -1
+        ftype = <uint8_t>p[0]
+        if self._at_start and (self._expect_header or ftype == b'A'):
+            return 8 if avail >= 8 else -1
+        if ftype != FRAME_METHOD and ftype != FRAME_HEADER and ftype != FRAME_BODY \
+                and ftype != FRAME_HEARTBEAT:
+            raise FrameError(f"unknown frame type {ftype} at offset {self._consumed}",
+                             offset=self._consumed)
+        if avail < FRAME_HEADER_SIZE:
+            return -1
+        size = amqw_unpack_u32(p + 3)
+        if self._frame_max and <uint64_t>size + FRAME_OVERHEAD > <uint64_t>self._frame_max:
+            raise FrameError(
+                f"frame of {<uint64_t>size + FRAME_OVERHEAD} bytes at offset {self._consumed} "
+                f"exceeds frame_max {self._frame_max}", offset=self._consumed)
+        return <Py_ssize_t>size + FRAME_OVERHEAD
+
+    cdef int _frame(self, const char *p, Py_ssize_t extent, list out) except -1:
+        """Handle one complete frame of ``extent`` bytes at p."""
+        cdef Py_ssize_t size = extent - FRAME_OVERHEAD
+        cdef uint8_t ftype = <uint8_t>p[0]
+        cdef uint16_t channel
+        if self._at_start:
+            self._at_start = False
+            if self._expect_header or ftype == b'A':
+                self._protocol_header(p, out)
+                self._consumed += 8
+                return 0
+        if <uint8_t>p[extent - 1] != FRAME_END:
+            raise FrameError(
+                f"frame end octet is 0x{<uint8_t>p[extent - 1]:02x}, not 0xce, at offset "
+                f"{self._consumed + extent - 1}", offset=self._consumed + extent - 1)
+        channel = amqw_unpack_u16(p + 1)
+        if ftype == FRAME_HEARTBEAT and (channel != 0 or size != 0):
+            raise FrameError(
+                f"heartbeat frame at offset {self._consumed} has channel {channel} and size "
+                f"{size}; both must be 0", offset=self._consumed)
+        self._on_frame(ftype, channel, p + FRAME_HEADER_SIZE, size, out)
+        self._consumed += extent
+        return 0
+
+    cdef int _protocol_header(self, const char *p, list out) except -1:
+        cdef bytes header = PyBytes_FromStringAndSize(p, 8)
+        if header[:4] != b"AMQP":
+            raise ProtocolHeaderError(
+                f"expected the protocol header {_PROTOCOL_HEADER!r}, got {header!r}", header)
+        if not self._expect_header:
+            raise ProtocolHeaderError(
+                f"the peer answered with protocol header {header!r}: it refused AMQP 0-9-1 "
+                f"or does not support it (it offers {header[4]}-{header[5]}-{header[6]}-{header[7]})",
+                header)
+        if header != _PROTOCOL_HEADER:
+            raise ProtocolHeaderError(
+                f"unsupported protocol version {header[4]}-{header[5]}-{header[6]}-{header[7]} "
+                f"in {header!r}; this peer speaks AMQP 0-9-1", header)
+        PyList_Append(out, ProtocolHeader(0, 9, 1))
+        return 0
+
+    cdef int _on_frame(self, uint8_t ftype, uint16_t channel, const char *payload,
+                       Py_ssize_t size, list out) except -1:
+        raise NotImplementedError
+
+    cdef int _hold(self, const char *p, Py_ssize_t n) except -1:
+        cdef Py_ssize_t need = self._pending_len + n
+        cdef Py_ssize_t cap
+        cdef char *grown
+        if need > self._pending_cap:
+            cap = self._pending_cap * 2 if self._pending_cap else 256
+            while cap < need:
+                cap *= 2
+            grown = <char *>PyMem_Realloc(self._pending, <size_t>cap)
+            if grown is NULL:
+                raise MemoryError()
+            self._pending = grown
+            self._pending_cap = cap
+        memcpy(self._pending + self._pending_len, p, <size_t>n)
+        self._pending_len = need
+        return 0
+
+    cdef int _feed(self, const char *p, Py_ssize_t n, list out) except -1:
+        cdef Py_ssize_t pos = 0, extent, want, take
+        # First finish a frame left over from the previous chunk, taking only its bytes.
+        while self._pending_len:
+            extent = self._extent(self._pending, self._pending_len)
+            if extent < 0:
+                want = (8 if (self._at_start and (self._expect_header or self._pending[0] == b'A'))
+                        else FRAME_HEADER_SIZE) - self._pending_len
+            else:
+                want = extent - self._pending_len
+            take = want if want < n - pos else n - pos
+            if take > 0:
+                self._hold(p + pos, take)
+                pos += take
+            if extent >= 0 and self._pending_len == extent:
+                self._pending_len = 0
+                self._frame(self._pending, extent, out)
+                if self._pending_cap > 1 << 20:      # don't keep a huge frame's buffer
+                    PyMem_Free(self._pending)
+                    self._pending = NULL
+                    self._pending_cap = 0
+            elif pos == n:
+                return 0
+        # Then whole frames straight from the caller's buffer.
+        while pos < n:
+            extent = self._extent(p + pos, n - pos)
+            if extent < 0 or extent > n - pos:
+                break
+            self._frame(p + pos, extent, out)
+            pos += extent
+        if pos < n:
+            self._hold(p + pos, n - pos)
+        return 0
+
+
+cdef class FrameParser(_Scanner):
+    """Bytes in, frames out: MethodFrame, HeaderFrame, BodyFrame, Heartbeat.
+
+    ``feed()`` raises a CodecError subclass on malformed input; ``exc.parsed`` holds the
+    frames completed before the bad one, and the parser refuses further input.
+    """
+
+    def __init__(self, frame_max=_DEFAULT_FRAME_MAX, *, bint expect_protocol_header=False):
+        self._set_frame_max(frame_max)
+        self._expect_header = expect_protocol_header
+
+    cdef int _on_frame(self, uint8_t ftype, uint16_t channel, const char *payload,
+                       Py_ssize_t size, list out) except -1:
+        cdef ReadView v
+        cdef uint16_t class_id, weight
+        cdef uint64_t body_size
+        v.buf = payload
+        v.len = size
+        v.pos = 0
+        v.base = self._consumed + FRAME_HEADER_SIZE
+        if ftype == FRAME_METHOD:
+            PyList_Append(out, MethodFrame(channel, read_method(&v)))
+        elif ftype == FRAME_HEADER:
+            class_id, body_size, props = _read_header(&v)
+            PyList_Append(out, HeaderFrame(channel, class_id, body_size, props))
+        elif ftype == FRAME_BODY:
+            PyList_Append(out, BodyFrame(channel, PyBytes_FromStringAndSize(payload, size)))
+        else:
+            PyList_Append(out, _HEARTBEAT)
+        return 0
+
+
+cdef tuple _read_header(ReadView *v):
+    cdef uint16_t class_id, weight
+    cdef uint64_t body_size
+    cdef Py_ssize_t at = v.base
+    read_u16(v, &class_id, b"content header class id")
+    if class_id != _BASIC_CLASS:
+        raise AMQPSyntaxError(
+            f"content header at offset {at} is for class {class_id}; only basic (60) carries content",
+            offset=at)
+    read_u16(v, &weight, b"content header weight")
+    read_u64(v, &body_size, b"content header body size")
+    props = read_properties(v)
+    if v.pos != v.len:
+        raise AMQPSyntaxError(
+            f"content header: {v.len - v.pos} trailing bytes at offset {v.base + v.pos}",
+            offset=v.base + v.pos)
+    return class_id, body_size, props
+
+
+# --- commands ------------------------------------------------------------------------
+
+cdef class _Content:
+    """A content method waiting for its header and body."""
+    cdef Method method
+    cdef BasicProperties properties     # None until the header frame
+    cdef bytes body
+    cdef Py_ssize_t size
+    cdef Py_ssize_t filled
+
+
+cdef class CommandParser(_Scanner):
+    """Bytes in, commands out: Command objects (content joined) and Heartbeat.
+
+    Frames of different channels may interleave; a channel's content frames must follow
+    their method in order (else UnexpectedFrame, 505).  A body is copied once, into the
+    bytes object of its Command, which is allocated when the header announces its size
+    (refused above ``max_body_size``).
+    """
+    cdef dict _open                     # channel -> _Content in progress
+    cdef int _last_channel              # one-entry cache in front of _open
+    cdef _Content _last
+    cdef readonly Py_ssize_t max_body_size
+
+    def __init__(self, frame_max=_DEFAULT_FRAME_MAX, *, max_body_size=_DEFAULT_MAX_BODY,
+                 bint expect_protocol_header=False):
+        self._set_frame_max(frame_max)
+        if not isinstance(max_body_size, int) or max_body_size < 0:
+            raise ValueError(f"max_body_size must be a non-negative int, got {max_body_size!r}")
+        self.max_body_size = max_body_size
+        self._expect_header = expect_protocol_header
+        self._open = {}
+        self._last_channel = -1
+        self._last = None
+
+    cdef inline _Content _content_for(self, uint16_t channel):
+        if channel == self._last_channel:
+            return self._last
+        if not self._open:
+            return None
+        return self._open.get(channel)
+
+    cdef inline void _forget(self, uint16_t channel):
+        if channel == self._last_channel:
+            self._last_channel = -1
+            self._last = None
+        self._open.pop(channel, None)
+
+    cdef int _on_frame(self, uint8_t ftype, uint16_t channel, const char *payload,
+                       Py_ssize_t size, list out) except -1:
+        cdef ReadView v
+        cdef _Content c
+        cdef Method m
+        cdef uint16_t class_id, weight
+        cdef uint64_t body_size
+        cdef Command cmd
+        cdef Py_ssize_t at = self._consumed
+        if ftype == FRAME_HEARTBEAT:
+            PyList_Append(out, _HEARTBEAT)
+            return 0
+        v.buf = payload
+        v.len = size
+        v.pos = 0
+        v.base = at + FRAME_HEADER_SIZE
+        c = self._content_for(channel)
+        if ftype == FRAME_BODY:
+            if c is None or c.properties is None:
+                raise UnexpectedFrame(
+                    f"body frame on channel {channel} at offset {at} without a content header",
+                    offset=at)
+            if size > c.size - c.filled:
+                raise UnexpectedFrame(
+                    f"body frame on channel {channel} at offset {at} carries {size} bytes; "
+                    f"only {c.size - c.filled} of the announced {c.size} remain", offset=at)
+            memcpy(PyBytes_AS_STRING(c.body) + c.filled, payload, <size_t>size)
+            c.filled += size
+            if c.filled == c.size:
+                self._forget(channel)
+                self._emit(channel, c, out)
+            return 0
+        if ftype == FRAME_METHOD:
+            if c is not None:
+                raise UnexpectedFrame(
+                    f"method frame on channel {channel} at offset {at} while content for "
+                    f"{c.method.NAME} is incomplete", offset=at)
+            m = read_method(&v)
+            if method_has_content(amqw_unpack_u32(payload)):
+                c = _Content.__new__(_Content)
+                c.method = m
+                self._open[channel] = c
+                self._last_channel = channel
+                self._last = c
+            else:
+                cmd = Command.__new__(Command)
+                cmd.channel = channel
+                cmd.method = m
+                PyList_Append(out, cmd)
+            return 0
+        # FRAME_HEADER
+        if c is None or c.properties is not None:
+            raise UnexpectedFrame(
+                f"content header on channel {channel} at offset {at} "
+                + ("without a content method" if c is None else "after the header was received"),
+                offset=at)
+        class_id, body_size, props = _read_header(&v)
+        if body_size > <uint64_t>self.max_body_size:
+            raise FrameError(
+                f"content header on channel {channel} at offset {at} announces a body of "
+                f"{body_size} bytes, over max_body_size {self.max_body_size}", offset=at)
+        c.properties = props
+        c.size = <Py_ssize_t>body_size
+        c.filled = 0
+        c.body = PyBytes_FromStringAndSize(NULL, c.size)
+        if c.size == 0:
+            self._forget(channel)
+            self._emit(channel, c, out)
+        return 0
+
+    cdef int _emit(self, uint16_t channel, _Content c, list out) except -1:
+        cdef Command cmd = Command.__new__(Command)
+        cmd.channel = channel
+        cmd.method = c.method
+        cmd.properties = c.properties
+        cmd.body = c.body
+        PyList_Append(out, cmd)
+        return 0

@@ -1,0 +1,290 @@
+# cython: language_level=3
+"""The 14 basic properties and the content header frame that carries them."""
+
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+
+from amqwire.codec.buffer cimport (
+    FRAME_HEADER, amqw_pack_u16, read_shortstr, read_u8, read_u16, read_u64,
+)
+from amqwire.codec.table cimport read_named_table, write_named_table
+
+import datetime as _dt
+
+from amqwire.codec.errors import AMQPSyntaxError, CodecError, UnsupportedValueError
+
+cdef extern from "Python.h":
+    bint PyLong_Check(object o)
+    bint PyBool_Check(object o)
+
+cdef object _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+cdef object _EPOCH_NAIVE = _dt.datetime(1970, 1, 1)
+cdef object _datetime = _dt.datetime
+cdef object _timedelta = _dt.timedelta
+
+# Flag bits, highest first, in wire order.
+cdef enum:
+    F_CONTENT_TYPE = 0x8000
+    F_CONTENT_ENCODING = 0x4000
+    F_HEADERS = 0x2000
+    F_DELIVERY_MODE = 0x1000
+    F_PRIORITY = 0x0800
+    F_CORRELATION_ID = 0x0400
+    F_REPLY_TO = 0x0200
+    F_EXPIRATION = 0x0100
+    F_MESSAGE_ID = 0x0080
+    F_TIMESTAMP = 0x0040
+    F_TYPE = 0x0020
+    F_USER_ID = 0x0010
+    F_APP_ID = 0x0008
+    F_CLUSTER_ID = 0x0004
+    F_CONTINUATION = 0x0001
+
+PROPERTY_NAMES = (
+    "content_type", "content_encoding", "headers", "delivery_mode", "priority",
+    "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "type",
+    "user_id", "app_id", "cluster_id",
+)
+
+
+cdef class BasicProperties:
+    """The basic class's content properties; ``None`` means absent.
+
+    Cheap to build and compare; shortstr properties are ``str``, ``headers`` a dict,
+    ``delivery_mode`` and ``priority`` ints 0..255, ``timestamp`` a datetime (whole
+    seconds; naive means UTC; decoded as aware UTC).
+    """
+
+    def __init__(self, *, content_type=None, content_encoding=None, headers=None,
+                 delivery_mode=None, priority=None, correlation_id=None, reply_to=None,
+                 expiration=None, message_id=None, timestamp=None, type=None, user_id=None,
+                 app_id=None, cluster_id=None):
+        self.content_type = content_type
+        self.content_encoding = content_encoding
+        self.headers = headers
+        self.delivery_mode = delivery_mode
+        self.priority = priority
+        self.correlation_id = correlation_id
+        self.reply_to = reply_to
+        self.expiration = expiration
+        self.message_id = message_id
+        self.timestamp = timestamp
+        self.type = type
+        self.user_id = user_id
+        self.app_id = app_id
+        self.cluster_id = cluster_id
+
+    cdef tuple _values(self):
+        return (self.content_type, self.content_encoding, self.headers, self.delivery_mode,
+                self.priority, self.correlation_id, self.reply_to, self.expiration,
+                self.message_id, self.timestamp, self.type, self.user_id, self.app_id,
+                self.cluster_id)
+
+    def as_dict(self):
+        """The properties that are set, by name."""
+        return {k: v for k, v in zip(PROPERTY_NAMES, self._values()) if v is not None}
+
+    def __eq__(self, other):
+        if not isinstance(other, BasicProperties):
+            return NotImplemented
+        return self._values() == (<BasicProperties>other)._values()
+
+    __hash__ = None
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
+        return f"BasicProperties({fields})"
+
+    def __reduce__(self):
+        return (_rebuild, (self._values(),))
+
+    def encode(self):
+        """The property flags and list, as they follow body_size in a content header."""
+        cdef WriteBuffer buf = WriteBuffer(64)
+        write_properties(buf, self)
+        return buf.to_bytes()
+
+    @staticmethod
+    def decode(data):
+        """Decode exactly the bytes :meth:`encode` writes."""
+        cdef Py_buffer pybuf
+        cdef ReadView v
+        PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
+        try:
+            v.buf = <const char *>pybuf.buf
+            v.len = pybuf.len
+            v.pos = 0
+            v.base = 0
+            props = read_properties(&v)
+            if v.pos != v.len:
+                raise AMQPSyntaxError(
+                    f"basic properties: {v.len - v.pos} trailing bytes at offset {v.pos}",
+                    offset=v.pos)
+            return props
+        finally:
+            PyBuffer_Release(&pybuf)
+
+
+def _rebuild(values):
+    cdef BasicProperties p = BasicProperties.__new__(BasicProperties)
+    (p.content_type, p.content_encoding, p.headers, p.delivery_mode, p.priority,
+     p.correlation_id, p.reply_to, p.expiration, p.message_id, p.timestamp, p.type,
+     p.user_id, p.app_id, p.cluster_id) = values
+    return p
+
+
+cdef int _write_octet(WriteBuffer buf, object value, str name) except -1:
+    if not PyLong_Check(value) or PyBool_Check(value):
+        raise UnsupportedValueError(
+            f"BasicProperties.{name}: expected int, got {type(value).__name__}")
+    if not 0 <= value <= 255:
+        raise AMQPSyntaxError(f"BasicProperties.{name}: {value} is out of range 0..255")
+    return buf.write_u8(<uint8_t>value)
+
+
+cdef int _write_timestamp(WriteBuffer buf, object value) except -1:
+    if not isinstance(value, _datetime):
+        raise UnsupportedValueError(
+            f"BasicProperties.timestamp: expected datetime, got {type(value).__name__}")
+    if value.microsecond:
+        raise AMQPSyntaxError(
+            "BasicProperties.timestamp: AMQP timestamps are whole seconds "
+            "(use .replace(microsecond=0))")
+    delta = value - (_EPOCH_NAIVE if value.tzinfo is None else _EPOCH)
+    return buf.write_u64(<uint64_t><int64_t>(delta.days * 86400 + delta.seconds))
+
+
+cdef int write_properties(WriteBuffer buf, BasicProperties p) except -1:
+    cdef Py_ssize_t start = buf._len
+    cdef uint16_t flags = 0
+    buf.write_u16(0)
+    try:
+        if p.content_type is not None:
+            flags |= F_CONTENT_TYPE
+            buf.write_shortstr(p.content_type, "BasicProperties.content_type")
+        if p.content_encoding is not None:
+            flags |= F_CONTENT_ENCODING
+            buf.write_shortstr(p.content_encoding, "BasicProperties.content_encoding")
+        if p.headers is not None:
+            flags |= F_HEADERS
+            write_named_table(buf, p.headers, "BasicProperties.headers")
+        if p.delivery_mode is not None:
+            flags |= F_DELIVERY_MODE
+            _write_octet(buf, p.delivery_mode, "delivery_mode")
+        if p.priority is not None:
+            flags |= F_PRIORITY
+            _write_octet(buf, p.priority, "priority")
+        if p.correlation_id is not None:
+            flags |= F_CORRELATION_ID
+            buf.write_shortstr(p.correlation_id, "BasicProperties.correlation_id")
+        if p.reply_to is not None:
+            flags |= F_REPLY_TO
+            buf.write_shortstr(p.reply_to, "BasicProperties.reply_to")
+        if p.expiration is not None:
+            flags |= F_EXPIRATION
+            buf.write_shortstr(p.expiration, "BasicProperties.expiration")
+        if p.message_id is not None:
+            flags |= F_MESSAGE_ID
+            buf.write_shortstr(p.message_id, "BasicProperties.message_id")
+        if p.timestamp is not None:
+            flags |= F_TIMESTAMP
+            _write_timestamp(buf, p.timestamp)
+        if p.type is not None:
+            flags |= F_TYPE
+            buf.write_shortstr(p.type, "BasicProperties.type")
+        if p.user_id is not None:
+            flags |= F_USER_ID
+            buf.write_shortstr(p.user_id, "BasicProperties.user_id")
+        if p.app_id is not None:
+            flags |= F_APP_ID
+            buf.write_shortstr(p.app_id, "BasicProperties.app_id")
+        if p.cluster_id is not None:
+            flags |= F_CLUSTER_ID
+            buf.write_shortstr(p.cluster_id, "BasicProperties.cluster_id")
+    except BaseException:
+        buf._len = start
+        raise
+    amqw_pack_u16(buf._buf + start, flags)
+    return 0
+
+
+cdef object _read_octet(ReadView *v, const char *what):
+    cdef uint8_t value
+    read_u8(v, &value, what)
+    return value
+
+
+cdef BasicProperties read_properties(ReadView *v):
+    cdef uint16_t flags, more
+    cdef uint64_t ts
+    cdef Py_ssize_t at = v.base + v.pos
+    cdef BasicProperties p = BasicProperties.__new__(BasicProperties)
+    read_u16(v, &flags, "basic properties flags")
+    more = flags
+    while more & F_CONTINUATION:
+        # Basic has 14 properties: any further flag word must be empty.
+        at = v.base + v.pos
+        read_u16(v, &more, "basic properties flags")
+        if more & ~F_CONTINUATION:
+            raise AMQPSyntaxError(
+                f"basic properties: unknown property flags 0x{more:04x} at offset {at}",
+                offset=at)
+    if flags & 0x0002:
+        raise AMQPSyntaxError(
+            f"basic properties: unknown property flag 0x0002 at offset {at}", offset=at)
+    if flags == 0:
+        return p
+    if flags & F_CONTENT_TYPE:
+        p.content_type = read_shortstr(v, "basic properties content_type")
+    if flags & F_CONTENT_ENCODING:
+        p.content_encoding = read_shortstr(v, "basic properties content_encoding")
+    if flags & F_HEADERS:
+        p.headers = read_named_table(v, "basic properties headers")
+    if flags & F_DELIVERY_MODE:
+        p.delivery_mode = _read_octet(v, "basic properties delivery_mode")
+    if flags & F_PRIORITY:
+        p.priority = _read_octet(v, "basic properties priority")
+    if flags & F_CORRELATION_ID:
+        p.correlation_id = read_shortstr(v, "basic properties correlation_id")
+    if flags & F_REPLY_TO:
+        p.reply_to = read_shortstr(v, "basic properties reply_to")
+    if flags & F_EXPIRATION:
+        p.expiration = read_shortstr(v, "basic properties expiration")
+    if flags & F_MESSAGE_ID:
+        p.message_id = read_shortstr(v, "basic properties message_id")
+    if flags & F_TIMESTAMP:
+        at = v.base + v.pos
+        read_u64(v, &ts, "basic properties timestamp")
+        try:
+            p.timestamp = _EPOCH + _timedelta(seconds=<int64_t>ts)
+        except OverflowError:
+            raise AMQPSyntaxError(
+                f"basic properties timestamp: {<int64_t>ts} at offset {at} is out of datetime's range",
+                offset=at) from None
+    if flags & F_TYPE:
+        p.type = read_shortstr(v, "basic properties type")
+    if flags & F_USER_ID:
+        p.user_id = read_shortstr(v, "basic properties user_id")
+    if flags & F_APP_ID:
+        p.app_id = read_shortstr(v, "basic properties app_id")
+    if flags & F_CLUSTER_ID:
+        p.cluster_id = read_shortstr(v, "basic properties cluster_id")
+    return p
+
+
+cdef BasicProperties _EMPTY = BasicProperties()
+
+
+cdef int write_header_frame(WriteBuffer buf, uint16_t channel, uint16_t class_id,
+                            uint64_t body_size, BasicProperties props,
+                            Py_ssize_t frame_max) except -1:
+    cdef Py_ssize_t start = buf.begin_frame(FRAME_HEADER, channel)
+    try:
+        buf.write_u16(class_id)
+        buf.write_u16(0)          # weight, unused
+        buf.write_u64(body_size)
+        write_properties(buf, _EMPTY if props is None else props)
+    except BaseException:
+        buf._len = start
+        raise
+    return buf.end_frame(start, frame_max)

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Make sure a RabbitMQ broker listens at AMQP_URL's host:port (default 127.0.0.1:5672):
+# start the local one, or install Debian's rabbitmq-server first when it is missing.
+set -euo pipefail
+
+url="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
+hostport="${url#*://}"; hostport="${hostport#*@}"; hostport="${hostport%%/*}"; hostport="${hostport%%\?*}"
+host="${hostport%%:*}"; port="5672"
+[[ "$hostport" == *:* ]] && port="${hostport##*:}"
+[[ -z "$host" ]] && host=127.0.0.1
+
+listening() { (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; }
+
+if listening; then
+  echo "rabbitmq: listening on $host:$port"
+  exit 0
+fi
+case "$host" in
+  127.*|localhost|::1) ;;
+  *) echo "rabbitmq: nothing listens on $host:$port and it is not local; start it there" >&2; exit 1 ;;
+esac
+
+as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
+
+if ! command -v rabbitmq-server >/dev/null 2>&1 && [[ ! -x /usr/sbin/rabbitmq-server ]]; then
+  echo "rabbitmq: installing Debian's rabbitmq-server"
+  as_root apt-get update -qq
+  # No init system here: keep the package's scripts from starting it, we do that below.
+  as_root env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq rabbitmq-server >/dev/null
+fi
+PATH="$PATH:/usr/sbin"
+echo "rabbitmq: starting the local broker"
+as_root rabbitmq-server -detached || true
+for _ in $(seq 1 90); do
+  if listening; then
+    # The port opens before the broker has finished booting its apps.
+    as_root rabbitmqctl await_startup --timeout 60 >/dev/null 2>&1 || true
+    echo "rabbitmq: listening on $host:$port"
+    exit 0
+  fi
+  sleep 1
+done
+echo "rabbitmq: did not come up on $host:$port within 90 s" >&2
+exit 1
