@@ -108,6 +108,7 @@ cdef struct ReadView:
     Py_ssize_t base
 
 
+cdef const char *utf8_of(object text, Py_ssize_t *size, const char *what) except NULL
 cdef int raise_short_read(ReadView *v, Py_ssize_t need, const char *what) except -1
 cdef object read_shortstr(ReadView *v, const char *what)
 cdef bytes read_longstr(ReadView *v, const char *what)

@@ -4,12 +4,18 @@
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from cpython.object cimport PyObject
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.string cimport memcmp, memset
+from libc.stdint cimport uint8_t, uint32_t
 
 from amqwire.codec.errors import AMQPSyntaxError, FrameError, UnsupportedValueError
 
 cdef extern from "Python.h":
-    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+    PyObject *_decode_utf8_raw "PyUnicode_DecodeUTF8"(const char *s, Py_ssize_t size, const char *errors)
+    void PyErr_Clear()
+    void Py_DECREF(object o)
+    void Py_INCREF(object o)
+    void Py_XDECREF(PyObject *o)
+    const char *_utf8_raw "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t *size)
     int PyBytes_CheckExact(object o)
     int PyUnicode_Check(object o)
     int PyObject_CheckBuffer(object o)
@@ -54,24 +60,16 @@ cdef class WriteBuffer:
     cdef int write_shortstr(self, object value, const char *what) except -1:
         cdef const char *data
         cdef Py_ssize_t n
-        if PyUnicode_Check(value):
-            data = PyUnicode_AsUTF8AndSize(value, &n)
-        elif PyBytes_CheckExact(value):
-            data = PyBytes_AS_STRING(value)
-            n = PyBytes_GET_SIZE(value)
-        elif value is None:
-            n = 0
-            data = NULL
-        else:
+        if not PyUnicode_Check(value):
             raise UnsupportedValueError(
                 f"{what.decode()}: expected str for a short string, got {type(value).__name__}")
+        data = utf8_of(value, &n, what)
         if n > 255:
             raise AMQPSyntaxError(
                 f"{what.decode()}: short string is {n} bytes in UTF-8, the limit is 255")
         self.ensure(1 + n)
         self._buf[self._len] = <char><uint8_t>n
-        if n:
-            memcpy(self._buf + self._len + 1, data, <size_t>n)
+        memcpy(self._buf + self._len + 1, data, <size_t>n)
         self._len += 1 + n
         return 0
 
@@ -87,7 +85,7 @@ cdef class WriteBuffer:
             self.write_raw(PyBytes_AS_STRING(value), n)
             return 0
         if PyUnicode_Check(value):
-            data = PyUnicode_AsUTF8AndSize(value, &n)
+            data = utf8_of(value, &n, what)
             if n > 0xFFFFFFFF:
                 raise AMQPSyntaxError(f"{what.decode()}: long string of {n} bytes exceeds 2**32-1")
             self.write_u32(<uint32_t>n)
@@ -98,7 +96,11 @@ cdef class WriteBuffer:
         if not PyObject_CheckBuffer(value):
             raise UnsupportedValueError(
                 f"{what.decode()}: expected bytes or str for a long string, got {type(value).__name__}")
-        PyObject_GetBuffer(value, &view, PyBUF_SIMPLE)
+        try:
+            PyObject_GetBuffer(value, &view, PyBUF_SIMPLE)
+        except BufferError:
+            # Not contiguous (a strided memoryview, say): take its bytes.
+            return self.write_longstr(bytes(value), what)
         try:
             if view.len > 0xFFFFFFFF:
                 raise AMQPSyntaxError(f"{what.decode()}: long string of {view.len} bytes exceeds 2**32-1")
@@ -141,6 +143,15 @@ cdef class WriteBuffer:
         self._len = 0
 
 
+cdef const char *utf8_of(object text, Py_ssize_t *size, const char *what) except NULL:
+    """The UTF-8 of a str (cached by CPython); AMQPSyntaxError when it has none (surrogates)."""
+    cdef const char *data = _utf8_raw(text, size)
+    if data is NULL:
+        PyErr_Clear()
+        raise AMQPSyntaxError(f"{what.decode()}: {text!r} cannot be encoded as UTF-8")
+    return data
+
+
 cdef int raise_short_read(ReadView *v, Py_ssize_t need, const char *what) except -1:
     cdef Py_ssize_t left = v.len - v.pos
     if need < 0:
@@ -152,13 +163,61 @@ cdef int raise_short_read(ReadView *v, Py_ssize_t need, const char *what) except
         offset=v.base + v.pos)
 
 
+# Names repeat: consumer tags, exchanges, routing keys, content types, header keys.
+# A small direct-mapped cache of short decoded strings turns most decodes into a hash
+# and a memcmp.  Entries own a reference to their str; the GIL guards the table.
+cdef enum:
+    _STR_CACHE_SLOTS = 512          # a power of two
+    _STR_CACHE_MAX_LEN = 48
+
+cdef struct _CachedStr:
+    PyObject *obj
+    Py_ssize_t len
+    char data[_STR_CACHE_MAX_LEN]
+
+cdef _CachedStr _str_cache[_STR_CACHE_SLOTS]
+memset(_str_cache, 0, sizeof(_str_cache))
+
+
+cdef inline uint32_t _fnv1a(const char *p, Py_ssize_t n) noexcept:
+    cdef uint32_t h = 2166136261u
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ <uint8_t>p[i]) * 16777619u
+    return h
+
+
 cdef object decode_utf8(const char *data, Py_ssize_t n, ReadView *v, const char *what):
+    cdef _CachedStr *slot = NULL
+    cdef PyObject *raw
+    if n <= _STR_CACHE_MAX_LEN:
+        slot = &_str_cache[_fnv1a(data, n) & (_STR_CACHE_SLOTS - 1)]
+        if slot.obj is not NULL and slot.len == n and memcmp(slot.data, data, <size_t>n) == 0:
+            return <object>slot.obj
+    # No try block on the hot path: call the C API raw and look at the result.
+    raw = _decode_utf8_raw(data, n, NULL)
+    if raw is NULL:
+        PyErr_Clear()
+        _raise_bad_utf8(data, n, v, what)
+    result = <object>raw
+    Py_DECREF(result)
+    if slot is not NULL:
+        Py_XDECREF(slot.obj)
+        Py_INCREF(result)
+        slot.obj = raw
+        slot.len = n
+        memcpy(slot.data, data, <size_t>n)
+    return result
+
+
+cdef int _raise_bad_utf8(const char *data, Py_ssize_t n, ReadView *v, const char *what) except -1:
     try:
-        return PyUnicode_DecodeUTF8(data, n, NULL)
+        PyBytes_FromStringAndSize(data, n).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise AMQPSyntaxError(
-            f"{what.decode()}: invalid UTF-8 at offset {v.base + v.pos - n + exc.start}",
-            offset=v.base + v.pos - n + exc.start) from None
+        at = v.base + v.pos - n + exc.start
+    else:
+        at = v.base + v.pos - n
+    raise AMQPSyntaxError(f"{what.decode()}: invalid UTF-8 at offset {at}", offset=at)
 
 
 cdef object read_shortstr(ReadView *v, const char *what):

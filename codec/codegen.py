@@ -118,10 +118,11 @@ object is built, so a method that exists can always be encoded.
 """
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
 from amqwire.codec.buffer cimport (
-    FRAME_METHOD, read_longstr, read_shortstr, read_u8, read_u16, read_u32, read_u64,
+    FRAME_METHOD, read_longstr, read_shortstr, read_u8, read_u16, read_u32, read_u64, utf8_of,
 )
 from amqwire.codec.table cimport read_named_table, write_named_table
 

@@ -8,7 +8,6 @@ cdef extern from "Python.h":
     bint PyDict_Check(object o)
     bint PyBytes_CheckExact(object o)
     bint PyObject_CheckBuffer(object o)
-    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 
 
 cdef object _REQUIRED = object()
@@ -42,19 +41,21 @@ cdef str _shortstr(object value, str what):
     _missing(value, what)
     if not PyUnicode_Check(value):
         raise UnsupportedValueError(f"{what}: expected str, got {type(value).__name__}")
-    if len(<str>value) > 63:        # past 63 code points UTF-8 may exceed 255 bytes
-        PyUnicode_AsUTF8AndSize(value, &n)
-        if n > 255:
-            raise AMQPSyntaxError(f"{what}: short string is {n} bytes in UTF-8, the limit is 255")
+    utf8_of(value, &n, what.encode())
+    if n > 255:
+        raise AMQPSyntaxError(f"{what}: short string is {n} bytes in UTF-8, the limit is 255")
     return <str>value
 
 
 cdef bytes _longstr(object value, str what):
+    cdef const char *data
+    cdef Py_ssize_t n
     _missing(value, what)
     if PyBytes_CheckExact(value):
         result = value
     elif PyUnicode_Check(value):
-        result = (<str>value).encode("utf-8")
+        data = utf8_of(value, &n, what.encode())
+        result = PyBytes_FromStringAndSize(data, n)
     elif PyObject_CheckBuffer(value):
         result = bytes(value)
     else:

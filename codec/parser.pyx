@@ -7,6 +7,7 @@ cut off at the end of a chunk are kept, and content bodies are copied once, into
 bytes object the command carries.
 """
 
+cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.list cimport PyList_Append
@@ -139,12 +140,17 @@ cdef class ProtocolHeader:
         return f"ProtocolHeader({self.major}, {self.minor}, {self.revision})"
 
 
+# A Command holds only a method, properties and bytes: it cannot be part of a reference
+# cycle, so it stays out of the cycle collector (the parser makes one per message).
+@cython.no_gc
 cdef class Command:
     """A whole command: a method, and for content methods its properties and body."""
     cdef readonly int channel
     cdef readonly Method method
     cdef readonly BasicProperties properties
     cdef readonly bytes body
+    cdef Py_ssize_t _size           # while being assembled: announced body size
+    cdef Py_ssize_t _filled         # and bytes received so far
 
     def __init__(self, int channel, Method method not None, BasicProperties properties=None,
                  bytes body=None):
@@ -321,15 +327,6 @@ cdef class _Scanner:
         # First finish a frame left over from the previous chunk, taking only its bytes.
         while self._pending_len:
             extent = self._extent(self._pending, self._pending_len)
-            if extent < 0:
-                want = (8 if (self._at_start and (self._expect_header or self._pending[0] == b'A'))
-                        else FRAME_HEADER_SIZE) - self._pending_len
-            else:
-                want = extent - self._pending_len
-            take = want if want < n - pos else n - pos
-            if take > 0:
-                self._hold(p + pos, take)
-                pos += take
             if extent >= 0 and self._pending_len == extent:
                 self._pending_len = 0
                 self._frame(self._pending, extent, out)
@@ -337,8 +334,17 @@ cdef class _Scanner:
                     PyMem_Free(self._pending)
                     self._pending = NULL
                     self._pending_cap = 0
-            elif pos == n:
+                break
+            if extent < 0:      # not enough bytes yet to know the frame's length
+                want = (8 if (self._at_start and (self._expect_header or self._pending[0] == b'A'))
+                        else FRAME_HEADER_SIZE) - self._pending_len
+            else:
+                want = extent - self._pending_len
+            take = want if want < n - pos else n - pos
+            if take <= 0:
                 return 0
+            self._hold(p + pos, take)
+            pos += take
         # Then whole frames straight from the caller's buffer.
         while pos < n:
             extent = self._extent(p + pos, n - pos)
@@ -404,15 +410,6 @@ cdef tuple _read_header(ReadView *v):
 
 # --- commands ------------------------------------------------------------------------
 
-cdef class _Content:
-    """A content method waiting for its header and body."""
-    cdef Method method
-    cdef BasicProperties properties     # None until the header frame
-    cdef bytes body
-    cdef Py_ssize_t size
-    cdef Py_ssize_t filled
-
-
 cdef class CommandParser(_Scanner):
     """Bytes in, commands out: Command objects (content joined) and Heartbeat.
 
@@ -421,9 +418,10 @@ cdef class CommandParser(_Scanner):
     bytes object of its Command, which is allocated when the header announces its size
     (refused above ``max_body_size``).
     """
-    cdef dict _open                     # channel -> _Content in progress
-    cdef int _last_channel              # one-entry cache in front of _open
-    cdef _Content _last
+    # Content being assembled: one channel in a slot (the common case), more in a dict.
+    cdef Command _cur
+    cdef int _cur_channel
+    cdef dict _others
     cdef readonly Py_ssize_t max_body_size
 
     def __init__(self, frame_max=_DEFAULT_FRAME_MAX, *, max_body_size=_DEFAULT_MAX_BODY,
@@ -433,27 +431,42 @@ cdef class CommandParser(_Scanner):
             raise ValueError(f"max_body_size must be a non-negative int, got {max_body_size!r}")
         self.max_body_size = max_body_size
         self._expect_header = expect_protocol_header
-        self._open = {}
-        self._last_channel = -1
-        self._last = None
+        self._cur = None
+        self._cur_channel = -1
+        self._others = None
 
-    cdef inline _Content _content_for(self, uint16_t channel):
-        if channel == self._last_channel:
-            return self._last
-        if not self._open:
-            return None
-        return self._open.get(channel)
+    cdef inline Command _content_for(self, uint16_t channel):
+        if channel == self._cur_channel:
+            return self._cur
+        if self._others:
+            return self._others.get(channel)
+        return None
 
-    cdef inline void _forget(self, uint16_t channel):
-        if channel == self._last_channel:
-            self._last_channel = -1
-            self._last = None
-        self._open.pop(channel, None)
+    cdef int _begin(self, uint16_t channel, Command cmd) except -1:
+        if self._cur is None:
+            self._cur = cmd
+            self._cur_channel = channel
+        else:
+            if self._others is None:
+                self._others = {}
+            self._others[channel] = cmd
+        return 0
+
+    cdef int _finish(self, uint16_t channel, list out) except -1:
+        cdef Command cmd
+        if channel == self._cur_channel:
+            cmd = self._cur
+            self._cur = None
+            self._cur_channel = -1
+        else:
+            cmd = self._others.pop(channel)
+        PyList_Append(out, cmd)
+        return 0
 
     cdef int _on_frame(self, uint8_t ftype, uint16_t channel, const char *payload,
                        Py_ssize_t size, list out) except -1:
         cdef ReadView v
-        cdef _Content c
+        cdef Command c
         cdef Method m
         cdef uint16_t class_id, weight
         cdef uint64_t body_size
@@ -468,40 +481,34 @@ cdef class CommandParser(_Scanner):
         v.base = at + FRAME_HEADER_SIZE
         c = self._content_for(channel)
         if ftype == FRAME_BODY:
-            if c is None or c.properties is None:
+            if c is None or c.body is None:
                 raise UnexpectedFrame(
                     f"body frame on channel {channel} at offset {at} without a content header",
                     offset=at)
-            if size > c.size - c.filled:
+            if size > c._size - c._filled:
                 raise UnexpectedFrame(
                     f"body frame on channel {channel} at offset {at} carries {size} bytes; "
-                    f"only {c.size - c.filled} of the announced {c.size} remain", offset=at)
-            memcpy(PyBytes_AS_STRING(c.body) + c.filled, payload, <size_t>size)
-            c.filled += size
-            if c.filled == c.size:
-                self._forget(channel)
-                self._emit(channel, c, out)
+                    f"only {c._size - c._filled} of the announced {c._size} remain", offset=at)
+            memcpy(PyBytes_AS_STRING(c.body) + c._filled, payload, <size_t>size)
+            c._filled += size
+            if c._filled == c._size:
+                self._finish(channel, out)
             return 0
         if ftype == FRAME_METHOD:
             if c is not None:
                 raise UnexpectedFrame(
                     f"method frame on channel {channel} at offset {at} while content for "
                     f"{c.method.NAME} is incomplete", offset=at)
-            m = read_method(&v)
+            cmd = Command.__new__(Command)
+            cmd.channel = channel
+            cmd.method = read_method(&v)
             if method_has_content(amqw_unpack_u32(payload)):
-                c = _Content.__new__(_Content)
-                c.method = m
-                self._open[channel] = c
-                self._last_channel = channel
-                self._last = c
+                self._begin(channel, cmd)
             else:
-                cmd = Command.__new__(Command)
-                cmd.channel = channel
-                cmd.method = m
                 PyList_Append(out, cmd)
             return 0
         # FRAME_HEADER
-        if c is None or c.properties is not None:
+        if c is None or c.body is not None:
             raise UnexpectedFrame(
                 f"content header on channel {channel} at offset {at} "
                 + ("without a content method" if c is None else "after the header was received"),
@@ -512,19 +519,10 @@ cdef class CommandParser(_Scanner):
                 f"content header on channel {channel} at offset {at} announces a body of "
                 f"{body_size} bytes, over max_body_size {self.max_body_size}", offset=at)
         c.properties = props
-        c.size = <Py_ssize_t>body_size
-        c.filled = 0
-        c.body = PyBytes_FromStringAndSize(NULL, c.size)
-        if c.size == 0:
-            self._forget(channel)
-            self._emit(channel, c, out)
+        c._size = <Py_ssize_t>body_size
+        c._filled = 0
+        c.body = PyBytes_FromStringAndSize(NULL, c._size)
+        if c._size == 0:
+            self._finish(channel, out)
         return 0
 
-    cdef int _emit(self, uint16_t channel, _Content c, list out) except -1:
-        cdef Command cmd = Command.__new__(Command)
-        cmd.channel = channel
-        cmd.method = c.method
-        cmd.properties = c.properties
-        cmd.body = c.body
-        PyList_Append(out, cmd)
-        return 0

@@ -7,9 +7,9 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from amqwire.codec.buffer cimport (
     FRAME_HEADER, amqw_pack_u16, read_shortstr, read_u8, read_u16, read_u64,
 )
-from amqwire.codec.table cimport read_named_table, write_named_table
-
-import datetime as _dt
+from amqwire.codec.table cimport (
+    datetime_to_epoch, epoch_to_datetime, read_named_table, write_named_table,
+)
 
 from amqwire.codec.errors import AMQPSyntaxError, CodecError, UnsupportedValueError
 
@@ -17,10 +17,6 @@ cdef extern from "Python.h":
     bint PyLong_Check(object o)
     bint PyBool_Check(object o)
 
-cdef object _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-cdef object _EPOCH_NAIVE = _dt.datetime(1970, 1, 1)
-cdef object _datetime = _dt.datetime
-cdef object _timedelta = _dt.timedelta
 
 # Flag bits, highest first, in wire order.
 cdef enum:
@@ -142,18 +138,6 @@ cdef int _write_octet(WriteBuffer buf, object value, str name) except -1:
     return buf.write_u8(<uint8_t>value)
 
 
-cdef int _write_timestamp(WriteBuffer buf, object value) except -1:
-    if not isinstance(value, _datetime):
-        raise UnsupportedValueError(
-            f"BasicProperties.timestamp: expected datetime, got {type(value).__name__}")
-    if value.microsecond:
-        raise AMQPSyntaxError(
-            "BasicProperties.timestamp: AMQP timestamps are whole seconds "
-            "(use .replace(microsecond=0))")
-    delta = value - (_EPOCH_NAIVE if value.tzinfo is None else _EPOCH)
-    return buf.write_u64(<uint64_t><int64_t>(delta.days * 86400 + delta.seconds))
-
-
 cdef int write_properties(WriteBuffer buf, BasicProperties p) except -1:
     cdef Py_ssize_t start = buf._len
     cdef uint16_t flags = 0
@@ -188,7 +172,7 @@ cdef int write_properties(WriteBuffer buf, BasicProperties p) except -1:
             buf.write_shortstr(p.message_id, "BasicProperties.message_id")
         if p.timestamp is not None:
             flags |= F_TIMESTAMP
-            _write_timestamp(buf, p.timestamp)
+            buf.write_u64(<uint64_t>datetime_to_epoch(p.timestamp, "BasicProperties.timestamp"))
         if p.type is not None:
             flags |= F_TYPE
             buf.write_shortstr(p.type, "BasicProperties.type")
@@ -255,12 +239,7 @@ cdef BasicProperties read_properties(ReadView *v):
     if flags & F_TIMESTAMP:
         at = v.base + v.pos
         read_u64(v, &ts, "basic properties timestamp")
-        try:
-            p.timestamp = _EPOCH + _timedelta(seconds=<int64_t>ts)
-        except OverflowError:
-            raise AMQPSyntaxError(
-                f"basic properties timestamp: {<int64_t>ts} at offset {at} is out of datetime's range",
-                offset=at) from None
+        p.timestamp = epoch_to_datetime(<int64_t>ts, at, "basic properties timestamp")
     if flags & F_TYPE:
         p.type = read_shortstr(v, "basic properties type")
     if flags & F_USER_ID:

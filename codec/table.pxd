@@ -1,3 +1,4 @@
+from libc.stdint cimport int64_t
 from amqwire.codec.buffer cimport WriteBuffer, ReadView
 
 cdef int write_table(WriteBuffer buf, object table, int depth) except -1
@@ -7,3 +8,5 @@ cdef dict read_table(ReadView *v, int depth)
 cdef list read_array(ReadView *v, int depth)
 cdef dict read_named_table(ReadView *v, const char *name)
 cdef object name_error(object exc, str name)
+cdef int64_t datetime_to_epoch(object value, str what) except? -1
+cdef object epoch_to_datetime(int64_t seconds, Py_ssize_t at, str what)

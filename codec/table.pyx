@@ -18,6 +18,13 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.dict cimport PyDict_Next, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
+from cpython.datetime cimport (
+    import_datetime, datetime_new, datetime_tzinfo, PyDateTime_Check,
+    PyDateTime_GET_YEAR, PyDateTime_GET_MONTH, PyDateTime_GET_DAY,
+    PyDateTime_DATE_GET_HOUR, PyDateTime_DATE_GET_MINUTE, PyDateTime_DATE_GET_SECOND,
+    PyDateTime_DATE_GET_MICROSECOND,
+)
+from libc.stdio cimport snprintf
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from amqwire.codec.buffer cimport (
@@ -39,6 +46,7 @@ cdef extern from "Python.h":
     bint PyTuple_Check(object o)
     bint PyBool_Check(object o)
     bint PyObject_CheckBuffer(object o)
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
     long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
     double PyFloat_AS_DOUBLE(object o)
     Py_ssize_t PyList_GET_SIZE(object o)
@@ -46,11 +54,8 @@ cdef extern from "Python.h":
     PyObject *PyList_GET_ITEM(object o, Py_ssize_t i)
     PyObject *PyTuple_GET_ITEM(object o, Py_ssize_t i)
 
+import_datetime()
 cdef object _UTC = _dt.timezone.utc
-cdef object _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-cdef object _EPOCH_NAIVE = _dt.datetime(1970, 1, 1)
-cdef object _datetime = _dt.datetime
-cdef object _timedelta = _dt.timedelta
 cdef object _Decimal = Decimal
 
 
@@ -70,38 +75,140 @@ cdef object name_error(object exc, str name):
 
 # --- encoding -------------------------------------------------------------------------
 
+# --- timestamps: whole seconds since the epoch, UTC, via the datetime C API -------------
+
+cdef inline int64_t _days_from_civil(int64_t y, int64_t m, int64_t d) noexcept:
+    # Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+    y -= m <= 2
+    cdef int64_t era = (y if y >= 0 else y - 399) // 400
+    cdef int64_t yoe = y - era * 400
+    cdef int64_t doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    cdef int64_t doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+cdef int64_t datetime_to_epoch(object value, str what) except? -1:
+    """Seconds since the epoch of a datetime (naive means UTC); whole seconds only."""
+    cdef int64_t seconds
+    if not PyDateTime_Check(value):
+        raise UnsupportedValueError(f"{what}: expected datetime, got {type(value).__name__}")
+    if PyDateTime_DATE_GET_MICROSECOND(value):
+        raise AMQPSyntaxError(
+            f"{what}: {value.isoformat()} has microseconds; AMQP timestamps are whole "
+            "seconds (use .replace(microsecond=0))")
+    seconds = (_days_from_civil(PyDateTime_GET_YEAR(value), PyDateTime_GET_MONTH(value),
+                                PyDateTime_GET_DAY(value)) * 86400
+               + PyDateTime_DATE_GET_HOUR(value) * 3600
+               + PyDateTime_DATE_GET_MINUTE(value) * 60
+               + PyDateTime_DATE_GET_SECOND(value))
+    tz = <object>datetime_tzinfo(value)
+    if tz is not None and tz is not _UTC:
+        offset = value.utcoffset()       # None: naive after all, so UTC
+        if offset is not None:
+            if offset.microseconds:
+                raise AMQPSyntaxError(f"{what}: UTC offset {offset} is not whole seconds")
+            seconds -= offset.days * 86400 + offset.seconds
+    if seconds < -62135596800 or seconds > 253402300799:
+        raise AMQPSyntaxError(f"{what}: {value.isoformat()} is outside years 1..9999 in UTC")
+    return seconds
+
+
+cdef object epoch_to_datetime(int64_t seconds, Py_ssize_t at, str what):
+    """An aware UTC datetime; AMQPSyntaxError naming ``what`` and ``at`` when out of range."""
+    cdef int64_t days, secs, z, era, doe, yoe, y, doy, mp, d, m
+    # datetime covers years 1..9999: -62135596800 .. 253402300799
+    if seconds < -62135596800 or seconds > 253402300799:
+        raise AMQPSyntaxError(f"{what}: timestamp {seconds} at offset {at} is out of datetime's range",
+                              offset=at)
+    days = seconds // 86400
+    secs = seconds - days * 86400
+    z = days + 719468
+    era = (z if z >= 0 else z - 146096) // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    y = yoe + era * 400
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + (3 if mp < 10 else -9)
+    y += m <= 2
+    return datetime_new(<int>y, <int>m, <int>d, <int>(secs // 3600), <int>((secs // 60) % 60),
+                        <int>(secs % 60), 0, _UTC)
+
+
+# --- decimals: scale octet + signed 32-bit unscaled value --------------------------------
+
 cdef int _write_decimal(WriteBuffer buf, object value) except -1:
-    sign, digits, exponent = value.as_tuple()
-    if not isinstance(exponent, int):
+    # Parse str(value) ("-12.34", "1.5E+3", "NaN") in C: as_tuple() builds a named tuple
+    # and costs more than the rest of a whole table.
+    cdef Py_ssize_t n, i = 0
+    cdef const char *s
+    cdef bint neg = False, in_fraction = False, any_digit = False, exp_neg = False
+    cdef int64_t unscaled = 0, exponent = 0, scale
+    cdef int frac_digits = 0
+    cdef char c
+    text = str(value)
+    s = PyUnicode_AsUTF8AndSize(text, &n)
+    if n and (s[0] == c'-' or s[0] == c'+'):
+        neg = s[0] == c'-'
+        i = 1
+    while i < n:
+        c = s[i]
+        if c'0' <= c <= c'9':
+            unscaled = unscaled * 10 + (c - c'0')
+            if unscaled > 0x80000000:
+                raise AMQPSyntaxError(
+                    f"decimal {value} does not fit: its unscaled value must be a signed 32-bit int")
+            frac_digits += in_fraction
+            any_digit = True
+        elif c == c'.':
+            in_fraction = True
+        elif (c == c'E' or c == c'e') and any_digit:
+            i += 1
+            if i < n and (s[i] == c'-' or s[i] == c'+'):
+                exp_neg = s[i] == c'-'
+                i += 1
+            while i < n and c'0' <= s[i] <= c'9':
+                exponent = exponent * 10 + (s[i] - c'0')
+                if exponent > 100000:
+                    break
+                i += 1
+            if i != n:
+                break
+            if exp_neg:
+                exponent = -exponent
+            continue
+        else:
+            break
+        i += 1
+    if i != n or not any_digit:
         raise AMQPSyntaxError(f"decimal {value} is not finite")
-    unscaled = 0
-    for d in digits:
-        unscaled = unscaled * 10 + d
-    if exponent > 0:
-        unscaled *= 10 ** exponent
-        exponent = 0
-    if sign:
+    scale = frac_digits - exponent
+    while scale < 0 and unscaled:
+        unscaled *= 10
+        scale += 1
+        if unscaled > 0x80000000:
+            raise AMQPSyntaxError(
+                f"decimal {value} does not fit: its unscaled value must be a signed 32-bit int")
+    if scale < 0:
+        scale = 0
+    if neg:
         unscaled = -unscaled
-    if -exponent > 255:
-        raise AMQPSyntaxError(f"decimal {value} has {-exponent} decimal places, the limit is 255")
-    if not -0x80000000 <= unscaled <= 0x7FFFFFFF:
-        raise AMQPSyntaxError(f"decimal {value} does not fit: its unscaled value must be a signed 32-bit int")
+    if unscaled > 0x7FFFFFFF:
+        raise AMQPSyntaxError(
+            f"decimal {value} does not fit: its unscaled value must be a signed 32-bit int")
+    if scale > 255:
+        raise AMQPSyntaxError(f"decimal {value} has {scale} decimal places, the limit is 255")
     buf.write_u8(ord('D'))
-    buf.write_u8(<uint8_t>(-exponent))
+    buf.write_u8(<uint8_t>scale)
     buf.write_u32(<uint32_t><int32_t>unscaled)
     return 0
 
 
-cdef int _write_timestamp(WriteBuffer buf, object value) except -1:
-    if value.microsecond:
-        raise AMQPSyntaxError(
-            f"timestamp {value.isoformat()} has microseconds; AMQP timestamps are whole "
-            "seconds (use .replace(microsecond=0))")
-    delta = value - (_EPOCH_NAIVE if value.tzinfo is None else _EPOCH)
-    seconds = delta.days * 86400 + delta.seconds
-    buf.write_u8(ord('T'))
-    buf.write_u64(<uint64_t><int64_t>seconds)
-    return 0
+cdef object _read_decimal(uint8_t scale, int32_t unscaled):
+    cdef char text[32]
+    snprintf(text, sizeof(text), "%dE-%u", unscaled, <unsigned>scale)
+    return _Decimal(text.decode("ascii"))
 
 
 cdef int _write_value(WriteBuffer buf, object value, int depth) except -1:
@@ -146,8 +253,9 @@ cdef int _write_value(WriteBuffer buf, object value, int depth) except -1:
         return buf.write_longstr(value, "value")
     if isinstance(value, _Decimal):
         return _write_decimal(buf, value)
-    if isinstance(value, _datetime):
-        return _write_timestamp(buf, value)
+    if PyDateTime_Check(value):
+        buf.write_u8(ord('T'))
+        return buf.write_u64(<uint64_t>datetime_to_epoch(value, "timestamp"))
     if PyObject_CheckBuffer(value):
         buf.write_u8(ord('x'))
         return buf.write_longstr(value, "value")
@@ -269,15 +377,11 @@ cdef object _read_value(ReadView *v, int depth):
         return None
     if letter == b'T':
         read_u64(v, &u64, "timestamp")
-        try:
-            return _EPOCH + _timedelta(seconds=<int64_t>u64)
-        except OverflowError:
-            raise AMQPSyntaxError(f"timestamp {<int64_t>u64} at offset {at + 1} is out of datetime's range",
-                                  offset=at + 1) from None
+        return epoch_to_datetime(<int64_t>u64, at + 1, "timestamp")
     if letter == b'D':
         read_u8(v, &u8, "decimal scale")
         read_u32(v, &u32, "decimal value")
-        return _Decimal(<int32_t>u32).scaleb(-u8)
+        return _read_decimal(u8, <int32_t>u32)
     if letter == b'b':
         read_u8(v, &u8, "int8")
         return <int8_t>u8

@@ -9,7 +9,7 @@ from libc.string cimport memcpy
 
 from amqwire.codec.buffer cimport (
     FRAME_BODY, FRAME_END, FRAME_HEARTBEAT, FRAME_METHOD, FRAME_MIN_SIZE, FRAME_OVERHEAD,
-    FRAME_HEADER_SIZE, amqw_pack_u16, amqw_pack_u32,
+    FRAME_HEADER_SIZE, amqw_pack_u16, amqw_pack_u32, utf8_of,
 )
 from amqwire.codec.methods cimport Method
 from amqwire.codec.properties cimport write_header_frame
@@ -19,7 +19,6 @@ from amqwire.codec.errors import AMQPSyntaxError, UnsupportedValueError
 cdef extern from "Python.h":
     bint PyBytes_CheckExact(object o)
     bint PyUnicode_Check(object o)
-    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 
 cdef enum:
     _BASIC_PUBLISH = 0x003C0028
@@ -62,7 +61,7 @@ cdef int _acquire_body(object body, _Body *b) except -1:
         b.data = PyBytes_AS_STRING(body)
         b.len = PyBytes_GET_SIZE(body)
     elif PyUnicode_Check(body):
-        b.data = PyUnicode_AsUTF8AndSize(body, &b.len)
+        b.data = utf8_of(body, &b.len, b"body")
     elif body is None:
         b.data = NULL
         b.len = 0
