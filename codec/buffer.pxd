@@ -4,6 +4,7 @@
 from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t,
                           uint8_t, uint16_t, uint32_t, uint64_t)
 from libc.string cimport memcpy
+from cpython.object cimport PyObject
 
 
 cdef extern from "_endian.h":
@@ -112,6 +113,7 @@ cdef const char *utf8_of(object text, Py_ssize_t *size, const char *what) except
 cdef int raise_short_read(ReadView *v, Py_ssize_t need, const char *what) except -1
 cdef object read_shortstr(ReadView *v, const char *what)
 cdef bytes read_longstr(ReadView *v, const char *what)
+cdef PyObject *decode_utf8_or_null(const char *data, Py_ssize_t n) noexcept
 cdef object decode_utf8(const char *data, Py_ssize_t n, ReadView *v, const char *what)
 
 

@@ -5,7 +5,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from cpython.object cimport PyObject
 from libc.string cimport memcmp, memset
-from libc.stdint cimport uint8_t, uint32_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from amqwire.codec.errors import AMQPSyntaxError, FrameError, UnsupportedValueError
 
@@ -15,6 +15,7 @@ cdef extern from "Python.h":
     void Py_DECREF(object o)
     void Py_INCREF(object o)
     void Py_XDECREF(PyObject *o)
+    void Py_XINCREF(PyObject *o)
     const char *_utf8_raw "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t *size)
     int PyBytes_CheckExact(object o)
     int PyUnicode_Check(object o)
@@ -179,34 +180,45 @@ cdef _CachedStr _str_cache[_STR_CACHE_SLOTS]
 memset(_str_cache, 0, sizeof(_str_cache))
 
 
-cdef inline uint32_t _fnv1a(const char *p, Py_ssize_t n) noexcept:
-    cdef uint32_t h = 2166136261u
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = (h ^ <uint8_t>p[i]) * 16777619u
-    return h
+cdef inline uint64_t _str_hash(const char *p, Py_ssize_t n) noexcept:
+    # Enough to pick a slot (the memcmp decides): the length, the first and last 8 bytes.
+    cdef uint64_t a = 0, b = 0
+    if n >= 8:
+        memcpy(&a, p, 8)
+        memcpy(&b, p + n - 8, 8)
+    else:
+        memcpy(&a, p, <size_t>n)
+    return ((a * 0x9E3779B97F4A7C15ull) ^ (b * 0xC2B2AE3D27D4EB4Full) ^ <uint64_t>n) >> 40
 
 
-cdef object decode_utf8(const char *data, Py_ssize_t n, ReadView *v, const char *what):
+cdef PyObject *decode_utf8_or_null(const char *data, Py_ssize_t n) noexcept:
+    """A new reference to the decoded str, or NULL (no error set) if it is not UTF-8."""
     cdef _CachedStr *slot = NULL
     cdef PyObject *raw
     if n <= _STR_CACHE_MAX_LEN:
-        slot = &_str_cache[_fnv1a(data, n) & (_STR_CACHE_SLOTS - 1)]
+        slot = &_str_cache[_str_hash(data, n) & (_STR_CACHE_SLOTS - 1)]
         if slot.obj is not NULL and slot.len == n and memcmp(slot.data, data, <size_t>n) == 0:
-            return <object>slot.obj
-    # No try block on the hot path: call the C API raw and look at the result.
+            Py_XINCREF(slot.obj)
+            return slot.obj
     raw = _decode_utf8_raw(data, n, NULL)
     if raw is NULL:
         PyErr_Clear()
-        _raise_bad_utf8(data, n, v, what)
-    result = <object>raw
-    Py_DECREF(result)
+        return NULL
     if slot is not NULL:
         Py_XDECREF(slot.obj)
-        Py_INCREF(result)
+        Py_XINCREF(raw)
         slot.obj = raw
         slot.len = n
         memcpy(slot.data, data, <size_t>n)
+    return raw
+
+
+cdef object decode_utf8(const char *data, Py_ssize_t n, ReadView *v, const char *what):
+    cdef PyObject *raw = decode_utf8_or_null(data, n)
+    if raw is NULL:
+        _raise_bad_utf8(data, n, v, what)
+    result = <object>raw
+    Py_XDECREF(raw)
     return result
 
 

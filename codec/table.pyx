@@ -24,12 +24,11 @@ from cpython.datetime cimport (
     PyDateTime_DATE_GET_HOUR, PyDateTime_DATE_GET_MINUTE, PyDateTime_DATE_GET_SECOND,
     PyDateTime_DATE_GET_MICROSECOND,
 )
-from libc.stdio cimport snprintf
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from amqwire.codec.buffer cimport (
-    MAX_NESTING, amqw_pack_u32, decode_utf8, raise_short_read, read_raw, read_shortstr,
-    read_u8, read_u16, read_u32, read_u64, amqw_unpack_f32, amqw_unpack_f64,
+    MAX_NESTING, amqw_pack_u32, decode_utf8, decode_utf8_or_null, raise_short_read, read_raw, read_shortstr,
+    read_u8, read_u16, read_u32, read_u64, amqw_unpack_f32, amqw_unpack_f64, amqw_unpack_u32,
 )
 
 import datetime as _dt
@@ -47,6 +46,8 @@ cdef extern from "Python.h":
     bint PyBool_Check(object o)
     bint PyObject_CheckBuffer(object o)
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+    void Py_XDECREF(PyObject *o)
+    object PyUnicode_DecodeASCII(const char *s, Py_ssize_t size, const char *errors)
     long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
     double PyFloat_AS_DOUBLE(object o)
     Py_ssize_t PyList_GET_SIZE(object o)
@@ -55,6 +56,9 @@ cdef extern from "Python.h":
     PyObject *PyTuple_GET_ITEM(object o, Py_ssize_t i)
 
 import_datetime()
+cdef extern from "_compat.h":
+    dict amqw_dict_presized(Py_ssize_t n)
+
 cdef object _UTC = _dt.timezone.utc
 cdef object _Decimal = Decimal
 
@@ -206,9 +210,34 @@ cdef int _write_decimal(WriteBuffer buf, object value) except -1:
 
 
 cdef object _read_decimal(uint8_t scale, int32_t unscaled):
-    cdef char text[32]
-    snprintf(text, sizeof(text), "%dE-%u", unscaled, <unsigned>scale)
-    return _Decimal(text.decode("ascii"))
+    # Decimal("<unscaled>E-<scale>") keeps the scale: Decimal("150E-2") == Decimal("1.50").
+    cdef char text[24]
+    cdef char *end = text + sizeof(text)
+    cdef char *p = end
+    cdef int64_t v = unscaled
+    cdef unsigned s = scale
+    cdef bint neg = v < 0
+    if neg:
+        v = -v
+    while True:
+        p -= 1
+        p[0] = <char>(c'0' + s % 10)
+        s //= 10
+        if s == 0:
+            break
+    p -= 2
+    p[0] = c'E'
+    p[1] = c'-'
+    while True:
+        p -= 1
+        p[0] = <char>(c'0' + v % 10)
+        v //= 10
+        if v == 0:
+            break
+    if neg:
+        p -= 1
+        p[0] = c'-'
+    return _Decimal(PyUnicode_DecodeASCII(p, end - p, NULL))
 
 
 cdef int _write_value(WriteBuffer buf, object value, int depth) except -1:
@@ -344,60 +373,64 @@ cdef object _read_value(ReadView *v, int depth):
     cdef uint32_t u32
     cdef uint64_t u64
     cdef const char *p
+    cdef PyObject *text
     cdef Py_ssize_t at = v.base + v.pos
     read_u8(v, &letter, "field type")
-    if letter == b'S':
+    # An elif chain on one C int: Cython emits a switch.
+    if letter == c'S':
         read_u32(v, &u32, "long string")
         p = read_raw(v, <Py_ssize_t>u32, "long string")
-        try:
-            return decode_utf8(p, <Py_ssize_t>u32, v, "long string")
-        except AMQPSyntaxError:
+        text = decode_utf8_or_null(p, <Py_ssize_t>u32)
+        if text is NULL:        # not UTF-8: hand back the bytes
             return PyBytes_FromStringAndSize(p, <Py_ssize_t>u32)
-    if letter == b'I':
+        value = <object>text
+        Py_XDECREF(text)
+        return value
+    elif letter == c'I':
         read_u32(v, &u32, "int32")
         return <int32_t>u32
-    if letter == b't':
+    elif letter == c't':
         read_u8(v, &u8, "bool")
         return u8 != 0
-    if letter == b'l' or letter == b'L':
+    elif letter == c'l' or letter == c'L':
         read_u64(v, &u64, "int64")
         return <int64_t>u64
-    if letter == b'F':
+    elif letter == c'F':
         return read_table(v, depth + 1)
-    if letter == b'A':
+    elif letter == c'A':
         return read_array(v, depth + 1)
-    if letter == b'd':
+    elif letter == c'd':
         p = read_raw(v, 8, "float64")
         return amqw_unpack_f64(p)
-    if letter == b'x':
+    elif letter == c'x':
         read_u32(v, &u32, "byte array")
         p = read_raw(v, <Py_ssize_t>u32, "byte array")
         return PyBytes_FromStringAndSize(p, <Py_ssize_t>u32)
-    if letter == b'V':
+    elif letter == c'V':
         return None
-    if letter == b'T':
+    elif letter == c'T':
         read_u64(v, &u64, "timestamp")
         return epoch_to_datetime(<int64_t>u64, at + 1, "timestamp")
-    if letter == b'D':
+    elif letter == c'D':
         read_u8(v, &u8, "decimal scale")
         read_u32(v, &u32, "decimal value")
         return _read_decimal(u8, <int32_t>u32)
-    if letter == b'b':
+    elif letter == c'b':
         read_u8(v, &u8, "int8")
         return <int8_t>u8
-    if letter == b'B':
+    elif letter == c'B':
         read_u8(v, &u8, "uint8")
         return u8
-    if letter == b's':
+    elif letter == c's':
         read_u16(v, &u16, "int16")
         return <int16_t>u16
-    if letter == b'u':
+    elif letter == c'u':
         read_u16(v, &u16, "uint16")
         return u16
-    if letter == b'i':
+    elif letter == c'i':
         read_u32(v, &u32, "uint32")
         return u32
-    if letter == b'f':
+    elif letter == c'f':
         p = read_raw(v, 4, "float32")
         return <double>amqw_unpack_f32(p)
     raise AMQPSyntaxError(
@@ -416,17 +449,59 @@ cdef inline int _sub_view(ReadView *v, ReadView *sub, const char *what) except -
     return 0
 
 
+cdef Py_ssize_t _count_entries(const char *p, Py_ssize_t n) noexcept:
+    """Entries in a table payload, counted without decoding; -1 if it is malformed
+    (the decoder then says where)."""
+    cdef Py_ssize_t pos = 0, count = 0, size
+    cdef uint8_t letter
+    while pos < n:
+        pos += 1 + <uint8_t>p[pos]               # key
+        if pos >= n:
+            return -1
+        letter = <uint8_t>p[pos]
+        pos += 1
+        if letter == b't' or letter == b'b' or letter == b'B':
+            size = 1
+        elif letter == b's' or letter == b'u':
+            size = 2
+        elif letter == b'I' or letter == b'i' or letter == b'f':
+            size = 4
+        elif letter == b'l' or letter == b'L' or letter == b'd' or letter == b'T':
+            size = 8
+        elif letter == b'D':
+            size = 5
+        elif letter == b'V':
+            size = 0
+        elif letter == b'S' or letter == b'x' or letter == b'A' or letter == b'F':
+            if n - pos < 4:
+                return -1
+            size = 4 + <Py_ssize_t>amqw_unpack_u32(p + pos)
+        else:
+            return -1
+        pos += size
+        count += 1
+    return count if pos == n else -1
+
+
 cdef dict read_table(ReadView *v, int depth):
     cdef ReadView sub
-    cdef dict result = {}
+    cdef dict result
+    cdef Py_ssize_t count
     _check_depth(depth)
     _sub_view(v, &sub, "table size")
-    while sub.pos < sub.len:
-        key = read_shortstr(&sub, "table key")
-        try:
+    # Past five entries a dict resizes as it grows: size it once instead.
+    count = _count_entries(sub.buf, sub.len) if sub.len > 64 else -1
+    result = amqw_dict_presized(count) if count > 5 else {}
+    key = None
+    try:                        # one try per table, not per entry: errors name the key
+        while sub.pos < sub.len:
+            key = None
+            key = read_shortstr(&sub, "table key")
             PyDict_SetItem(result, key, _read_value(&sub, depth))
-        except CodecError as exc:
-            raise _at(exc, f"[{key!r}]")
+    except CodecError as exc:
+        if key is None:
+            raise
+        raise _at(exc, f"[{key!r}]")
     return result
 
 
@@ -435,11 +510,11 @@ cdef list read_array(ReadView *v, int depth):
     cdef list result = []
     _check_depth(depth)
     _sub_view(v, &sub, "array size")
-    while sub.pos < sub.len:
-        try:
+    try:
+        while sub.pos < sub.len:
             PyList_Append(result, _read_value(&sub, depth))
-        except CodecError as exc:
-            raise _at(exc, f"[{len(result)}]")
+    except CodecError as exc:
+        raise _at(exc, f"[{len(result)}]")
     return result
 
 
