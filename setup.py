@@ -39,7 +39,7 @@ def extensions():
             f"amqwire.codec.{name}",
             [os.path.join("codec", f"{name}.pyx")],
             include_dirs=[os.path.join(HERE, "codec")],
-            extra_compile_args=["-O0", "-g"] if debug else ["-O3"],
+            extra_compile_args=["-O0", "-g"] if debug else ["-O3", "-g0"],
         )
         for name in CYTHON_MODULES
     ]

@@ -12,6 +12,7 @@ from amqwire.codec.errors import (
     UnexpectedFrame,
     UnsupportedValueError,
 )
+from amqwire.codec import methods as _methods
 from amqwire.codec.methods import *  # noqa: F401,F403  (the 66 method classes)
 from amqwire.codec.methods import METHODS, Method, decode_method
 from amqwire.codec.parser import (
@@ -44,3 +45,16 @@ FRAME_MIN_SIZE = 4096
 MAX_NESTING = 64
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "AMQPSyntaxError", "CodecError", "FrameError", "ProtocolHeaderError", "UnexpectedFrame",
+    "UnsupportedValueError",
+    "BasicProperties", "PROPERTY_NAMES",
+    "encode_table", "decode_table", "encode_array", "decode_array",
+    "FrameWriter", "encode_publish", "encode_publish_iov",
+    "FrameParser", "CommandParser", "Command", "MethodFrame", "HeaderFrame", "BodyFrame",
+    "Heartbeat", "ProtocolHeader",
+    "DEFAULT_FRAME_MAX", "HEARTBEAT_FRAME", "PROTOCOL_HEADER", "FRAME_METHOD", "FRAME_HEADER",
+    "FRAME_BODY", "FRAME_HEARTBEAT", "FRAME_END", "FRAME_MIN_SIZE", "MAX_NESTING",
+]
+__all__ += _methods.__all__

@@ -174,30 +174,29 @@ cdef enum:
 cdef struct _CachedStr:
     PyObject *obj
     Py_ssize_t len
+    uint64_t head                   # first 8 bytes (zero-padded) and last 8 bytes:
+    uint64_t tail                   # these alone decide equality up to 16 bytes
     char data[_STR_CACHE_MAX_LEN]
 
 cdef _CachedStr _str_cache[_STR_CACHE_SLOTS]
 memset(_str_cache, 0, sizeof(_str_cache))
 
 
-cdef inline uint64_t _str_hash(const char *p, Py_ssize_t n) noexcept:
-    # Enough to pick a slot (the memcmp decides): the length, the first and last 8 bytes.
-    cdef uint64_t a = 0, b = 0
-    if n >= 8:
-        memcpy(&a, p, 8)
-        memcpy(&b, p + n - 8, 8)
-    else:
-        memcpy(&a, p, <size_t>n)
-    return ((a * 0x9E3779B97F4A7C15ull) ^ (b * 0xC2B2AE3D27D4EB4Full) ^ <uint64_t>n) >> 40
-
-
 cdef PyObject *decode_utf8_or_null(const char *data, Py_ssize_t n) noexcept:
     """A new reference to the decoded str, or NULL (no error set) if it is not UTF-8."""
     cdef _CachedStr *slot = NULL
     cdef PyObject *raw
+    cdef uint64_t head = 0, tail = 0
     if n <= _STR_CACHE_MAX_LEN:
-        slot = &_str_cache[_str_hash(data, n) & (_STR_CACHE_SLOTS - 1)]
-        if slot.obj is not NULL and slot.len == n and memcmp(slot.data, data, <size_t>n) == 0:
+        if n >= 8:
+            memcpy(&head, data, 8)
+            memcpy(&tail, data + n - 8, 8)
+        else:
+            memcpy(&head, data, <size_t>n)
+        slot = &_str_cache[((head * 0x9E3779B97F4A7C15ull) ^ (tail * 0xC2B2AE3D27D4EB4Full)
+                            ^ <uint64_t>n) >> 40 & (_STR_CACHE_SLOTS - 1)]
+        if (slot.obj is not NULL and slot.len == n and slot.head == head and slot.tail == tail
+                and (n <= 16 or memcmp(slot.data + 8, data + 8, <size_t>(n - 16)) == 0)):
             Py_XINCREF(slot.obj)
             return slot.obj
     raw = _decode_utf8_raw(data, n, NULL)
@@ -209,6 +208,8 @@ cdef PyObject *decode_utf8_or_null(const char *data, Py_ssize_t n) noexcept:
         Py_XINCREF(raw)
         slot.obj = raw
         slot.len = n
+        slot.head = head
+        slot.tail = tail
         memcpy(slot.data, data, <size_t>n)
     return raw
 
@@ -233,11 +234,21 @@ cdef int _raise_bad_utf8(const char *data, Py_ssize_t n, ReadView *v, const char
 
 
 cdef object read_shortstr(ReadView *v, const char *what):
-    cdef uint8_t n
-    cdef const char *p
-    read_u8(v, &n, what)
-    p = read_raw(v, n, what)
-    return decode_utf8(p, n, v, what)
+    cdef Py_ssize_t n
+    cdef PyObject *raw
+    if v.len - v.pos < 1:
+        raise_short_read(v, 1, what)
+    n = <uint8_t>v.buf[v.pos]
+    if v.len - v.pos - 1 < n:
+        v.pos += 1
+        raise_short_read(v, n, what)
+    v.pos += 1 + n
+    raw = decode_utf8_or_null(v.buf + v.pos - n, n)
+    if raw is NULL:
+        _raise_bad_utf8(v.buf + v.pos - n, n, v, what)
+    result = <object>raw
+    Py_XDECREF(raw)
+    return result
 
 
 cdef bytes read_longstr(ReadView *v, const char *what):

@@ -19,6 +19,9 @@ PYI = HERE / "methods.pyi"
 
 # Python names where the spec's name is a keyword or too vague.
 RENAMES = {("exchange", "declare", "type"): "exchange_type", ("basic", "qos", "global"): "global_"}
+# Methods made and dropped once per message: kept on a free list instead of malloc/free.
+FREELIST = {"basic.deliver", "basic.get-ok", "basic.return", "basic.ack", "basic.nack",
+            "basic.publish"}
 # Synchronous requests whose reply is not simply "<name>-ok".
 RESPONSES = {("basic", "get"): ("get-ok", "get-empty")}
 
@@ -117,6 +120,7 @@ Arguments are read-only attributes; values are checked against their domain when
 object is built, so a method that exists can always be encoded.
 """
 
+cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
@@ -145,7 +149,11 @@ def gen_class(m: Meth, replies: list[int]) -> str:
     L = []
     w = L.append
     kind = "carries content" if m.content else ("synchronous" if m.synchronous else "asynchronous")
-    w(f"\n\ncdef class {m.pyname}(Method):")
+    if m.full in FREELIST:
+        w("\n\n@cython.freelist(256)")
+        w(f"cdef class {m.pyname}(Method):")
+    else:
+        w(f"\n\ncdef class {m.pyname}(Method):")
     w(f'    """{m.full} ({m.class_id}.{m.method_id}), {kind}."""')
     w(f'    NAME = "{m.full}"')
     w(f"    CLASS_ID = {m.class_id}")

@@ -6,6 +6,7 @@ Arguments are read-only attributes; values are checked against their domain when
 object is built, so a method that exists can always be encoded.
 """
 
+cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
@@ -1735,6 +1736,7 @@ cdef Method _read_basic_cancel_ok(ReadView *v):
     return m
 
 
+@cython.freelist(256)
 cdef class BasicPublish(Method):
     """basic.publish (60.40), carries content."""
     NAME = "basic.publish"
@@ -1783,6 +1785,7 @@ cdef Method _read_basic_publish(ReadView *v):
     return m
 
 
+@cython.freelist(256)
 cdef class BasicReturn(Method):
     """basic.return (60.50), carries content."""
     NAME = "basic.return"
@@ -1826,6 +1829,7 @@ cdef Method _read_basic_return(ReadView *v):
     return m
 
 
+@cython.freelist(256)
 cdef class BasicDeliver(Method):
     """basic.deliver (60.60), carries content."""
     NAME = "basic.deliver"
@@ -1916,6 +1920,7 @@ cdef Method _read_basic_get(ReadView *v):
     return m
 
 
+@cython.freelist(256)
 cdef class BasicGetOk(Method):
     """basic.get-ok (60.71), carries content."""
     NAME = "basic.get-ok"
@@ -1996,6 +2001,7 @@ cdef Method _read_basic_get_empty(ReadView *v):
     return m
 
 
+@cython.freelist(256)
 cdef class BasicAck(Method):
     """basic.ack (60.80), asynchronous."""
     NAME = "basic.ack"
@@ -2163,6 +2169,7 @@ cdef Method _read_basic_recover_ok(ReadView *v):
     return m
 
 
+@cython.freelist(256)
 cdef class BasicNack(Method):
     """basic.nack (60.120), asynchronous."""
     NAME = "basic.nack"

@@ -143,6 +143,7 @@ cdef class ProtocolHeader:
 # A Command holds only a method, properties and bytes: it cannot be part of a reference
 # cycle, so it stays out of the cycle collector (the parser makes one per message).
 @cython.no_gc
+@cython.freelist(256)
 cdef class Command:
     """A whole command: a method, and for content methods its properties and body."""
     cdef readonly int channel
@@ -238,6 +239,7 @@ cdef class _Scanner:
             PyBuffer_Release(&pybuf)
         return out
 
+    @cython.final
     cdef Py_ssize_t _extent(self, const char *p, Py_ssize_t avail) except -2:
         """Length of the frame at p, -1 if more bytes are needed to tell; raises on a bad header."""
         cdef uint8_t ftype
@@ -260,6 +262,7 @@ cdef class _Scanner:
                 f"exceeds frame_max {self._frame_max}", offset=self._consumed)
         return <Py_ssize_t>size + FRAME_OVERHEAD
 
+    @cython.final
     cdef int _frame(self, const char *p, Py_ssize_t extent, list out) except -1:
         """Handle one complete frame of ``extent`` bytes at p."""
         cdef Py_ssize_t size = extent - FRAME_OVERHEAD
@@ -284,6 +287,7 @@ cdef class _Scanner:
         self._consumed += extent
         return 0
 
+    @cython.final
     cdef int _protocol_header(self, const char *p, list out) except -1:
         cdef bytes header = PyBytes_FromStringAndSize(p, 8)
         if header[:4] != b"AMQP":
@@ -305,6 +309,7 @@ cdef class _Scanner:
                        Py_ssize_t size, list out) except -1:
         raise NotImplementedError
 
+    @cython.final
     cdef int _hold(self, const char *p, Py_ssize_t n) except -1:
         cdef Py_ssize_t need = self._pending_len + n
         cdef Py_ssize_t cap
@@ -322,6 +327,7 @@ cdef class _Scanner:
         self._pending_len = need
         return 0
 
+    @cython.final
     cdef int _feed(self, const char *p, Py_ssize_t n, list out) except -1:
         cdef Py_ssize_t pos = 0, extent, want, take
         # First finish a frame left over from the previous chunk, taking only its bytes.

@@ -1,6 +1,7 @@
 # cython: language_level=3
 """The 14 basic properties and the content header frame that carries them."""
 
+cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
@@ -43,6 +44,7 @@ PROPERTY_NAMES = (
 )
 
 
+@cython.freelist(256)
 cdef class BasicProperties:
     """The basic class's content properties; ``None`` means absent.
 

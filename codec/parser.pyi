@@ -1,0 +1,59 @@
+from amqwire.codec.methods import Method
+from amqwire.codec.properties import BasicProperties
+
+Buffer = bytes | bytearray | memoryview
+
+class MethodFrame:
+    channel: int
+    method: Method
+    def __init__(self, channel: int, method: Method) -> None: ...
+
+class HeaderFrame:
+    channel: int
+    class_id: int
+    body_size: int
+    properties: BasicProperties
+    def __init__(self, channel: int, class_id: int, body_size: int, properties: BasicProperties) -> None: ...
+
+class BodyFrame:
+    channel: int
+    data: bytes
+    def __init__(self, channel: int, data: bytes) -> None: ...
+
+class Heartbeat:
+    @property
+    def channel(self) -> int: ...
+
+class ProtocolHeader:
+    major: int
+    minor: int
+    revision: int
+    def __init__(self, major: int, minor: int, revision: int) -> None: ...
+
+class Command:
+    channel: int
+    method: Method
+    properties: BasicProperties | None
+    body: bytes | None
+    def __init__(
+        self, channel: int, method: Method, properties: BasicProperties | None = ..., body: bytes | None = ...
+    ) -> None: ...
+
+Frame = MethodFrame | HeaderFrame | BodyFrame | Heartbeat | ProtocolHeader
+
+class FrameParser:
+    frame_max: int
+    @property
+    def buffered(self) -> int: ...
+    def __init__(self, frame_max: int = ..., *, expect_protocol_header: bool = ...) -> None: ...
+    def feed(self, data: Buffer) -> list[Frame]: ...
+
+class CommandParser:
+    frame_max: int
+    max_body_size: int
+    @property
+    def buffered(self) -> int: ...
+    def __init__(
+        self, frame_max: int = ..., *, max_body_size: int = ..., expect_protocol_header: bool = ...
+    ) -> None: ...
+    def feed(self, data: Buffer) -> list[Command | Heartbeat | ProtocolHeader]: ...

@@ -1,0 +1,51 @@
+from amqwire.codec.methods import Method
+from amqwire.codec.properties import BasicProperties
+
+Body = bytes | bytearray | memoryview | str
+
+DEFAULT_FRAME_MAX: int
+PROTOCOL_HEADER: bytes
+HEARTBEAT_FRAME: bytes
+
+def encode_publish(
+    channel: int,
+    exchange: str,
+    routing_key: str,
+    body: Body,
+    properties: BasicProperties | None = ...,
+    mandatory: bool = ...,
+    immediate: bool = ...,
+    frame_max: int = ...,
+) -> bytes: ...
+def encode_publish_iov(
+    channel: int,
+    exchange: str,
+    routing_key: str,
+    body: Body,
+    properties: BasicProperties | None = ...,
+    mandatory: bool = ...,
+    immediate: bool = ...,
+    frame_max: int = ...,
+) -> list[bytes | memoryview]: ...
+
+class FrameWriter:
+    frame_max: int
+    def __init__(self, frame_max: int = ...) -> None: ...
+    def publish(
+        self,
+        channel: int,
+        exchange: str,
+        routing_key: str,
+        body: Body,
+        properties: BasicProperties | None = ...,
+        mandatory: bool = ...,
+        immediate: bool = ...,
+    ) -> None: ...
+    def method(self, channel: int, method: Method) -> None: ...
+    def content(self, channel: int, method: Method, properties: BasicProperties | None, body: Body) -> None: ...
+    def heartbeat(self) -> None: ...
+    def protocol_header(self) -> None: ...
+    def __len__(self) -> int: ...
+    def getvalue(self) -> bytes: ...
+    def take(self) -> bytes: ...
+    def clear(self) -> None: ...

@@ -1,0 +1,54 @@
+"""The installed package is typed for users: py.typed, .pyi stubs for every compiled module."""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import amqwire.codec as codec
+
+USER_CODE = textwrap.dedent(
+    """
+    from amqwire.codec import (
+        BasicProperties, Command, CommandParser, FrameWriter, QueueDeclare, decode_table,
+        encode_publish, encode_table,
+    )
+
+    props = BasicProperties(content_type="application/json", delivery_mode=2, headers={"a": 1})
+    frames: bytes = encode_publish(1, "ex", "rk", b"body", props)
+    writer = FrameWriter(frame_max=131072)
+    writer.publish(1, "ex", "rk", b"body", props, mandatory=True)
+    declare = QueueDeclare(queue="q", durable=True)
+    name: str = declare.queue
+    table: dict[str, object] = decode_table(encode_table({"k": [1, 2]}))
+    for item in CommandParser().feed(frames):
+        if isinstance(item, Command) and item.body is not None:
+            size: int = len(item.body)
+    """
+)
+WRONG_CODE = "from amqwire.codec import encode_publish\nencode_publish('one', 'ex', 'rk', b'')\n"
+
+
+def _mypy(tmp_path, source):
+    path = tmp_path / "user.py"
+    path.write_text(source)
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(path)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+
+
+def test_stubs_ship_with_the_package():
+    folder = Path(codec.__file__).parent
+    assert (folder / "py.typed").exists()
+    for module in ("buffer", "table", "properties", "methods", "writer", "parser"):
+        assert (folder / f"{module}.pyi").exists(), module
+
+
+def test_user_code_type_checks_strictly(tmp_path):
+    result = _mypy(tmp_path, USER_CODE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_wrong_argument_types_are_caught(tmp_path):
+    result = _mypy(tmp_path, WRONG_CODE)
+    assert result.returncode == 1 and "arg-type" in result.stdout, result.stdout
