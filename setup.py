@@ -33,13 +33,16 @@ def cython_include_tree():
 def extensions():
     from Cython.Build import cythonize
 
+    # AMQWIRE_DEBUG=1: unoptimized with symbols (gdb); AMQWIRE_PROFILE=1: optimized with
+    # symbols (callgrind_annotate by source line).
     debug = os.environ.get("AMQWIRE_DEBUG") == "1"
+    profile = os.environ.get("AMQWIRE_PROFILE") == "1"
     exts = [
         Extension(
             f"amqwire.codec.{name}",
             [os.path.join("codec", f"{name}.pyx")],
             include_dirs=[os.path.join(HERE, "codec")],
-            extra_compile_args=["-O0", "-g"] if debug else ["-O3", "-g0"],
+            extra_compile_args=["-O0", "-g"] if debug else ["-O3", "-g" if profile else "-g0"],
         )
         for name in CYTHON_MODULES
     ]

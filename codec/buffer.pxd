@@ -7,6 +7,13 @@ from libc.string cimport memcpy
 from cpython.object cimport PyObject
 
 
+cdef extern from "Python.h":
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    void *PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    bint PyUnicode_CheckExact(object o)
+
+
 cdef extern from "_endian.h":
     void amqw_pack_u16(char *p, uint16_t v) nogil
     void amqw_pack_u32(char *p, uint32_t v) nogil
@@ -109,7 +116,15 @@ cdef struct ReadView:
     Py_ssize_t base
 
 
-cdef const char *utf8_of(object text, Py_ssize_t *size, const char *what) except NULL
+cdef const char *_utf8_slow(object text, Py_ssize_t *size, const char *what) except NULL
+
+
+cdef inline const char *utf8_of(object text, Py_ssize_t *size, const char *what) except NULL:
+    """The UTF-8 bytes of a str: ASCII strings are their own UTF-8, read in place."""
+    if PyUnicode_IS_COMPACT_ASCII(text):
+        size[0] = PyUnicode_GET_LENGTH(text)
+        return <const char *>PyUnicode_DATA(text)
+    return _utf8_slow(text, size, what)
 cdef int raise_short_read(ReadView *v, Py_ssize_t need, const char *what) except -1
 cdef object read_shortstr(ReadView *v, const char *what)
 cdef bytes read_longstr(ReadView *v, const char *what)

@@ -144,8 +144,9 @@ cdef class WriteBuffer:
         self._len = 0
 
 
-cdef const char *utf8_of(object text, Py_ssize_t *size, const char *what) except NULL:
-    """The UTF-8 of a str (cached by CPython); AMQPSyntaxError when it has none (surrogates)."""
+cdef const char *_utf8_slow(object text, Py_ssize_t *size, const char *what) except NULL:
+    """The UTF-8 of a non-ASCII str (cached by CPython); AMQPSyntaxError when it has none
+    (lone surrogates)."""
     cdef const char *data = _utf8_raw(text, size)
     if data is NULL:
         PyErr_Clear()

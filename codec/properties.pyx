@@ -17,6 +17,7 @@ from amqwire.codec.errors import AMQPSyntaxError, CodecError, UnsupportedValueEr
 cdef extern from "Python.h":
     bint PyLong_Check(object o)
     bint PyBool_Check(object o)
+    long PyLong_AsLongAndOverflow(object o, int *overflow) except? -1
 
 
 # Flag bits, highest first, in wire order.
@@ -132,12 +133,15 @@ def _rebuild(values):
 
 
 cdef int _write_octet(WriteBuffer buf, object value, str name) except -1:
+    cdef int overflow = 0
+    cdef long n
     if not PyLong_Check(value) or PyBool_Check(value):
         raise UnsupportedValueError(
             f"BasicProperties.{name}: expected int, got {type(value).__name__}")
-    if not 0 <= value <= 255:
+    n = PyLong_AsLongAndOverflow(value, &overflow)
+    if overflow or n < 0 or n > 255:
         raise AMQPSyntaxError(f"BasicProperties.{name}: {value} is out of range 0..255")
-    return buf.write_u8(<uint8_t>value)
+    return buf.write_u8(<uint8_t>n)
 
 
 cdef int write_properties(WriteBuffer buf, BasicProperties p) except -1:

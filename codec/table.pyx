@@ -308,19 +308,19 @@ cdef int write_table(WriteBuffer buf, object table, int depth) except -1:
     if not PyDict_Check(table):
         raise UnsupportedValueError(f"a field table must be a dict, got {type(table).__name__}")
     buf.write_u32(0)
-    try:
+    key = None
+    try:                        # one try per table, not per entry: errors name the key
         while PyDict_Next(table, &pos, &k, &v):
             key = <object>k
             if not PyUnicode_Check(key):
                 raise UnsupportedValueError(
-                    f"[{key!r}]: field table keys must be str, got {type(key).__name__}")
-            try:
-                buf.write_shortstr(key, "key")
-                _write_value(buf, <object>v, depth)
-            except CodecError as exc:
-                raise _at(exc, f"[{key!r}]")
-    except BaseException:
+                    f"field table keys must be str, got {type(key).__name__}")
+            buf.write_shortstr(key, "key")
+            _write_value(buf, <object>v, depth)
+    except BaseException as exc:
         buf._len = start
+        if key is not None and isinstance(exc, CodecError):
+            raise _at(exc, f"[{key!r}]")
         raise
     amqw_pack_u32(buf._buf + start, <uint32_t>(buf._len - start - 4))
     return 0

@@ -41,8 +41,8 @@ cdef Py_ssize_t check_frame_max(object frame_max) except -1:
     return frame_max
 
 
-cdef inline uint16_t _channel(object channel) except? 0xFFFF:
-    if not 0 <= channel <= 0xFFFF:
+cdef inline uint16_t _channel(long channel) except? 0xFFFF:
+    if channel < 0 or channel > 0xFFFF:
         raise ValueError(f"channel {channel} is out of range 0..65535")
     return <uint16_t>channel
 
