@@ -126,6 +126,21 @@ cdef inline const char *utf8_of(object text, Py_ssize_t *size, const char *what)
         return <const char *>PyUnicode_DATA(text)
     return _utf8_slow(text, size, what)
 cdef int raise_short_read(ReadView *v, Py_ssize_t need, const char *what) except -1
+cdef int raise_trailing(ReadView *v, str what) except -1
+
+
+cdef inline void view_of_buffer(ReadView *v, Py_buffer *pybuf) noexcept:
+    v.buf = <const char *>pybuf.buf
+    v.len = pybuf.len
+    v.pos = 0
+    v.base = 0
+
+
+cdef inline int expect_end(ReadView *v, str what) except -1:
+    """A structure decoded from a view must use all of it."""
+    if v.pos != v.len:
+        return raise_trailing(v, what)
+    return 0
 cdef object read_shortstr(ReadView *v, const char *what)
 cdef bytes read_longstr(ReadView *v, const char *what)
 cdef PyObject *decode_utf8_or_null(const char *data, Py_ssize_t n) noexcept

@@ -215,6 +215,12 @@ cdef PyObject *decode_utf8_or_null(const char *data, Py_ssize_t n) noexcept:
     return raw
 
 
+cdef int raise_trailing(ReadView *v, str what) except -1:
+    raise AMQPSyntaxError(
+        f"{what}: {v.len - v.pos} trailing bytes at offset {v.base + v.pos}",
+        offset=v.base + v.pos)
+
+
 cdef object decode_utf8(const char *data, Py_ssize_t n, ReadView *v, const char *what):
     cdef PyObject *raw = decode_utf8_or_null(data, n)
     if raw is NULL:

@@ -142,10 +142,7 @@ cdef Method read_method(ReadView *v):
             f"unknown method {class_id}.{method_id} (index 0x{(class_id << 16) | method_id:08X}) "
             f"at offset {at}", offset=at)
     m = reader(v)
-    if v.pos != v.len:
-        raise AMQPSyntaxError(
-            f"{m.NAME}: {v.len - v.pos} trailing bytes after the arguments at offset {v.base + v.pos}",
-            offset=v.base + v.pos)
+    expect_end(v, m.NAME)
     return m
 
 
@@ -155,10 +152,7 @@ def decode_method(payload):
     cdef ReadView v
     PyObject_GetBuffer(payload, &pybuf, PyBUF_SIMPLE)
     try:
-        v.buf = <const char *>pybuf.buf
-        v.len = pybuf.len
-        v.pos = 0
-        v.base = 0
+        view_of_buffer(&v, &pybuf)
         return read_method(&v)
     finally:
         PyBuffer_Release(&pybuf)

@@ -12,7 +12,8 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
 from amqwire.codec.buffer cimport (
-    FRAME_METHOD, read_longstr, read_shortstr, read_u8, read_u16, read_u32, read_u64, utf8_of,
+    FRAME_METHOD, expect_end, read_longstr, read_shortstr, read_u8, read_u16, read_u32, read_u64,
+    utf8_of, view_of_buffer,
 )
 from amqwire.codec.table cimport read_named_table, write_named_table
 

@@ -17,7 +17,7 @@ from libc.string cimport memcpy
 
 from amqwire.codec.buffer cimport (
     FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_HEARTBEAT, FRAME_METHOD,
-    FRAME_OVERHEAD, ReadView, amqw_unpack_u16, amqw_unpack_u32, read_u16, read_u64,
+    FRAME_OVERHEAD, ReadView, amqw_unpack_u16, amqw_unpack_u32, expect_end, read_u16, read_u64,
 )
 from amqwire.codec.methods cimport Method, method_has_content, read_method
 from amqwire.codec.properties cimport BasicProperties, read_properties
@@ -407,10 +407,7 @@ cdef tuple _read_header(ReadView *v):
     read_u16(v, &weight, b"content header weight")
     read_u64(v, &body_size, b"content header body size")
     props = read_properties(v)
-    if v.pos != v.len:
-        raise AMQPSyntaxError(
-            f"content header: {v.len - v.pos} trailing bytes at offset {v.base + v.pos}",
-            offset=v.base + v.pos)
+    expect_end(v, "content header")
     return class_id, body_size, props
 
 

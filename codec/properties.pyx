@@ -6,7 +6,8 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from amqwire.codec.buffer cimport (
-    FRAME_HEADER, amqw_pack_u16, read_shortstr, read_u8, read_u16, read_u64,
+    FRAME_HEADER, amqw_pack_u16, expect_end, read_shortstr, read_u8, read_u16, read_u64,
+    view_of_buffer,
 )
 from amqwire.codec.table cimport (
     datetime_to_epoch, epoch_to_datetime, read_named_table, write_named_table,
@@ -110,15 +111,9 @@ cdef class BasicProperties:
         cdef ReadView v
         PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
         try:
-            v.buf = <const char *>pybuf.buf
-            v.len = pybuf.len
-            v.pos = 0
-            v.base = 0
+            view_of_buffer(&v, &pybuf)
             props = read_properties(&v)
-            if v.pos != v.len:
-                raise AMQPSyntaxError(
-                    f"basic properties: {v.len - v.pos} trailing bytes at offset {v.pos}",
-                    offset=v.pos)
+            expect_end(&v, "basic properties")
             return props
         finally:
             PyBuffer_Release(&pybuf)

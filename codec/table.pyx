@@ -27,7 +27,8 @@ from cpython.datetime cimport (
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from amqwire.codec.buffer cimport (
-    MAX_NESTING, amqw_pack_u32, decode_utf8, decode_utf8_or_null, raise_short_read, read_raw, read_shortstr,
+    MAX_NESTING, amqw_pack_u32, decode_utf8, decode_utf8_or_null, expect_end, raise_short_read,
+    view_of_buffer, read_raw, read_shortstr,
     read_u8, read_u16, read_u32, read_u64, amqw_unpack_f32, amqw_unpack_f64, amqw_unpack_u32,
 )
 
@@ -550,20 +551,15 @@ def encode_array(seq) -> bytes:
 cdef object _decode_exact(object data, bint is_array):
     cdef Py_buffer pybuf
     cdef ReadView v
+    cdef str name = "array" if is_array else "table"
     PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
     try:
-        v.buf = <const char *>pybuf.buf
-        v.len = pybuf.len
-        v.pos = 0
-        v.base = 0
+        view_of_buffer(&v, &pybuf)
         try:
             result = read_array(&v, 1) if is_array else read_table(&v, 1)
         except CodecError as exc:
-            raise name_error(exc, "array" if is_array else "table")
-        if v.pos != v.len:
-            raise AMQPSyntaxError(
-                f"{'array' if is_array else 'table'}: {v.len - v.pos} trailing bytes at offset {v.pos}",
-                offset=v.pos)
+            raise name_error(exc, name)
+        expect_end(&v, name)
         return result
     finally:
         PyBuffer_Release(&pybuf)

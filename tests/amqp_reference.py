@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import datetime
 import json
+from datetime import datetime as _datetime_type
+from decimal import Decimal
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -408,3 +410,32 @@ def pamqp_values(spec: MethodSpec) -> dict:
         else:  # pragma: no cover
             raise ValueError(arg.type)
     return out
+
+
+# --- comparing decoded values -------------------------------------------------------
+
+def canon(v):
+    """A comparable form that keeps Python types apart (True vs 1, 1 vs 1.0, bytes vs str)
+    and treats nan as equal to nan.  tuple -> list, bytearray/memoryview -> bytes and
+    naive datetimes -> UTC, as the contract maps them."""
+    if isinstance(v, bool):
+        return ("bool", v)
+    if isinstance(v, int):
+        return ("int", v)
+    if isinstance(v, float):
+        return ("float", v.hex())
+    if isinstance(v, Decimal):
+        return ("dec", v)
+    if isinstance(v, str):
+        return ("str", v)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return ("bytes", bytes(v))
+    if isinstance(v, _datetime_type):
+        return ("dt", v if v.tzinfo is not None else v.replace(tzinfo=datetime.timezone.utc))
+    if v is None:
+        return ("none",)
+    if isinstance(v, (list, tuple)):
+        return ("list", [canon(x) for x in v])
+    if isinstance(v, dict):
+        return ("dict", {k: canon(x) for k, x in v.items()})
+    raise AssertionError(f"unexpected decoded type {type(v)!r}")

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import pamqp.commands
 import pamqp.header
 
+from amqp_reference import canon
 from amqwire.codec import (
     AMQPSyntaxError,
     BasicProperties,
@@ -51,31 +52,6 @@ SHORTSTR_NAMES = tuple(n for n in NAMES if n not in ("headers", "delivery_mode",
 
 def h(s: str) -> bytes:
     return bytes.fromhex(s.replace("|", " "))
-
-
-def canon(v):
-    """Type-strict comparable form (True != 1); bytearray == bytes; naive datetime = UTC."""
-    if isinstance(v, bool):
-        return ("bool", v)
-    if isinstance(v, int):
-        return ("int", v)
-    if isinstance(v, float):
-        return ("float", v.hex())
-    if isinstance(v, Decimal):
-        return ("dec", v)
-    if isinstance(v, str):
-        return ("str", v)
-    if isinstance(v, (bytes, bytearray, memoryview)):
-        return ("bytes", bytes(v))
-    if isinstance(v, datetime):
-        return ("dt", v if v.tzinfo is not None else v.replace(tzinfo=UTC))
-    if v is None:
-        return ("none",)
-    if isinstance(v, (list, tuple)):
-        return ("list", [canon(x) for x in v])
-    if isinstance(v, dict):
-        return ("dict", {k: canon(x) for k, x in v.items()})
-    raise AssertionError(f"unexpected type {type(v)!r}")
 
 
 def props_canon(p) -> dict:

@@ -24,6 +24,7 @@ import pamqp.decode
 import pamqp.encode
 import pika.data
 
+from amqp_reference import canon
 from amqwire.codec import (
     MAX_NESTING,
     AMQPSyntaxError,
@@ -60,33 +61,6 @@ def h(s: str) -> bytes:
 def sized(payload: bytes) -> bytes:
     """Prefix a payload with its 4-byte big-endian size (hand assembly of test input)."""
     return struct.pack(">I", len(payload)) + payload
-
-
-def canon(v):
-    """A comparable form that keeps Python types apart (True vs 1, 1 vs 1.0, bytes vs str)
-    and treats nan as equal to nan.  tuple -> list, bytearray/memoryview -> bytes and
-    naive datetimes -> UTC, as the contract maps them."""
-    if isinstance(v, bool):
-        return ("bool", v)
-    if isinstance(v, int):
-        return ("int", v)
-    if isinstance(v, float):
-        return ("float", v.hex())
-    if isinstance(v, Decimal):
-        return ("dec", v)
-    if isinstance(v, str):
-        return ("str", v)
-    if isinstance(v, (bytes, bytearray, memoryview)):
-        return ("bytes", bytes(v))
-    if isinstance(v, datetime):
-        return ("dt", v if v.tzinfo is not None else v.replace(tzinfo=UTC))
-    if v is None:
-        return ("none",)
-    if isinstance(v, (list, tuple)):
-        return ("list", [canon(x) for x in v])
-    if isinstance(v, dict):
-        return ("dict", {k: canon(x) for k, x in v.items()})
-    raise AssertionError(f"unexpected decoded type {type(v)!r}")
 
 
 def check_decoded_types(v):
