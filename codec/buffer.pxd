@@ -46,6 +46,7 @@ cdef class WriteBuffer:
 
     cdef int _grow(self, Py_ssize_t needed) except -1
     cdef int write_shortstr(self, object value, const char *what) except -1
+    cdef int write_str_value(self, object value) except -1
     cdef int write_longstr(self, object value, const char *what) except -1
     cdef Py_ssize_t begin_frame(self, uint8_t frame_type, uint16_t channel) except -1
     cdef int end_frame(self, Py_ssize_t start, Py_ssize_t frame_max) except -1
@@ -125,6 +126,18 @@ cdef inline const char *utf8_of(object text, Py_ssize_t *size, const char *what)
         size[0] = PyUnicode_GET_LENGTH(text)
         return <const char *>PyUnicode_DATA(text)
     return _utf8_slow(text, size, what)
+cdef const char *_shortstr_slow(object value, Py_ssize_t *size, const char *what) except NULL
+
+
+cdef inline const char *shortstr_utf8(object value, Py_ssize_t *size, const char *what) except NULL:
+    """The UTF-8 of a short string argument, checked: a str of at most 255 bytes."""
+    if PyUnicode_CheckExact(value) and PyUnicode_IS_COMPACT_ASCII(value) \
+            and PyUnicode_GET_LENGTH(value) <= 255:
+        size[0] = PyUnicode_GET_LENGTH(value)
+        return <const char *>PyUnicode_DATA(value)
+    return _shortstr_slow(value, size, what)
+
+
 cdef int raise_short_read(ReadView *v, Py_ssize_t need, const char *what) except -1
 cdef int raise_trailing(ReadView *v, str what) except -1
 

@@ -59,19 +59,25 @@ cdef class WriteBuffer:
         return 0
 
     cdef int write_shortstr(self, object value, const char *what) except -1:
-        cdef const char *data
         cdef Py_ssize_t n
-        if not PyUnicode_Check(value):
-            raise UnsupportedValueError(
-                f"{what.decode()}: expected str for a short string, got {type(value).__name__}")
-        data = utf8_of(value, &n, what)
-        if n > 255:
-            raise AMQPSyntaxError(
-                f"{what.decode()}: short string is {n} bytes in UTF-8, the limit is 255")
+        cdef const char *data = shortstr_utf8(value, &n, what)
         self.ensure(1 + n)
         self._buf[self._len] = <char><uint8_t>n
         memcpy(self._buf + self._len + 1, data, <size_t>n)
         self._len += 1 + n
+        return 0
+
+    cdef int write_str_value(self, object value) except -1:
+        """A str as a field-table long string: 'S', size, UTF-8."""
+        cdef Py_ssize_t n
+        cdef const char *data = utf8_of(value, &n, "value")
+        if n > 0xFFFFFFFF:
+            raise AMQPSyntaxError(f"value: long string of {n} bytes exceeds 2**32-1")
+        self.ensure(5 + n)
+        self._buf[self._len] = c'S'
+        amqw_pack_u32(self._buf + self._len + 1, <uint32_t>n)
+        memcpy(self._buf + self._len + 5, data, <size_t>n)
+        self._len += 5 + n
         return 0
 
     cdef int write_longstr(self, object value, const char *what) except -1:
@@ -142,6 +148,18 @@ cdef class WriteBuffer:
     def clear(self):
         """Forget what was written; keep the memory for reuse."""
         self._len = 0
+
+
+cdef const char *_shortstr_slow(object value, Py_ssize_t *size, const char *what) except NULL:
+    cdef const char *data
+    if not PyUnicode_Check(value):
+        raise UnsupportedValueError(
+            f"{what.decode()}: expected str for a short string, got {type(value).__name__}")
+    data = utf8_of(value, size, what)
+    if size[0] > 255:
+        raise AMQPSyntaxError(
+            f"{what.decode()}: short string is {size[0]} bytes in UTF-8, the limit is 255")
+    return data
 
 
 cdef const char *_utf8_slow(object text, Py_ssize_t *size, const char *what) except NULL:

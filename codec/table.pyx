@@ -247,8 +247,7 @@ cdef int _write_value(WriteBuffer buf, object value, int depth) except -1:
     # Exact types first (the common case), subclasses after; bool before int.
     cdef type t = type(value)
     if t is str:
-        buf.write_u8(ord('S'))
-        return buf.write_longstr(value, "value")
+        return buf.write_str_value(value)
     if t is bool:
         buf.write_u8(ord('t'))
         return buf.write_u8(1 if value else 0)
@@ -279,8 +278,7 @@ cdef int _write_value(WriteBuffer buf, object value, int depth) except -1:
     if value is None:
         return buf.write_u8(ord('V'))
     if PyUnicode_Check(value):
-        buf.write_u8(ord('S'))
-        return buf.write_longstr(value, "value")
+        return buf.write_str_value(value)
     if isinstance(value, _Decimal):
         return _write_decimal(buf, value)
     if PyDateTime_Check(value):

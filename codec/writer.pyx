@@ -9,12 +9,12 @@ from libc.string cimport memcpy
 
 from amqwire.codec.buffer cimport (
     FRAME_BODY, FRAME_END, FRAME_HEARTBEAT, FRAME_METHOD, FRAME_MIN_SIZE, FRAME_OVERHEAD,
-    FRAME_HEADER_SIZE, amqw_pack_u16, amqw_pack_u32, utf8_of,
+    FRAME_HEADER_SIZE, amqw_pack_u16, amqw_pack_u32, shortstr_utf8, utf8_of,
 )
 from amqwire.codec.methods cimport Method
 from amqwire.codec.properties cimport write_header_frame
 
-from amqwire.codec.errors import AMQPSyntaxError, UnsupportedValueError
+from amqwire.codec.errors import AMQPSyntaxError, FrameError, UnsupportedValueError
 
 cdef extern from "Python.h":
     bint PyBytes_CheckExact(object o)
@@ -72,6 +72,9 @@ cdef int _acquire_body(object body, _Body *b) except -1:
             raise UnsupportedValueError(
                 f"body: expected bytes, a contiguous bytes-like object or str, "
                 f"got {type(body).__name__}") from None
+        except BufferError as exc:
+            raise UnsupportedValueError(
+                f"body: {exc}; pass bytes(body) to send a copy") from None
         b.release = True
         b.data = <const char *>b.view.buf
         b.len = b.view.len
@@ -129,15 +132,32 @@ cdef int _write_publish_head(WriteBuffer buf, uint16_t channel, object exchange,
                              bint mandatory, bint immediate, Py_ssize_t frame_max) except -1:
     """basic.publish method frame + content header frame (rolled back on error)."""
     cdef Py_ssize_t start = buf._len
-    cdef Py_ssize_t frame
+    cdef Py_ssize_t ex_len, rk_len, payload
+    cdef const char *ex = shortstr_utf8(exchange, &ex_len, b"basic.publish.exchange")
+    cdef const char *rk = shortstr_utf8(routing_key, &rk_len, b"basic.publish.routing_key")
+    cdef char *p
+    # The method frame is known in full: reserve it and the header's fixed part at once.
+    payload = 4 + 2 + 1 + ex_len + 1 + rk_len + 1
+    if frame_max and payload + FRAME_OVERHEAD > frame_max:
+        raise FrameError(f"basic.publish frame of {payload + FRAME_OVERHEAD} bytes exceeds "
+                         f"frame_max {frame_max}")
+    buf.ensure(payload + FRAME_OVERHEAD + 64)
+    p = buf._buf + buf._len
+    p[0] = <char>FRAME_METHOD
+    amqw_pack_u16(p + 1, channel)
+    amqw_pack_u32(p + 3, <uint32_t>payload)
+    amqw_pack_u32(p + 7, _BASIC_PUBLISH)
+    amqw_pack_u16(p + 11, 0)                # ticket, reserved
+    p[13] = <char><uint8_t>ex_len
+    memcpy(p + 14, ex, <size_t>ex_len)
+    p += 14 + ex_len
+    p[0] = <char><uint8_t>rk_len
+    memcpy(p + 1, rk, <size_t>rk_len)
+    p += 1 + rk_len
+    p[0] = <char>((1 if mandatory else 0) | (2 if immediate else 0))
+    p[1] = <char>FRAME_END
+    buf._len += payload + FRAME_OVERHEAD
     try:
-        frame = buf.begin_frame(FRAME_METHOD, channel)
-        buf.write_u32(_BASIC_PUBLISH)
-        buf.write_u16(0)    # ticket, reserved
-        buf.write_shortstr(exchange, b"basic.publish.exchange")
-        buf.write_shortstr(routing_key, b"basic.publish.routing_key")
-        buf.write_u8((1 if mandatory else 0) | (2 if immediate else 0))
-        buf.end_frame(frame, frame_max)
         write_header_frame(buf, channel, _BASIC_CLASS, <uint64_t>body_len, props, frame_max)
     except BaseException:
         buf._len = start
