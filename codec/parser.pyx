@@ -189,6 +189,12 @@ cdef class _Scanner:
     cdef bint _expect_header
     cdef bint _at_start
     cdef object _error
+    # A body frame cut by the end of a chunk, streamed into its message as it arrives
+    # (CommandParser): its channel, payload size and the payload bytes still to come.
+    cdef bint _streaming
+    cdef uint16_t _stream_channel
+    cdef Py_ssize_t _stream_size
+    cdef Py_ssize_t _stream_left
 
     def __cinit__(self, *args, **kwargs):
         self._pending = NULL
@@ -197,6 +203,7 @@ cdef class _Scanner:
         self._consumed = 0
         self._at_start = True
         self._error = None
+        self._streaming = False
 
     def __dealloc__(self):
         PyMem_Free(self._pending)
@@ -219,7 +226,9 @@ cdef class _Scanner:
 
     @property
     def buffered(self):
-        """Bytes held from a frame that is not complete yet."""
+        """Bytes received of a frame that is not complete yet."""
+        if self._streaming:
+            return FRAME_HEADER_SIZE + self._stream_size - self._stream_left
         return self._pending_len
 
     def feed(self, data):
@@ -327,10 +336,68 @@ cdef class _Scanner:
         self._pending_len = need
         return 0
 
+    # Streaming a body frame's payload into its message: subclasses that assemble
+    # content accept it (return 1) after the same checks as for a whole body frame.
+    cdef int _stream_begin(self, uint16_t channel, Py_ssize_t size) except -1:
+        return 0
+
+    cdef int _stream_data(self, uint16_t channel, const char *p, Py_ssize_t n) except -1:
+        raise NotImplementedError
+
+    cdef int _stream_end(self, uint16_t channel, list out) except -1:
+        raise NotImplementedError
+
+    @cython.final
+    cdef bint _start_stream(self, const char *frame, Py_ssize_t have) except -1:
+        """Stream the incomplete frame at ``frame`` (``have`` bytes of it) if it is a body
+        frame the subclass takes; its length is known and checked already."""
+        cdef uint16_t channel
+        cdef Py_ssize_t size, avail
+        if have < FRAME_HEADER_SIZE or <uint8_t>frame[0] != FRAME_BODY or self._at_start:
+            return False
+        channel = amqw_unpack_u16(frame + 1)
+        size = <Py_ssize_t>amqw_unpack_u32(frame + 3)
+        if not self._stream_begin(channel, size):
+            return False
+        avail = have - FRAME_HEADER_SIZE         # < size + 1: the frame is incomplete
+        if avail > size:
+            avail = size
+        self._stream_data(channel, frame + FRAME_HEADER_SIZE, avail)
+        self._streaming = True
+        self._stream_channel = channel
+        self._stream_size = size
+        self._stream_left = size - avail
+        return True
+
+    @cython.final
+    cdef Py_ssize_t _continue_stream(self, const char *p, Py_ssize_t pos, Py_ssize_t n,
+                                     list out) except -1:
+        cdef Py_ssize_t take
+        if self._stream_left:
+            take = self._stream_left if self._stream_left < n - pos else n - pos
+            self._stream_data(self._stream_channel, p + pos, take)
+            self._stream_left -= take
+            pos += take
+        if self._stream_left or pos == n:
+            return pos
+        if <uint8_t>p[pos] != FRAME_END:
+            raise FrameError(
+                f"frame end octet is 0x{<uint8_t>p[pos]:02x}, not 0xce, at offset "
+                f"{self._consumed + self._stream_size + FRAME_HEADER_SIZE}",
+                offset=self._consumed + self._stream_size + FRAME_HEADER_SIZE)
+        self._streaming = False
+        self._consumed += self._stream_size + FRAME_OVERHEAD
+        self._stream_end(self._stream_channel, out)
+        return pos + 1
+
     @cython.final
     cdef int _feed(self, const char *p, Py_ssize_t n, list out) except -1:
         cdef Py_ssize_t pos = 0, extent, want, take
-        # First finish a frame left over from the previous chunk, taking only its bytes.
+        if self._streaming:
+            pos = self._continue_stream(p, 0, n, out)
+            if self._streaming:
+                return 0
+        # Finish a frame left over from the previous chunk, taking only its bytes.
         while self._pending_len:
             extent = self._extent(self._pending, self._pending_len)
             if extent >= 0 and self._pending_len == extent:
@@ -340,6 +407,12 @@ cdef class _Scanner:
                     PyMem_Free(self._pending)
                     self._pending = NULL
                     self._pending_cap = 0
+                break
+            if extent >= 0 and self._start_stream(self._pending, self._pending_len):
+                self._pending_len = 0
+                pos = self._continue_stream(p, pos, n, out)
+                if self._streaming:
+                    return 0
                 break
             if extent < 0:      # not enough bytes yet to know the frame's length
                 want = (8 if (self._at_start and (self._expect_header or self._pending[0] == b'A'))
@@ -358,7 +431,7 @@ cdef class _Scanner:
                 break
             self._frame(p + pos, extent, out)
             pos += extent
-        if pos < n:
+        if pos < n and not self._start_stream(p + pos, n - pos):
             self._hold(p + pos, n - pos)
         return 0
 
@@ -466,6 +539,36 @@ cdef class CommandParser(_Scanner):
         PyList_Append(out, cmd)
         return 0
 
+    cdef Command _body_target(self, uint16_t channel, Py_ssize_t size):
+        """The message a body frame of ``size`` bytes on ``channel`` belongs to."""
+        cdef Command c = self._content_for(channel)
+        cdef Py_ssize_t at = self._consumed
+        if c is None or c.body is None:
+            raise UnexpectedFrame(
+                f"body frame on channel {channel} at offset {at} without a content header",
+                offset=at)
+        if size > c._size - c._filled:
+            raise UnexpectedFrame(
+                f"body frame on channel {channel} at offset {at} carries {size} bytes; "
+                f"only {c._size - c._filled} of the announced {c._size} remain", offset=at)
+        return c
+
+    cdef int _stream_begin(self, uint16_t channel, Py_ssize_t size) except -1:
+        self._body_target(channel, size)
+        return 1
+
+    cdef int _stream_data(self, uint16_t channel, const char *p, Py_ssize_t n) except -1:
+        cdef Command c = self._content_for(channel)
+        memcpy(PyBytes_AS_STRING(c.body) + c._filled, p, <size_t>n)
+        c._filled += n
+        return 0
+
+    cdef int _stream_end(self, uint16_t channel, list out) except -1:
+        cdef Command c = self._content_for(channel)
+        if c._filled == c._size:
+            self._finish(channel, out)
+        return 0
+
     cdef int _on_frame(self, uint8_t ftype, uint16_t channel, const char *payload,
                        Py_ssize_t size, list out) except -1:
         cdef ReadView v
@@ -484,14 +587,7 @@ cdef class CommandParser(_Scanner):
         v.base = at + FRAME_HEADER_SIZE
         c = self._content_for(channel)
         if ftype == FRAME_BODY:
-            if c is None or c.body is None:
-                raise UnexpectedFrame(
-                    f"body frame on channel {channel} at offset {at} without a content header",
-                    offset=at)
-            if size > c._size - c._filled:
-                raise UnexpectedFrame(
-                    f"body frame on channel {channel} at offset {at} carries {size} bytes; "
-                    f"only {c._size - c._filled} of the announced {c._size} remain", offset=at)
+            c = self._body_target(channel, size)
             memcpy(PyBytes_AS_STRING(c.body) + c._filled, payload, <size_t>size)
             c._filled += size
             if c._filled == c._size:
