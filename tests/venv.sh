@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Set-up shared by tests/run and bench/run: build amqwire from this checkout once, as a
+# compiled wheel in dist/, and install it with the given extra into .venv.
+#   usage: bash tests/venv.sh EXTRA        (run from the repository root)
+set -euo pipefail
+extra="$1"
+python="${PYTHON:-python3}"
+[[ -x .venv/bin/python ]] || "$python" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+rm -rf dist
+.venv/bin/python -m pip wheel -q --no-deps -w dist .
+wheel=$(ls dist/amqwire-*.whl)
+# A wheel with extras installs without rebuilding; force it over an older build of the
+# same version, then add the extra's dependencies.
+.venv/bin/python -m pip install -q --force-reinstall --no-deps "$wheel"
+.venv/bin/python -m pip install -q "$wheel[$extra]"
