@@ -59,7 +59,7 @@ cdef class WriteBuffer:
         return 0
 
     cdef int write_shortstr(self, object value, const char *what) except -1:
-        cdef Py_ssize_t n
+        cdef Py_ssize_t n = 0
         cdef const char *data = shortstr_utf8(value, &n, what)
         self.ensure(1 + n)
         self._buf[self._len] = <char><uint8_t>n
@@ -69,7 +69,7 @@ cdef class WriteBuffer:
 
     cdef int write_str_value(self, object value) except -1:
         """A str as a field-table long string: 'S', size, UTF-8."""
-        cdef Py_ssize_t n
+        cdef Py_ssize_t n = 0
         cdef const char *data = utf8_of(value, &n, "value")
         if n > 0xFFFFFFFF:
             raise AMQPSyntaxError(f"value: long string of {n} bytes exceeds 2**32-1")
@@ -83,7 +83,7 @@ cdef class WriteBuffer:
     cdef int write_longstr(self, object value, const char *what) except -1:
         cdef Py_buffer view
         cdef const char *data
-        cdef Py_ssize_t n
+        cdef Py_ssize_t n = 0
         if PyBytes_CheckExact(value):
             n = PyBytes_GET_SIZE(value)
             if n > 0xFFFFFFFF:
@@ -259,7 +259,7 @@ cdef int _raise_bad_utf8(const char *data, Py_ssize_t n, ReadView *v, const char
 
 
 cdef object read_shortstr(ReadView *v, const char *what):
-    cdef Py_ssize_t n
+    cdef Py_ssize_t n = 0
     cdef PyObject *raw
     if v.len - v.pos < 1:
         raise_short_read(v, 1, what)
@@ -277,7 +277,7 @@ cdef object read_shortstr(ReadView *v, const char *what):
 
 
 cdef bytes read_longstr(ReadView *v, const char *what):
-    cdef uint32_t n
+    cdef uint32_t n = 0
     cdef const char *p
     read_u32(v, &n, what)
     p = read_raw(v, <Py_ssize_t>n, what)

@@ -19,9 +19,6 @@ PYI = HERE / "methods.pyi"
 
 # Python names where the spec's name is a keyword or too vague.
 RENAMES = {("exchange", "declare", "type"): "exchange_type", ("basic", "qos", "global"): "global_"}
-# Methods made and dropped once per message: kept on a free list instead of malloc/free.
-FREELIST = {"basic.deliver", "basic.get-ok", "basic.return", "basic.ack", "basic.nack",
-            "basic.publish"}
 # Synchronous requests whose reply is not simply "<name>-ok".
 RESPONSES = {("basic", "get"): ("get-ok", "get-empty")}
 
@@ -120,7 +117,6 @@ Arguments are read-only attributes; values are checked against their domain when
 object is built, so a method that exists can always be encoded.
 """
 
-cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
@@ -150,11 +146,7 @@ def gen_class(m: Meth, replies: list[int]) -> str:
     L = []
     w = L.append
     kind = "carries content" if m.content else ("synchronous" if m.synchronous else "asynchronous")
-    if m.full in FREELIST:
-        w("\n\n@cython.freelist(256)")
-        w(f"cdef class {m.pyname}(Method):")
-    else:
-        w(f"\n\ncdef class {m.pyname}(Method):")
+    w(f"\n\ncdef class {m.pyname}(Method):")
     w(f'    """{m.full} ({m.class_id}.{m.method_id}), {kind}."""')
     w(f'    NAME = "{m.full}"')
     w(f"    CLASS_ID = {m.class_id}")
@@ -205,7 +197,7 @@ def gen_class(m: Meth, replies: list[int]) -> str:
     w(f"cdef Method {m.reader}(ReadView *v):")
     w(f"    cdef {m.pyname} m = {m.pyname}.__new__({m.pyname})")
     if any(a.type == "bit" for a in m.args):
-        w("    cdef uint8_t bits")
+        w("    cdef uint8_t bits = 0")
     for g in bit_groups(m.args):
         if isinstance(g, list):
             w(f'    read_u8(v, &bits, b"{g[0].what}")')

@@ -126,7 +126,7 @@ cdef class Method:
 
 cdef Method read_method(ReadView *v):
     """Decode a whole method frame payload: ids, arguments, and nothing after them."""
-    cdef uint16_t class_id, method_id
+    cdef uint16_t class_id = 0, method_id = 0
     cdef Py_ssize_t at = v.base + v.pos
     cdef signed char slot
     cdef _method_reader reader = NULL

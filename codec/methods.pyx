@@ -6,7 +6,6 @@ Arguments are read-only attributes; values are checked against their domain when
 object is built, so a method that exists can always be encoded.
 """
 
-cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
@@ -286,7 +285,7 @@ cdef class ConnectionOpen(Method):
 
 cdef Method _read_connection_open(ReadView *v):
     cdef ConnectionOpen m = ConnectionOpen.__new__(ConnectionOpen)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     m.virtual_host = read_shortstr(v, b"connection.open.virtual_host")
     m.capabilities = read_shortstr(v, b"connection.open.capabilities")
     read_u8(v, &bits, b"connection.open.insist")
@@ -604,7 +603,7 @@ cdef class ChannelFlow(Method):
 
 cdef Method _read_channel_flow(ReadView *v):
     cdef ChannelFlow m = ChannelFlow.__new__(ChannelFlow)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u8(v, &bits, b"channel.flow.active")
     m.active = (bits & 1) != 0
     return m
@@ -637,7 +636,7 @@ cdef class ChannelFlowOk(Method):
 
 cdef Method _read_channel_flow_ok(ReadView *v):
     cdef ChannelFlowOk m = ChannelFlowOk.__new__(ChannelFlowOk)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u8(v, &bits, b"channel.flow-ok.active")
     m.active = (bits & 1) != 0
     return m
@@ -751,7 +750,7 @@ cdef class AccessRequest(Method):
 
 cdef Method _read_access_request(ReadView *v):
     cdef AccessRequest m = AccessRequest.__new__(AccessRequest)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     m.realm = read_shortstr(v, b"access.request.realm")
     read_u8(v, &bits, b"access.request.exclusive")
     m.exclusive = (bits & 1) != 0
@@ -840,7 +839,7 @@ cdef class ExchangeDeclare(Method):
 
 cdef Method _read_exchange_declare(ReadView *v):
     cdef ExchangeDeclare m = ExchangeDeclare.__new__(ExchangeDeclare)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u16(v, &m.ticket, b"exchange.declare.ticket")
     m.exchange = read_shortstr(v, b"exchange.declare.exchange")
     m.exchange_type = read_shortstr(v, b"exchange.declare.exchange_type")
@@ -916,7 +915,7 @@ cdef class ExchangeDelete(Method):
 
 cdef Method _read_exchange_delete(ReadView *v):
     cdef ExchangeDelete m = ExchangeDelete.__new__(ExchangeDelete)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u16(v, &m.ticket, b"exchange.delete.ticket")
     m.exchange = read_shortstr(v, b"exchange.delete.exchange")
     read_u8(v, &bits, b"exchange.delete.if_unused")
@@ -994,7 +993,7 @@ cdef class ExchangeBind(Method):
 
 cdef Method _read_exchange_bind(ReadView *v):
     cdef ExchangeBind m = ExchangeBind.__new__(ExchangeBind)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u16(v, &m.ticket, b"exchange.bind.ticket")
     m.destination = read_shortstr(v, b"exchange.bind.destination")
     m.source = read_shortstr(v, b"exchange.bind.source")
@@ -1074,7 +1073,7 @@ cdef class ExchangeUnbind(Method):
 
 cdef Method _read_exchange_unbind(ReadView *v):
     cdef ExchangeUnbind m = ExchangeUnbind.__new__(ExchangeUnbind)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u16(v, &m.ticket, b"exchange.unbind.ticket")
     m.destination = read_shortstr(v, b"exchange.unbind.destination")
     m.source = read_shortstr(v, b"exchange.unbind.source")
@@ -1156,7 +1155,7 @@ cdef class QueueDeclare(Method):
 
 cdef Method _read_queue_declare(ReadView *v):
     cdef QueueDeclare m = QueueDeclare.__new__(QueueDeclare)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u16(v, &m.ticket, b"queue.declare.ticket")
     m.queue = read_shortstr(v, b"queue.declare.queue")
     read_u8(v, &bits, b"queue.declare.passive")
@@ -1250,7 +1249,7 @@ cdef class QueueBind(Method):
 
 cdef Method _read_queue_bind(ReadView *v):
     cdef QueueBind m = QueueBind.__new__(QueueBind)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u16(v, &m.ticket, b"queue.bind.ticket")
     m.queue = read_shortstr(v, b"queue.bind.queue")
     m.exchange = read_shortstr(v, b"queue.bind.exchange")
@@ -1321,7 +1320,7 @@ cdef class QueuePurge(Method):
 
 cdef Method _read_queue_purge(ReadView *v):
     cdef QueuePurge m = QueuePurge.__new__(QueuePurge)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u16(v, &m.ticket, b"queue.purge.ticket")
     m.queue = read_shortstr(v, b"queue.purge.queue")
     read_u8(v, &bits, b"queue.purge.nowait")
@@ -1397,7 +1396,7 @@ cdef class QueueDelete(Method):
 
 cdef Method _read_queue_delete(ReadView *v):
     cdef QueueDelete m = QueueDelete.__new__(QueueDelete)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u16(v, &m.ticket, b"queue.delete.ticket")
     m.queue = read_shortstr(v, b"queue.delete.queue")
     read_u8(v, &bits, b"queue.delete.if_unused")
@@ -1545,7 +1544,7 @@ cdef class BasicQos(Method):
 
 cdef Method _read_basic_qos(ReadView *v):
     cdef BasicQos m = BasicQos.__new__(BasicQos)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u32(v, &m.prefetch_size, b"basic.qos.prefetch_size")
     read_u16(v, &m.prefetch_count, b"basic.qos.prefetch_count")
     read_u8(v, &bits, b"basic.qos.global_")
@@ -1625,7 +1624,7 @@ cdef class BasicConsume(Method):
 
 cdef Method _read_basic_consume(ReadView *v):
     cdef BasicConsume m = BasicConsume.__new__(BasicConsume)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u16(v, &m.ticket, b"basic.consume.ticket")
     m.queue = read_shortstr(v, b"basic.consume.queue")
     m.consumer_tag = read_shortstr(v, b"basic.consume.consumer_tag")
@@ -1699,7 +1698,7 @@ cdef class BasicCancel(Method):
 
 cdef Method _read_basic_cancel(ReadView *v):
     cdef BasicCancel m = BasicCancel.__new__(BasicCancel)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     m.consumer_tag = read_shortstr(v, b"basic.cancel.consumer_tag")
     read_u8(v, &bits, b"basic.cancel.nowait")
     m.nowait = (bits & 1) != 0
@@ -1737,7 +1736,6 @@ cdef Method _read_basic_cancel_ok(ReadView *v):
     return m
 
 
-@cython.freelist(256)
 cdef class BasicPublish(Method):
     """basic.publish (60.40), carries content."""
     NAME = "basic.publish"
@@ -1776,7 +1774,7 @@ cdef class BasicPublish(Method):
 
 cdef Method _read_basic_publish(ReadView *v):
     cdef BasicPublish m = BasicPublish.__new__(BasicPublish)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u16(v, &m.ticket, b"basic.publish.ticket")
     m.exchange = read_shortstr(v, b"basic.publish.exchange")
     m.routing_key = read_shortstr(v, b"basic.publish.routing_key")
@@ -1786,7 +1784,6 @@ cdef Method _read_basic_publish(ReadView *v):
     return m
 
 
-@cython.freelist(256)
 cdef class BasicReturn(Method):
     """basic.return (60.50), carries content."""
     NAME = "basic.return"
@@ -1830,7 +1827,6 @@ cdef Method _read_basic_return(ReadView *v):
     return m
 
 
-@cython.freelist(256)
 cdef class BasicDeliver(Method):
     """basic.deliver (60.60), carries content."""
     NAME = "basic.deliver"
@@ -1870,7 +1866,7 @@ cdef class BasicDeliver(Method):
 
 cdef Method _read_basic_deliver(ReadView *v):
     cdef BasicDeliver m = BasicDeliver.__new__(BasicDeliver)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     m.consumer_tag = read_shortstr(v, b"basic.deliver.consumer_tag")
     read_u64(v, &m.delivery_tag, b"basic.deliver.delivery_tag")
     read_u8(v, &bits, b"basic.deliver.redelivered")
@@ -1913,7 +1909,7 @@ cdef class BasicGet(Method):
 
 cdef Method _read_basic_get(ReadView *v):
     cdef BasicGet m = BasicGet.__new__(BasicGet)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u16(v, &m.ticket, b"basic.get.ticket")
     m.queue = read_shortstr(v, b"basic.get.queue")
     read_u8(v, &bits, b"basic.get.no_ack")
@@ -1921,7 +1917,6 @@ cdef Method _read_basic_get(ReadView *v):
     return m
 
 
-@cython.freelist(256)
 cdef class BasicGetOk(Method):
     """basic.get-ok (60.71), carries content."""
     NAME = "basic.get-ok"
@@ -1961,7 +1956,7 @@ cdef class BasicGetOk(Method):
 
 cdef Method _read_basic_get_ok(ReadView *v):
     cdef BasicGetOk m = BasicGetOk.__new__(BasicGetOk)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u64(v, &m.delivery_tag, b"basic.get-ok.delivery_tag")
     read_u8(v, &bits, b"basic.get-ok.redelivered")
     m.redelivered = (bits & 1) != 0
@@ -2002,7 +1997,6 @@ cdef Method _read_basic_get_empty(ReadView *v):
     return m
 
 
-@cython.freelist(256)
 cdef class BasicAck(Method):
     """basic.ack (60.80), asynchronous."""
     NAME = "basic.ack"
@@ -2033,7 +2027,7 @@ cdef class BasicAck(Method):
 
 cdef Method _read_basic_ack(ReadView *v):
     cdef BasicAck m = BasicAck.__new__(BasicAck)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u64(v, &m.delivery_tag, b"basic.ack.delivery_tag")
     read_u8(v, &bits, b"basic.ack.multiple")
     m.multiple = (bits & 1) != 0
@@ -2070,7 +2064,7 @@ cdef class BasicReject(Method):
 
 cdef Method _read_basic_reject(ReadView *v):
     cdef BasicReject m = BasicReject.__new__(BasicReject)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u64(v, &m.delivery_tag, b"basic.reject.delivery_tag")
     read_u8(v, &bits, b"basic.reject.requeue")
     m.requeue = (bits & 1) != 0
@@ -2104,7 +2098,7 @@ cdef class BasicRecoverAsync(Method):
 
 cdef Method _read_basic_recover_async(ReadView *v):
     cdef BasicRecoverAsync m = BasicRecoverAsync.__new__(BasicRecoverAsync)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u8(v, &bits, b"basic.recover-async.requeue")
     m.requeue = (bits & 1) != 0
     return m
@@ -2137,7 +2131,7 @@ cdef class BasicRecover(Method):
 
 cdef Method _read_basic_recover(ReadView *v):
     cdef BasicRecover m = BasicRecover.__new__(BasicRecover)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u8(v, &bits, b"basic.recover.requeue")
     m.requeue = (bits & 1) != 0
     return m
@@ -2170,7 +2164,6 @@ cdef Method _read_basic_recover_ok(ReadView *v):
     return m
 
 
-@cython.freelist(256)
 cdef class BasicNack(Method):
     """basic.nack (60.120), asynchronous."""
     NAME = "basic.nack"
@@ -2203,7 +2196,7 @@ cdef class BasicNack(Method):
 
 cdef Method _read_basic_nack(ReadView *v):
     cdef BasicNack m = BasicNack.__new__(BasicNack)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u64(v, &m.delivery_tag, b"basic.nack.delivery_tag")
     read_u8(v, &bits, b"basic.nack.multiple")
     m.multiple = (bits & 1) != 0
@@ -2400,7 +2393,7 @@ cdef class ConfirmSelect(Method):
 
 cdef Method _read_confirm_select(ReadView *v):
     cdef ConfirmSelect m = ConfirmSelect.__new__(ConfirmSelect)
-    cdef uint8_t bits
+    cdef uint8_t bits = 0
     read_u8(v, &bits, b"confirm.select.nowait")
     m.nowait = (bits & 1) != 0
     return m

@@ -469,8 +469,8 @@ cdef class FrameParser(_Scanner):
 
 
 cdef tuple _read_header(ReadView *v):
-    cdef uint16_t class_id, weight
-    cdef uint64_t body_size
+    cdef uint16_t class_id = 0, weight = 0
+    cdef uint64_t body_size = 0
     cdef Py_ssize_t at = v.base
     read_u16(v, &class_id, b"content header class id")
     if class_id != _BASIC_CLASS:

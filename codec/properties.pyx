@@ -194,14 +194,14 @@ cdef int write_properties(WriteBuffer buf, BasicProperties p) except -1:
 
 
 cdef object _read_octet(ReadView *v, const char *what):
-    cdef uint8_t value
+    cdef uint8_t value = 0
     read_u8(v, &value, what)
     return value
 
 
 cdef BasicProperties read_properties(ReadView *v):
-    cdef uint16_t flags, more
-    cdef uint64_t ts
+    cdef uint16_t flags = 0, more = 0
+    cdef uint64_t ts = 0
     cdef Py_ssize_t at = v.base + v.pos
     cdef BasicProperties p = BasicProperties.__new__(BasicProperties)
     read_u16(v, &flags, "basic properties flags")

@@ -367,10 +367,10 @@ cdef int write_named_table(WriteBuffer buf, object table, const char *name) exce
 # --- decoding -------------------------------------------------------------------------
 
 cdef object _read_value(ReadView *v, int depth):
-    cdef uint8_t letter, u8
-    cdef uint16_t u16
-    cdef uint32_t u32
-    cdef uint64_t u64
+    cdef uint8_t letter = 0, u8 = 0
+    cdef uint16_t u16 = 0
+    cdef uint32_t u32 = 0
+    cdef uint64_t u64 = 0
     cdef const char *p
     cdef PyObject *text
     cdef Py_ssize_t at = v.base + v.pos
@@ -437,7 +437,7 @@ cdef object _read_value(ReadView *v, int depth):
 
 
 cdef inline int _sub_view(ReadView *v, ReadView *sub, const char *what) except -1:
-    cdef uint32_t size
+    cdef uint32_t size = 0
     cdef const char *p
     read_u32(v, &size, what)
     p = read_raw(v, <Py_ssize_t>size, what)
