@@ -45,6 +45,7 @@ cdef class WriteBuffer:
     cdef Py_ssize_t _cap
 
     cdef int _grow(self, Py_ssize_t needed) except -1
+    cdef int try_grow(self, Py_ssize_t needed) noexcept
     cdef int write_shortstr(self, object value, const char *what) except -1
     cdef int write_str_value(self, object value) except -1
     cdef int write_longstr(self, object value, const char *what) except -1

@@ -46,16 +46,22 @@ cdef class WriteBuffer:
         PyMem_Free(self._buf)
         self._buf = NULL
 
-    cdef int _grow(self, Py_ssize_t needed) except -1:
+    cdef int try_grow(self, Py_ssize_t needed) noexcept:
+        """Make room for ``needed`` bytes in all; -1 (and no exception set) if out of memory."""
         cdef Py_ssize_t new_cap = self._cap
         cdef char *new_buf
         while new_cap < needed:
             new_cap = new_cap * 2 if new_cap < (1 << 26) else new_cap + (new_cap >> 1)
         new_buf = <char *>PyMem_Realloc(self._buf, <size_t>new_cap)
         if new_buf is NULL:
-            raise MemoryError(f"WriteBuffer: cannot grow to {new_cap} bytes")
+            return -1
         self._buf = new_buf
         self._cap = new_cap
+        return 0
+
+    cdef int _grow(self, Py_ssize_t needed) except -1:
+        if self.try_grow(needed) < 0:
+            raise MemoryError(f"WriteBuffer: cannot grow to {needed} bytes")
         return 0
 
     cdef int write_shortstr(self, object value, const char *what) except -1:

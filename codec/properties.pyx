@@ -140,55 +140,53 @@ cdef int _write_octet(WriteBuffer buf, object value, str name) except -1:
 
 
 cdef int write_properties(WriteBuffer buf, BasicProperties p) except -1:
+    # On error the buffer holds a partial property list: callers roll back to where
+    # they began (their frame's start).
     cdef Py_ssize_t start = buf._len
     cdef uint16_t flags = 0
     buf.write_u16(0)
-    try:
-        if p.content_type is not None:
-            flags |= F_CONTENT_TYPE
-            buf.write_shortstr(p.content_type, "BasicProperties.content_type")
-        if p.content_encoding is not None:
-            flags |= F_CONTENT_ENCODING
-            buf.write_shortstr(p.content_encoding, "BasicProperties.content_encoding")
-        if p.headers is not None:
-            flags |= F_HEADERS
-            write_named_table(buf, p.headers, "BasicProperties.headers")
-        if p.delivery_mode is not None:
-            flags |= F_DELIVERY_MODE
-            _write_octet(buf, p.delivery_mode, "delivery_mode")
-        if p.priority is not None:
-            flags |= F_PRIORITY
-            _write_octet(buf, p.priority, "priority")
-        if p.correlation_id is not None:
-            flags |= F_CORRELATION_ID
-            buf.write_shortstr(p.correlation_id, "BasicProperties.correlation_id")
-        if p.reply_to is not None:
-            flags |= F_REPLY_TO
-            buf.write_shortstr(p.reply_to, "BasicProperties.reply_to")
-        if p.expiration is not None:
-            flags |= F_EXPIRATION
-            buf.write_shortstr(p.expiration, "BasicProperties.expiration")
-        if p.message_id is not None:
-            flags |= F_MESSAGE_ID
-            buf.write_shortstr(p.message_id, "BasicProperties.message_id")
-        if p.timestamp is not None:
-            flags |= F_TIMESTAMP
-            buf.write_u64(<uint64_t>datetime_to_epoch(p.timestamp, "BasicProperties.timestamp"))
-        if p.type is not None:
-            flags |= F_TYPE
-            buf.write_shortstr(p.type, "BasicProperties.type")
-        if p.user_id is not None:
-            flags |= F_USER_ID
-            buf.write_shortstr(p.user_id, "BasicProperties.user_id")
-        if p.app_id is not None:
-            flags |= F_APP_ID
-            buf.write_shortstr(p.app_id, "BasicProperties.app_id")
-        if p.cluster_id is not None:
-            flags |= F_CLUSTER_ID
-            buf.write_shortstr(p.cluster_id, "BasicProperties.cluster_id")
-    except BaseException:
-        buf._len = start
-        raise
+    if p.content_type is not None:
+        flags |= F_CONTENT_TYPE
+        buf.write_shortstr(p.content_type, "BasicProperties.content_type")
+    if p.content_encoding is not None:
+        flags |= F_CONTENT_ENCODING
+        buf.write_shortstr(p.content_encoding, "BasicProperties.content_encoding")
+    if p.headers is not None:
+        flags |= F_HEADERS
+        write_named_table(buf, p.headers, "BasicProperties.headers")
+    if p.delivery_mode is not None:
+        flags |= F_DELIVERY_MODE
+        _write_octet(buf, p.delivery_mode, "delivery_mode")
+    if p.priority is not None:
+        flags |= F_PRIORITY
+        _write_octet(buf, p.priority, "priority")
+    if p.correlation_id is not None:
+        flags |= F_CORRELATION_ID
+        buf.write_shortstr(p.correlation_id, "BasicProperties.correlation_id")
+    if p.reply_to is not None:
+        flags |= F_REPLY_TO
+        buf.write_shortstr(p.reply_to, "BasicProperties.reply_to")
+    if p.expiration is not None:
+        flags |= F_EXPIRATION
+        buf.write_shortstr(p.expiration, "BasicProperties.expiration")
+    if p.message_id is not None:
+        flags |= F_MESSAGE_ID
+        buf.write_shortstr(p.message_id, "BasicProperties.message_id")
+    if p.timestamp is not None:
+        flags |= F_TIMESTAMP
+        buf.write_u64(<uint64_t>datetime_to_epoch(p.timestamp, "BasicProperties.timestamp"))
+    if p.type is not None:
+        flags |= F_TYPE
+        buf.write_shortstr(p.type, "BasicProperties.type")
+    if p.user_id is not None:
+        flags |= F_USER_ID
+        buf.write_shortstr(p.user_id, "BasicProperties.user_id")
+    if p.app_id is not None:
+        flags |= F_APP_ID
+        buf.write_shortstr(p.app_id, "BasicProperties.app_id")
+    if p.cluster_id is not None:
+        flags |= F_CLUSTER_ID
+        buf.write_shortstr(p.cluster_id, "BasicProperties.cluster_id")
     amqw_pack_u16(buf._buf + start, flags)
     return 0
 
@@ -258,13 +256,10 @@ cdef BasicProperties _EMPTY = BasicProperties()
 cdef int write_header_frame(WriteBuffer buf, uint16_t channel, uint16_t class_id,
                             uint64_t body_size, BasicProperties props,
                             Py_ssize_t frame_max) except -1:
+    # On error the caller rolls the buffer back (write_publish, FrameWriter.content).
     cdef Py_ssize_t start = buf.begin_frame(FRAME_HEADER, channel)
-    try:
-        buf.write_u16(class_id)
-        buf.write_u16(0)          # weight, unused
-        buf.write_u64(body_size)
-        write_properties(buf, _EMPTY if props is None else props)
-    except BaseException:
-        buf._len = start
-        raise
+    buf.write_u16(class_id)
+    buf.write_u16(0)          # weight, unused
+    buf.write_u64(body_size)
+    write_properties(buf, _EMPTY if props is None else props)
     return buf.end_frame(start, frame_max)

@@ -1,12 +1,16 @@
 from libc.stdint cimport int64_t
 from amqwire.codec.buffer cimport WriteBuffer, ReadView
 
-cdef int write_table(WriteBuffer buf, object table, int depth) except -1
+cdef int write_table(WriteBuffer buf, object table, int depth, const char *name=*) except -1
 cdef int write_array(WriteBuffer buf, object seq, int depth) except -1
-cdef int write_named_table(WriteBuffer buf, object table, const char *name) except -1
 cdef dict read_table(ReadView *v, int depth)
 cdef list read_array(ReadView *v, int depth)
 cdef dict read_named_table(ReadView *v, const char *name)
 cdef object name_error(object exc, str name)
 cdef int64_t datetime_to_epoch(object value, str what) except? -1
 cdef object epoch_to_datetime(int64_t seconds, Py_ssize_t at, str what)
+
+
+cdef inline int write_named_table(WriteBuffer buf, object table, const char *name) except -1:
+    """A table that is a named field; errors start with the name."""
+    return write_table(buf, table, 1, name)

@@ -296,19 +296,21 @@ cdef inline int _check_depth(int depth) except -1:
     return 0
 
 
-cdef int write_table(WriteBuffer buf, object table, int depth) except -1:
+cdef int write_table(WriteBuffer buf, object table, int depth, const char *name=NULL) except -1:
+    """Append a field table.  Errors name the key path, prefixed by ``name`` if given."""
     cdef Py_ssize_t start = buf._len
     cdef Py_ssize_t pos = 0
     cdef PyObject *k
     cdef PyObject *v
-    _check_depth(depth)
-    if table is None:
-        return buf.write_u32(0)
-    if not PyDict_Check(table):
-        raise UnsupportedValueError(f"a field table must be a dict, got {type(table).__name__}")
-    buf.write_u32(0)
     key = None
     try:                        # one try per table, not per entry: errors name the key
+        _check_depth(depth)
+        if table is None:
+            return buf.write_u32(0)
+        if not PyDict_Check(table):
+            raise UnsupportedValueError(
+                f"a field table must be a dict, got {type(table).__name__}")
+        buf.write_u32(0)
         while PyDict_Next(table, &pos, &k, &v):
             key = <object>k
             if not PyUnicode_Check(key):
@@ -318,8 +320,11 @@ cdef int write_table(WriteBuffer buf, object table, int depth) except -1:
             _write_value(buf, <object>v, depth)
     except BaseException as exc:
         buf._len = start
-        if key is not None and isinstance(exc, CodecError):
-            raise _at(exc, f"[{key!r}]")
+        if isinstance(exc, CodecError):
+            if key is not None:
+                _at(exc, f"[{key!r}]")
+            if name is not NULL:
+                name_error(exc, name.decode())
         raise
     amqw_pack_u32(buf._buf + start, <uint32_t>(buf._len - start - 4))
     return 0
@@ -327,41 +332,30 @@ cdef int write_table(WriteBuffer buf, object table, int depth) except -1:
 
 cdef int write_array(WriteBuffer buf, object seq, int depth) except -1:
     cdef Py_ssize_t start = buf._len
-    cdef Py_ssize_t i, n
+    cdef Py_ssize_t i = -1
     _check_depth(depth)
     buf.write_u32(0)
-    try:
+    try:                        # one try per array: errors name the index
         if PyList_Check(seq):
-            # Length re-read each turn: a value's encoder never runs Python code that could
-            # shrink the list, but stay safe if it does.
+            # The length is re-read each turn: stay in bounds even if encoding a value
+            # runs Python code (a tzinfo, say) that shrinks the list.
             i = 0
             while i < PyList_GET_SIZE(seq):
-                try:
-                    _write_value(buf, <object>PyList_GET_ITEM(seq, i), depth)
-                except CodecError as exc:
-                    raise _at(exc, f"[{i}]")
+                _write_value(buf, <object>PyList_GET_ITEM(seq, i), depth)
                 i += 1
         elif PyTuple_Check(seq):
-            n = PyTuple_GET_SIZE(seq)
-            for i in range(n):
-                try:
-                    _write_value(buf, <object>PyTuple_GET_ITEM(seq, i), depth)
-                except CodecError as exc:
-                    raise _at(exc, f"[{i}]")
+            for i in range(PyTuple_GET_SIZE(seq)):
+                _write_value(buf, <object>PyTuple_GET_ITEM(seq, i), depth)
         else:
-            raise UnsupportedValueError(f"a field array must be a list or tuple, got {type(seq).__name__}")
-    except BaseException:
+            raise UnsupportedValueError(
+                f"a field array must be a list or tuple, got {type(seq).__name__}")
+    except BaseException as exc:
         buf._len = start
+        if i >= 0 and isinstance(exc, CodecError):
+            _at(exc, f"[{i}]")
         raise
     amqw_pack_u32(buf._buf + start, <uint32_t>(buf._len - start - 4))
     return 0
-
-
-cdef int write_named_table(WriteBuffer buf, object table, const char *name) except -1:
-    try:
-        return write_table(buf, table, 1)
-    except CodecError as exc:
-        raise name_error(exc, name.decode())
 
 
 # --- decoding -------------------------------------------------------------------------
@@ -529,10 +523,7 @@ cdef dict read_named_table(ReadView *v, const char *name):
 def encode_table(table) -> bytes:
     """Encode a dict as a field table: 4-byte size, then key / type letter / value."""
     cdef WriteBuffer buf = WriteBuffer()
-    try:
-        write_table(buf, table, 1)
-    except CodecError as exc:
-        raise name_error(exc, "table")
+    write_table(buf, table, 1, "table")
     return buf.to_bytes()
 
 

@@ -168,9 +168,19 @@ cdef int _write_publish_head(WriteBuffer buf, uint16_t channel, object exchange,
 cdef int write_publish(WriteBuffer buf, uint16_t channel, object exchange, object routing_key,
                        const char *body, Py_ssize_t body_len, BasicProperties props,
                        bint mandatory, bint immediate, Py_ssize_t frame_max) except -1:
+    """Append a whole basic.publish, or nothing (the buffer is left as it was)."""
+    cdef Py_ssize_t start = buf._len
+    cdef Py_ssize_t chunk = _chunk_size(body_len, frame_max)
+    cdef Py_ssize_t total = _body_frames_size(body_len, chunk)
     _write_publish_head(buf, channel, exchange, routing_key, body_len, props,
                         mandatory, immediate, frame_max)
-    return write_body_frames(buf, channel, body, body_len, frame_max)
+    if buf._len + total > buf._cap and buf.try_grow(buf._len + total) < 0:
+        buf._len = start
+        raise MemoryError(f"cannot buffer a {body_len}-byte body")
+    if total:
+        _fill_body_frames(buf._buf + buf._len, channel, body, body_len, chunk)
+        buf._len += total
+    return 0
 
 
 # encode_publish writes the two small frames into a reused scratch buffer, then copies
@@ -287,6 +297,11 @@ cdef class FrameWriter:
         """Append a basic.publish (method + header + body frames)."""
         cdef _Body b
         cdef uint16_t ch = _channel(channel)
+        if PyBytes_CheckExact(body):        # nothing to release: no try/finally
+            write_publish(self.buf, ch, exchange, routing_key, PyBytes_AS_STRING(body),
+                          PyBytes_GET_SIZE(body), properties, mandatory, immediate,
+                          self._frame_max)
+            return
         _acquire_body(body, &b)
         try:
             write_publish(self.buf, ch, exchange, routing_key, b.data, b.len,
