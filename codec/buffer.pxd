@@ -39,6 +39,30 @@ cdef enum:
     MAX_NESTING = 64           # tables and arrays nested deeper than this are refused
 
 
+cdef const char *_utf8_slow(object text, Py_ssize_t *size, const char *what) except NULL
+
+
+cdef inline const char *utf8_of(object text, Py_ssize_t *size, const char *what) except NULL:
+    """The UTF-8 bytes of a str: ASCII strings are their own UTF-8, read in place."""
+    if PyUnicode_IS_COMPACT_ASCII(text):
+        size[0] = PyUnicode_GET_LENGTH(text)
+        return <const char *>PyUnicode_DATA(text)
+    return _utf8_slow(text, size, what)
+cdef const char *_shortstr_slow(object value, Py_ssize_t *size, const char *what) except NULL
+
+
+cdef inline const char *shortstr_utf8(object value, Py_ssize_t *size, const char *what) except NULL:
+    """The UTF-8 of a short string argument, checked: a str of at most 255 bytes."""
+    if PyUnicode_CheckExact(value) and PyUnicode_IS_COMPACT_ASCII(value) \
+            and PyUnicode_GET_LENGTH(value) <= 255:
+        size[0] = PyUnicode_GET_LENGTH(value)
+        return <const char *>PyUnicode_DATA(value)
+    return _shortstr_slow(value, size, what)
+
+
+cdef int raise_too_long(Py_ssize_t n) except -1
+
+
 cdef class WriteBuffer:
     cdef char *_buf
     cdef Py_ssize_t _len
@@ -46,8 +70,6 @@ cdef class WriteBuffer:
 
     cdef int _grow(self, Py_ssize_t needed) except -1
     cdef int try_grow(self, Py_ssize_t needed) noexcept
-    cdef int write_shortstr(self, object value, const char *what) except -1
-    cdef int write_str_value(self, object value) except -1
     cdef int write_longstr(self, object value, const char *what) except -1
     cdef Py_ssize_t begin_frame(self, uint8_t frame_type, uint16_t channel) except -1
     cdef int end_frame(self, Py_ssize_t start, Py_ssize_t frame_max) except -1
@@ -100,6 +122,31 @@ cdef class WriteBuffer:
         self._len += 8
         return 0
 
+    cdef inline int write_shortstr(self, object value, const char *what) except -1:
+        """A short string: a str of at most 255 bytes in UTF-8, after its length octet."""
+        cdef Py_ssize_t n = 0
+        cdef const char *data = shortstr_utf8(value, &n, what)
+        if self._len + 1 + n > self._cap:
+            self._grow(self._len + 1 + n)
+        self._buf[self._len] = <char><uint8_t>n
+        memcpy(self._buf + self._len + 1, data, <size_t>n)
+        self._len += 1 + n
+        return 0
+
+    cdef inline int write_str_value(self, object value) except -1:
+        """A str as a field-table long string: 'S', size, UTF-8."""
+        cdef Py_ssize_t n = 0
+        cdef const char *data = utf8_of(value, &n, "value")
+        if n > 0xFFFFFFFF:
+            return raise_too_long(n)
+        if self._len + 5 + n > self._cap:
+            self._grow(self._len + 5 + n)
+        self._buf[self._len] = c'S'
+        amqw_pack_u32(self._buf + self._len + 1, <uint32_t>n)
+        memcpy(self._buf + self._len + 5, data, <size_t>n)
+        self._len += 5 + n
+        return 0
+
     cdef inline int write_raw(self, const char *data, Py_ssize_t n) except -1:
         if self._len + n > self._cap:
             self._grow(self._len + n)
@@ -116,27 +163,6 @@ cdef struct ReadView:
     Py_ssize_t len
     Py_ssize_t pos
     Py_ssize_t base
-
-
-cdef const char *_utf8_slow(object text, Py_ssize_t *size, const char *what) except NULL
-
-
-cdef inline const char *utf8_of(object text, Py_ssize_t *size, const char *what) except NULL:
-    """The UTF-8 bytes of a str: ASCII strings are their own UTF-8, read in place."""
-    if PyUnicode_IS_COMPACT_ASCII(text):
-        size[0] = PyUnicode_GET_LENGTH(text)
-        return <const char *>PyUnicode_DATA(text)
-    return _utf8_slow(text, size, what)
-cdef const char *_shortstr_slow(object value, Py_ssize_t *size, const char *what) except NULL
-
-
-cdef inline const char *shortstr_utf8(object value, Py_ssize_t *size, const char *what) except NULL:
-    """The UTF-8 of a short string argument, checked: a str of at most 255 bytes."""
-    if PyUnicode_CheckExact(value) and PyUnicode_IS_COMPACT_ASCII(value) \
-            and PyUnicode_GET_LENGTH(value) <= 255:
-        size[0] = PyUnicode_GET_LENGTH(value)
-        return <const char *>PyUnicode_DATA(value)
-    return _shortstr_slow(value, size, what)
 
 
 cdef int raise_short_read(ReadView *v, Py_ssize_t need, const char *what) except -1

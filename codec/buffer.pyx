@@ -64,28 +64,6 @@ cdef class WriteBuffer:
             raise MemoryError(f"WriteBuffer: cannot grow to {needed} bytes")
         return 0
 
-    cdef int write_shortstr(self, object value, const char *what) except -1:
-        cdef Py_ssize_t n = 0
-        cdef const char *data = shortstr_utf8(value, &n, what)
-        self.ensure(1 + n)
-        self._buf[self._len] = <char><uint8_t>n
-        memcpy(self._buf + self._len + 1, data, <size_t>n)
-        self._len += 1 + n
-        return 0
-
-    cdef int write_str_value(self, object value) except -1:
-        """A str as a field-table long string: 'S', size, UTF-8."""
-        cdef Py_ssize_t n = 0
-        cdef const char *data = utf8_of(value, &n, "value")
-        if n > 0xFFFFFFFF:
-            raise AMQPSyntaxError(f"value: long string of {n} bytes exceeds 2**32-1")
-        self.ensure(5 + n)
-        self._buf[self._len] = c'S'
-        amqw_pack_u32(self._buf + self._len + 1, <uint32_t>n)
-        memcpy(self._buf + self._len + 5, data, <size_t>n)
-        self._len += 5 + n
-        return 0
-
     cdef int write_longstr(self, object value, const char *what) except -1:
         cdef Py_buffer view
         cdef const char *data
@@ -154,6 +132,10 @@ cdef class WriteBuffer:
     def clear(self):
         """Forget what was written; keep the memory for reuse."""
         self._len = 0
+
+
+cdef int raise_too_long(Py_ssize_t n) except -1:
+    raise AMQPSyntaxError(f"value: long string of {n} bytes exceeds 2**32-1")
 
 
 cdef const char *_shortstr_slow(object value, Py_ssize_t *size, const char *what) except NULL:

@@ -130,13 +130,13 @@ def _rebuild(values):
 cdef int _write_octet(WriteBuffer buf, object value, str name) except -1:
     cdef int overflow = 0
     cdef long n
-    if not PyLong_Check(value) or PyBool_Check(value):
-        raise UnsupportedValueError(
-            f"BasicProperties.{name}: expected int, got {type(value).__name__}")
-    n = PyLong_AsLongAndOverflow(value, &overflow)
-    if overflow or n < 0 or n > 255:
+    if PyLong_Check(value) and not PyBool_Check(value):
+        n = PyLong_AsLongAndOverflow(value, &overflow)
+        if not overflow and 0 <= n <= 255:
+            return buf.write_u8(<uint8_t>n)
         raise AMQPSyntaxError(f"BasicProperties.{name}: {value} is out of range 0..255")
-    return buf.write_u8(<uint8_t>n)
+    raise UnsupportedValueError(
+        f"BasicProperties.{name}: expected int, got {type(value).__name__}")
 
 
 cdef int write_properties(WriteBuffer buf, BasicProperties p) except -1:
