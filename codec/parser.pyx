@@ -451,7 +451,7 @@ cdef class FrameParser(_Scanner):
                        Py_ssize_t size, list out) except -1:
         cdef ReadView v
         cdef uint16_t class_id, weight
-        cdef uint64_t body_size
+        cdef uint64_t body_size = 0
         v.buf = payload
         v.len = size
         v.pos = 0
@@ -459,8 +459,8 @@ cdef class FrameParser(_Scanner):
         if ftype == FRAME_METHOD:
             PyList_Append(out, MethodFrame(channel, read_method(&v)))
         elif ftype == FRAME_HEADER:
-            class_id, body_size, props = _read_header(&v)
-            PyList_Append(out, HeaderFrame(channel, class_id, body_size, props))
+            props = _read_header(&v, &body_size)
+            PyList_Append(out, HeaderFrame(channel, _BASIC_CLASS, body_size, props))
         elif ftype == FRAME_BODY:
             PyList_Append(out, BodyFrame(channel, PyBytes_FromStringAndSize(payload, size)))
         else:
@@ -468,9 +468,9 @@ cdef class FrameParser(_Scanner):
         return 0
 
 
-cdef tuple _read_header(ReadView *v):
+cdef BasicProperties _read_header(ReadView *v, uint64_t *body_size):
+    """A content header frame's payload: its properties; the body size in ``body_size``."""
     cdef uint16_t class_id = 0, weight = 0
-    cdef uint64_t body_size = 0
     cdef Py_ssize_t at = v.base
     read_u16(v, &class_id, b"content header class id")
     if class_id != _BASIC_CLASS:
@@ -478,10 +478,10 @@ cdef tuple _read_header(ReadView *v):
             f"content header at offset {at} is for class {class_id}; only basic (60) carries content",
             offset=at)
     read_u16(v, &weight, b"content header weight")
-    read_u64(v, &body_size, b"content header body size")
+    read_u64(v, body_size, b"content header body size")
     props = read_properties(v)
     expect_end(v, "content header")
-    return class_id, body_size, props
+    return props
 
 
 # --- commands ------------------------------------------------------------------------
@@ -575,7 +575,7 @@ cdef class CommandParser(_Scanner):
         cdef Command c
         cdef Method m
         cdef uint16_t class_id, weight
-        cdef uint64_t body_size
+        cdef uint64_t body_size = 0
         cdef Command cmd
         cdef Py_ssize_t at = self._consumed
         if ftype == FRAME_HEARTBEAT:
@@ -612,7 +612,7 @@ cdef class CommandParser(_Scanner):
                 f"content header on channel {channel} at offset {at} "
                 + ("without a content method" if c is None else "after the header was received"),
                 offset=at)
-        class_id, body_size, props = _read_header(&v)
+        props = _read_header(&v, &body_size)
         if body_size > <uint64_t>self.max_body_size:
             raise FrameError(
                 f"content header on channel {channel} at offset {at} announces a body of "

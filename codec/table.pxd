@@ -3,9 +3,8 @@ from amqwire.codec.buffer cimport WriteBuffer, ReadView
 
 cdef int write_table(WriteBuffer buf, object table, int depth, const char *name=*) except -1
 cdef int write_array(WriteBuffer buf, object seq, int depth) except -1
-cdef dict read_table(ReadView *v, int depth)
+cdef dict read_table(ReadView *v, int depth, const char *name=*)
 cdef list read_array(ReadView *v, int depth)
-cdef dict read_named_table(ReadView *v, const char *name)
 cdef object name_error(object exc, str name)
 cdef int64_t datetime_to_epoch(object value, str what) except? -1
 cdef object epoch_to_datetime(int64_t seconds, Py_ssize_t at, str what)
@@ -14,3 +13,8 @@ cdef object epoch_to_datetime(int64_t seconds, Py_ssize_t at, str what)
 cdef inline int write_named_table(WriteBuffer buf, object table, const char *name) except -1:
     """A table that is a named field; errors start with the name."""
     return write_table(buf, table, 1, name)
+
+
+cdef inline dict read_named_table(ReadView *v, const char *name):
+    """A table that is a named field; errors start with the name."""
+    return read_table(v, 1, name)

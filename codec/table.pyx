@@ -476,25 +476,28 @@ cdef Py_ssize_t _count_entries(const char *p, Py_ssize_t n) noexcept:
     return count if pos == n else -1
 
 
-cdef dict read_table(ReadView *v, int depth):
+cdef dict read_table(ReadView *v, int depth, const char *name=NULL):
+    """Decode a field table.  Errors name the key path, prefixed by ``name`` if given."""
     cdef ReadView sub
     cdef dict result
     cdef Py_ssize_t count
-    _check_depth(depth)
-    _sub_view(v, &sub, "table size")
-    # Past five entries a dict resizes as it grows: size it once instead.
-    count = _count_entries(sub.buf, sub.len) if sub.len > 64 else -1
-    result = amqw_dict_presized(count) if count > 5 else {}
     key = None
     try:                        # one try per table, not per entry: errors name the key
+        _check_depth(depth)
+        _sub_view(v, &sub, "table size")
+        # Past five entries a dict resizes as it grows: size it once instead.
+        count = _count_entries(sub.buf, sub.len) if sub.len > 64 else -1
+        result = amqw_dict_presized(count) if count > 5 else {}
         while sub.pos < sub.len:
             key = None
             key = read_shortstr(&sub, "table key")
             PyDict_SetItem(result, key, _read_value(&sub, depth))
     except CodecError as exc:
-        if key is None:
-            raise
-        raise _at(exc, f"[{key!r}]")
+        if key is not None:
+            _at(exc, f"[{key!r}]")
+        if name is not NULL:
+            name_error(exc, name.decode())
+        raise
     return result
 
 
@@ -509,13 +512,6 @@ cdef list read_array(ReadView *v, int depth):
     except CodecError as exc:
         raise _at(exc, f"[{len(result)}]")
     return result
-
-
-cdef dict read_named_table(ReadView *v, const char *name):
-    try:
-        return read_table(v, 1)
-    except CodecError as exc:
-        raise name_error(exc, name.decode())
 
 
 # --- Python API -------------------------------------------------------------------------
