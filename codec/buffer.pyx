@@ -12,8 +12,6 @@ from amqwire.codec.errors import AMQPSyntaxError, FrameError, UnsupportedValueEr
 cdef extern from "Python.h":
     PyObject *_decode_utf8_raw "PyUnicode_DecodeUTF8"(const char *s, Py_ssize_t size, const char *errors)
     void PyErr_Clear()
-    void Py_DECREF(object o)
-    void Py_INCREF(object o)
     void Py_XDECREF(PyObject *o)
     void Py_XINCREF(PyObject *o)
     const char *_utf8_raw "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t *size)

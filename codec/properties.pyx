@@ -3,7 +3,7 @@
 
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint64_t
 
 from amqwire.codec.buffer cimport (
     FRAME_HEADER, amqw_pack_u16, expect_end, read_shortstr, read_u8, read_u16, read_u64,
@@ -13,7 +13,7 @@ from amqwire.codec.table cimport (
     datetime_to_epoch, epoch_to_datetime, read_named_table, write_named_table,
 )
 
-from amqwire.codec.errors import AMQPSyntaxError, CodecError, UnsupportedValueError
+from amqwire.codec.errors import AMQPSyntaxError, UnsupportedValueError
 
 cdef extern from "Python.h":
     bint PyLong_Check(object o)

@@ -27,9 +27,9 @@ from cpython.datetime cimport (
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from amqwire.codec.buffer cimport (
-    MAX_NESTING, amqw_pack_u32, decode_utf8, decode_utf8_or_null, expect_end, raise_short_read,
-    view_of_buffer, read_raw, read_shortstr,
-    read_u8, read_u16, read_u32, read_u64, amqw_unpack_f32, amqw_unpack_f64, amqw_unpack_u32,
+    MAX_NESTING, amqw_pack_u32, amqw_unpack_f32, amqw_unpack_f64, amqw_unpack_u32,
+    decode_utf8_or_null, expect_end, read_raw, read_shortstr, read_u8, read_u16, read_u32,
+    read_u64, view_of_buffer,
 )
 
 import datetime as _dt
@@ -210,32 +210,26 @@ cdef int _write_decimal(WriteBuffer buf, object value) except -1:
     return 0
 
 
+cdef inline char *_digits_before(char *end, uint64_t v) noexcept:
+    """Write v in decimal so that it ends just before ``end``; return where it starts."""
+    while True:
+        end -= 1
+        end[0] = <char>(c'0' + v % 10)
+        v //= 10
+        if v == 0:
+            return end
+
+
 cdef object _read_decimal(uint8_t scale, int32_t unscaled):
     # Decimal("<unscaled>E-<scale>") keeps the scale: Decimal("150E-2") == Decimal("1.50").
     cdef char text[24]
     cdef char *end = text + sizeof(text)
-    cdef char *p = end
-    cdef int64_t v = unscaled
-    cdef unsigned s = scale
-    cdef bint neg = v < 0
-    if neg:
-        v = -v
-    while True:
-        p -= 1
-        p[0] = <char>(c'0' + s % 10)
-        s //= 10
-        if s == 0:
-            break
+    cdef char *p = _digits_before(end, scale)
     p -= 2
     p[0] = c'E'
     p[1] = c'-'
-    while True:
-        p -= 1
-        p[0] = <char>(c'0' + v % 10)
-        v //= 10
-        if v == 0:
-            break
-    if neg:
+    p = _digits_before(p, <uint64_t>(-<int64_t>unscaled if unscaled < 0 else unscaled))
+    if unscaled < 0:
         p -= 1
         p[0] = c'-'
     return _Decimal(PyUnicode_DecodeASCII(p, end - p, NULL))

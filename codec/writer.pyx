@@ -8,13 +8,13 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from amqwire.codec.buffer cimport (
-    FRAME_BODY, FRAME_END, FRAME_HEARTBEAT, FRAME_METHOD, FRAME_MIN_SIZE, FRAME_OVERHEAD,
+    FRAME_BODY, FRAME_END, FRAME_METHOD, FRAME_MIN_SIZE, FRAME_OVERHEAD,
     FRAME_HEADER_SIZE, amqw_pack_u16, amqw_pack_u32, shortstr_utf8, utf8_of,
 )
 from amqwire.codec.methods cimport Method
 from amqwire.codec.properties cimport write_header_frame
 
-from amqwire.codec.errors import AMQPSyntaxError, FrameError, UnsupportedValueError
+from amqwire.codec.errors import FrameError, UnsupportedValueError
 
 cdef extern from "Python.h":
     bint PyBytes_CheckExact(object o)
@@ -26,6 +26,10 @@ cdef enum:
     # Body chunks shorter than this are copied next to their frame header in the
     # zero-copy form: an extra iovec costs more than copying a few KiB.
     _IOV_COPY_BELOW = 4096
+
+# The Python names are for users; the writer copies from C constants nobody can rebind.
+cdef const char *_PROTOCOL_HEADER_C = b"AMQP\x00\x00\x09\x01"
+cdef const char *_HEARTBEAT_FRAME_C = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 DEFAULT_FRAME_MAX = 131072
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -341,11 +345,11 @@ cdef class FrameWriter:
 
     def heartbeat(self):
         """Append a heartbeat frame."""
-        self.buf.write_raw(HEARTBEAT_FRAME, 8)
+        self.buf.write_raw(_HEARTBEAT_FRAME_C, 8)
 
     def protocol_header(self):
         """Append the AMQP 0-9-1 protocol header (the first bytes a client sends)."""
-        self.buf.write_raw(PROTOCOL_HEADER, 8)
+        self.buf.write_raw(_PROTOCOL_HEADER_C, 8)
 
     def __len__(self):
         return self.buf._len
