@@ -10,7 +10,7 @@ import sys
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGES = {"amqwire.codec": "codec"}
+PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client"}
 CYTHON_MODULES = ["buffer", "table", "properties", "methods", "writer", "parser"]
 
 
@@ -63,7 +63,10 @@ def extensions():
 setup(
     packages=list(PACKAGES),
     package_dir=PACKAGES,
-    package_data={"amqwire.codec": ["*.pyi", "*.pxd", "*.h", "py.typed", "*.json"]},
+    package_data={
+        "amqwire.codec": ["*.pyi", "*.pxd", "*.h", "py.typed", "*.json"],
+        "amqwire.client": ["py.typed"],
+    },
     exclude_package_data={"amqwire.codec": ["*.pyx", "*.c"]},
     ext_modules=extensions(),
     zip_safe=False,

@@ -1,0 +1,30 @@
+"""amqwire.client: a thin AMQP 0-9-1 client over the amqwire codec.
+
+A sans-IO protocol core (``amqwire.client.protocol``) with two transports of the same
+names and meaning: blocking (``amqwire.client.connect``, a socket and an I/O thread) and
+asyncio (``amqwire.client.aio.connect``).
+"""
+from amqwire.codec import BasicProperties
+
+from . import aio
+from .blocking import Channel, Connection, Consumer, PublishFuture, connect
+from .connect import RecoveryPolicy
+from .errors import *  # noqa: F401,F403
+from .errors import __all__ as _errors_all
+from .message import Message, ReturnedMessage
+from .url import ConnectionParameters, parse_url
+
+__all__ = [
+    "aio",
+    "connect",
+    "Connection",
+    "Channel",
+    "Consumer",
+    "PublishFuture",
+    "Message",
+    "ReturnedMessage",
+    "BasicProperties",
+    "ConnectionParameters",
+    "parse_url",
+    "RecoveryPolicy",
+] + list(_errors_all)

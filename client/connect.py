@@ -1,0 +1,57 @@
+"""What both transports need to reach a broker: TLS contexts, sockets, recovery back-off."""
+from __future__ import annotations
+
+import dataclasses
+import random
+import socket
+import ssl
+from typing import Optional
+
+from .url import ConnectionParameters
+
+
+def make_ssl_context(params: ConnectionParameters) -> ssl.SSLContext:
+    """A client TLS context: certificate and hostname verification on unless verify=false."""
+    context = ssl.create_default_context(cafile=params.cafile)
+    if params.certfile:
+        context.load_cert_chain(params.certfile, params.keyfile)
+    if not params.verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def server_hostname(params: ConnectionParameters) -> str:
+    return params.server_hostname or params.host
+
+
+def open_socket(params: ConnectionParameters, ssl_context: Optional[ssl.SSLContext]) -> socket.socket:
+    """A connected TCP socket (wrapped in TLS for amqps://), with TCP_NODELAY."""
+    sock = socket.create_connection((params.host, params.port), timeout=params.connection_timeout)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if params.ssl or ssl_context is not None:
+            context = ssl_context or make_ssl_context(params)
+            sock = context.wrap_socket(sock, server_hostname=server_hostname(params))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+@dataclasses.dataclass(frozen=True)
+class RecoveryPolicy:
+    """Automatic reconnection: exponential back-off with jitter between attempts.
+
+    ``max_attempts`` 0 means keep trying until ``close()``.
+    """
+
+    initial_delay: float = 0.5
+    max_delay: float = 30.0
+    multiplier: float = 2.0
+    max_attempts: int = 0
+
+    def delay(self, attempt: int) -> float:
+        base = min(self.max_delay, self.initial_delay * self.multiplier**attempt)
+        return base * (0.5 + random.random() / 2)

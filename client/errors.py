@@ -1,0 +1,222 @@
+"""Exceptions of the client.
+
+Broker closes carry the AMQP reply code, the reply text and the method that failed, and are
+raised as the class that names the code (``NotFound`` for 404 on a channel, ...).  No
+exception text ever contains a password: URLs are only ever shown through
+``ConnectionParameters``, whose repr masks it.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from amqwire.codec import METHODS
+
+
+def method_name(class_id: int, method_id: int) -> str:
+    """'queue.declare' for (50, 10); '' when the broker names no method (0, 0)."""
+    if not class_id:
+        return ""
+    method = METHODS.get(class_id << 16 | method_id)
+    return method.NAME if method is not None else f"{class_id}.{method_id}"
+
+
+class AMQPError(Exception):
+    """Base class of every error the client raises."""
+
+
+class InvalidStateError(AMQPError, RuntimeError):
+    """A call that is illegal in the current state, refused locally before anything is sent."""
+
+
+class AMQPConnectionError(AMQPError):
+    """The connection could not be made, or is no longer usable."""
+
+
+class AuthenticationError(AMQPConnectionError):
+    """The broker refused the credentials (or the mechanism) during the handshake."""
+
+
+class ConnectionLost(AMQPConnectionError):
+    """The socket closed or failed without a connection.close from the broker."""
+
+
+class HeartbeatTimeout(ConnectionLost):
+    """Nothing arrived from the broker for two heartbeat intervals."""
+
+
+class _Closed(AMQPError):
+    reply_code: int
+    reply_text: str
+    class_id: int
+    method_id: int
+    by_broker: bool
+
+    def __init__(
+        self,
+        reply_code: int,
+        reply_text: str = "",
+        class_id: int = 0,
+        method_id: int = 0,
+        *,
+        by_broker: bool = True,
+        channel: Optional[int] = None,
+    ) -> None:
+        self.reply_code = reply_code
+        self.reply_text = reply_text
+        self.class_id = class_id
+        self.method_id = method_id
+        self.by_broker = by_broker
+        self.channel = channel
+        super().__init__(reply_code, reply_text, class_id, method_id)
+
+    @property
+    def method_name(self) -> str:
+        return method_name(self.class_id, self.method_id)
+
+    def __str__(self) -> str:
+        what = "connection" if self.channel is None else f"channel {self.channel}"
+        who = "broker" if self.by_broker else "client"
+        text = f"{what} closed by the {who}: {self.reply_code} {self.reply_text}"
+        if self.class_id:
+            text += f" (on {self.method_name})"
+        return text
+
+    def __reduce__(self) -> Any:
+        return (
+            _rebuild_closed,
+            (type(self), self.reply_code, self.reply_text, self.class_id, self.method_id, self.by_broker, self.channel),
+        )
+
+
+def _rebuild_closed(cls: type, code: int, text: str, class_id: int, method_id: int, by_broker: bool, channel: Any) -> Any:
+    return cls(code, text, class_id, method_id, by_broker=by_broker, channel=channel)
+
+
+class ConnectionClosed(_Closed, AMQPConnectionError):
+    """connection.close, from the broker (``by_broker``) or by this client."""
+
+
+class ChannelClosed(_Closed):
+    """The channel was closed: by the broker with an error, or by this client."""
+
+
+class AccessRefused(ChannelClosed):
+    """403 ACCESS_REFUSED."""
+
+
+class NotFound(ChannelClosed):
+    """404 NOT_FOUND, e.g. a passive declare of something that does not exist."""
+
+
+class ResourceLocked(ChannelClosed):
+    """405 RESOURCE_LOCKED, e.g. an exclusive queue of another connection."""
+
+
+class PreconditionFailed(ChannelClosed):
+    """406 PRECONDITION_FAILED, e.g. a re-declare with other arguments, an unknown delivery tag."""
+
+
+_CHANNEL_ERRORS = {403: AccessRefused, 404: NotFound, 405: ResourceLocked, 406: PreconditionFailed}
+
+
+def channel_closed(
+    reply_code: int, reply_text: str, class_id: int, method_id: int, *, by_broker: bool, channel: int
+) -> ChannelClosed:
+    cls = _CHANNEL_ERRORS.get(reply_code, ChannelClosed) if by_broker else ChannelClosed
+    return cls(reply_code, reply_text, class_id, method_id, by_broker=by_broker, channel=channel)
+
+
+class PublishError(AMQPError):
+    """A confirmed publish did not make it: nacked, returned, or never confirmed."""
+
+
+class PublishNacked(PublishError):
+    def __init__(self, delivery_tag: int, failures: Optional[list] = None) -> None:
+        self.delivery_tag = delivery_tag
+        self.failures = failures if failures is not None else []
+        super().__init__(delivery_tag)
+
+    def __str__(self) -> str:
+        text = f"the broker nacked the publish with delivery tag {self.delivery_tag}"
+        if len(self.failures) > 1:
+            text += f" ({len(self.failures)} publishes failed)"
+        return text
+
+
+class MessageReturned(PublishError):
+    """A mandatory publish could not be routed (312 NO_ROUTE) and came back."""
+
+    def __init__(self, message: Any, delivery_tag: int = 0, failures: Optional[list] = None) -> None:
+        self.message = message
+        self.reply_code = message.reply_code
+        self.reply_text = message.reply_text
+        self.exchange = message.exchange
+        self.routing_key = message.routing_key
+        self.delivery_tag = delivery_tag
+        self.failures = failures if failures is not None else []
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return (
+            f"the broker returned the message: {self.reply_code} {self.reply_text} "
+            f"(exchange {self.exchange!r}, routing key {self.routing_key!r})"
+        )
+
+
+class PublishUnconfirmed(PublishError):
+    """The connection or channel went away before the broker confirmed the publish."""
+
+    def __init__(self, delivery_tag: int, cause: Optional[BaseException] = None) -> None:
+        self.delivery_tag = delivery_tag
+        self.cause = cause
+        super().__init__(delivery_tag)
+
+    def __str__(self) -> str:
+        text = f"publish with delivery tag {self.delivery_tag} was never confirmed"
+        if self.cause is not None:
+            text += f": {self.cause}"
+        return text
+
+
+class ConsumerCancelled(AMQPError):
+    """The broker cancelled the consumer (its queue was deleted, or the node failed)."""
+
+    def __init__(self, consumer_tag: str) -> None:
+        self.consumer_tag = consumer_tag
+        super().__init__(consumer_tag)
+
+    def __str__(self) -> str:
+        return f"the broker cancelled consumer {self.consumer_tag!r}"
+
+
+class ConnectionBlockedError(AMQPError):
+    """Publishing while the broker blocks the connection, with blocked_action='raise'."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+    def __str__(self) -> str:
+        return f"the broker blocked the connection: {self.reason}"
+
+
+__all__ = [
+    "AMQPError",
+    "InvalidStateError",
+    "AMQPConnectionError",
+    "AuthenticationError",
+    "ConnectionLost",
+    "HeartbeatTimeout",
+    "ConnectionClosed",
+    "ChannelClosed",
+    "AccessRefused",
+    "NotFound",
+    "ResourceLocked",
+    "PreconditionFailed",
+    "PublishError",
+    "PublishNacked",
+    "MessageReturned",
+    "PublishUnconfirmed",
+    "ConsumerCancelled",
+    "ConnectionBlockedError",
+]

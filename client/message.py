@@ -1,0 +1,101 @@
+"""Messages as the client hands them to users."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from amqwire.codec import BasicProperties
+
+
+class Message:
+    """A delivered message (basic.deliver or basic.get-ok) with its content.
+
+    ``channel`` is the transport's Channel object (None in the bare protocol core);
+    ``ack``/``nack``/``reject`` go through it, and are coroutines on the asyncio transport.
+    """
+
+    __slots__ = (
+        "channel_id",
+        "channel",
+        "consumer_tag",
+        "delivery_tag",
+        "redelivered",
+        "exchange",
+        "routing_key",
+        "message_count",
+        "properties",
+        "body",
+    )
+
+    def __init__(
+        self,
+        channel_id: int,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        properties: BasicProperties,
+        body: bytes,
+        consumer_tag: Optional[str] = None,
+        message_count: Optional[int] = None,
+        channel: Any = None,
+    ) -> None:
+        self.channel_id = channel_id
+        self.channel = channel
+        self.consumer_tag = consumer_tag
+        self.delivery_tag = delivery_tag
+        self.redelivered = redelivered
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.message_count = message_count
+        self.properties = properties
+        self.body = body
+
+    def _target(self) -> Any:
+        if self.channel is None:
+            raise AttributeError("this message is not attached to a channel; ack through the protocol core")
+        return self.channel
+
+    def ack(self, multiple: bool = False) -> Any:
+        return self._target().basic_ack(self.delivery_tag, multiple)
+
+    def nack(self, multiple: bool = False, requeue: bool = True) -> Any:
+        return self._target().basic_nack(self.delivery_tag, multiple, requeue)
+
+    def reject(self, requeue: bool = True) -> Any:
+        return self._target().basic_reject(self.delivery_tag, requeue)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Message channel={self.channel_id} delivery_tag={self.delivery_tag} "
+            f"exchange={self.exchange!r} routing_key={self.routing_key!r} body={len(self.body)} bytes>"
+        )
+
+
+class ReturnedMessage:
+    """A message the broker could not route and sent back (basic.return)."""
+
+    __slots__ = ("channel_id", "reply_code", "reply_text", "exchange", "routing_key", "properties", "body")
+
+    def __init__(
+        self,
+        channel_id: int,
+        reply_code: int,
+        reply_text: str,
+        exchange: str,
+        routing_key: str,
+        properties: BasicProperties,
+        body: bytes,
+    ) -> None:
+        self.channel_id = channel_id
+        self.reply_code = reply_code
+        self.reply_text = reply_text
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.properties = properties
+        self.body = body
+
+    def __repr__(self) -> str:
+        return (
+            f"<ReturnedMessage {self.reply_code} {self.reply_text} exchange={self.exchange!r} "
+            f"routing_key={self.routing_key!r} body={len(self.body)} bytes>"
+        )

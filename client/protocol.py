@@ -1,0 +1,996 @@
+"""The sans-IO protocol core: bytes in -> events out, calls in -> bytes out.
+
+``ConnectionProtocol`` holds no socket and never blocks.  A transport feeds it what it reads
+(``receive_data``), acts on the events it returns, and writes what ``data_to_send`` (or
+``buffers_to_send``) hands back.  It speaks the client side of AMQP 0-9-1 with RabbitMQ's
+extensions: the handshake, channel 0 control, channel lifecycle, one outstanding synchronous
+request per channel, content assembly (in the codec's CommandParser), publisher confirms,
+returns, consumer cancel notifications and channel.flow.
+
+Illegal calls raise ``InvalidStateError`` before anything is queued.  Errors of the peer
+(a malformed frame, a method out of place) raise the codec's error from ``receive_data``
+after queuing a connection.close with its reply code; the connection is then closed.
+"""
+from __future__ import annotations
+
+import logging
+import platform
+from collections import deque
+from typing import Any, Callable, Optional, Union
+
+from amqwire.codec import (
+    AMQPSyntaxError,
+    BasicAck,
+    BasicCancel,
+    BasicCancelOk,
+    BasicDeliver,
+    BasicGetEmpty,
+    BasicGetOk,
+    BasicNack,
+    BasicProperties,
+    BasicPublish,
+    BasicReject,
+    BasicReturn,
+    ChannelClose,
+    ChannelCloseOk,
+    ChannelFlow,
+    ChannelFlowOk,
+    ChannelOpen,
+    ChannelOpenOk,
+    CodecError,
+    CommandParser,
+    ConfirmSelect,
+    ConnectionBlocked as _ConnectionBlockedMethod,
+    ConnectionClose,
+    ConnectionCloseOk,
+    ConnectionOpen,
+    ConnectionOpenOk,
+    ConnectionSecure,
+    ConnectionSecureOk,
+    ConnectionStart,
+    ConnectionStartOk,
+    ConnectionTune,
+    ConnectionTuneOk,
+    ConnectionUnblocked as _ConnectionUnblockedMethod,
+    ConnectionUpdateSecret,
+    ConnectionUpdateSecretOk,
+    FrameWriter,
+    PROTOCOL_HEADER,
+    TxSelect,
+    UnexpectedFrame,
+    encode_publish_iov,
+    encode_table,
+)
+from amqwire.codec.parser import Command, Heartbeat
+
+from .errors import AuthenticationError, InvalidStateError, method_name
+from .message import Message, ReturnedMessage
+
+log = logging.getLogger("amqwire.client")
+
+__all__ = [
+    "ConnectionProtocol",
+    "ConfirmTracker",
+    "HeartbeatMonitor",
+    "ConnectionOpened",
+    "ConnectionClosedEvent",
+    "ConnectionBlocked",
+    "ConnectionUnblocked",
+    "SecretUpdated",
+    "ChannelOpened",
+    "ChannelClosedEvent",
+    "MethodReply",
+    "GetResult",
+    "Confirmed",
+    "ConsumerCancelled",
+    "ChannelFlowChanged",
+    "Message",
+    "ReturnedMessage",
+    "CLIENT_CAPABILITIES",
+]
+
+VERSION = "0.1.0"
+
+# What this client handles, advertised in connection.start-ok's client properties.
+CLIENT_CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+}
+
+# Bodies at least this big go out as memoryview slices of the caller's buffer (sendmsg).
+ZERO_COPY_THRESHOLD = 65536
+
+_REPLY_SUCCESS = 200
+_FRAME_ERROR = 501
+_UNEXPECTED_FRAME = 505
+_COMMAND_INVALID = 503
+_CHANNEL_ERROR = 504
+
+
+# --------------------------------------------------------------------------- events
+
+
+class _Event:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+
+class ConnectionOpened(_Event):
+    """The handshake finished: connection.open-ok arrived."""
+
+    __slots__ = ("server_properties", "channel_max", "frame_max", "heartbeat")
+
+    def __init__(self, server_properties: dict, channel_max: int, frame_max: int, heartbeat: int) -> None:
+        self.server_properties = server_properties
+        self.channel_max = channel_max
+        self.frame_max = frame_max
+        self.heartbeat = heartbeat
+
+
+class ConnectionClosedEvent(_Event):
+    """The connection is closed: by the broker's connection.close, or ours was answered.
+
+    ``handshake`` tells that it happened before connection.open-ok (403 there means the
+    broker refused the login).
+    """
+
+    __slots__ = ("reply_code", "reply_text", "class_id", "method_id", "by_broker", "handshake")
+
+    def __init__(
+        self, reply_code: int, reply_text: str, class_id: int, method_id: int, by_broker: bool, handshake: bool = False
+    ) -> None:
+        self.reply_code = reply_code
+        self.reply_text = reply_text
+        self.class_id = class_id
+        self.method_id = method_id
+        self.by_broker = by_broker
+        self.handshake = handshake
+
+
+class ConnectionBlocked(_Event):
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class ConnectionUnblocked(_Event):
+    __slots__ = ()
+
+
+class SecretUpdated(_Event):
+    __slots__ = ()
+
+
+class ChannelOpened(_Event):
+    __slots__ = ("channel",)
+
+    def __init__(self, channel: int) -> None:
+        self.channel = channel
+
+
+class ChannelClosedEvent(_Event):
+    """The channel is closed and its number free again.  ``unconfirmed``: the tokens of
+    publishes the broker never confirmed on it."""
+
+    __slots__ = ("channel", "reply_code", "reply_text", "class_id", "method_id", "by_broker", "unconfirmed")
+
+    def __init__(
+        self,
+        channel: int,
+        reply_code: int,
+        reply_text: str,
+        class_id: int,
+        method_id: int,
+        by_broker: bool,
+        unconfirmed: Optional[list] = None,
+    ) -> None:
+        self.channel = channel
+        self.unconfirmed = unconfirmed if unconfirmed is not None else []
+        self.reply_code = reply_code
+        self.reply_text = reply_text
+        self.class_id = class_id
+        self.method_id = method_id
+        self.by_broker = by_broker
+
+
+class MethodReply(_Event):
+    """The reply to the channel's outstanding synchronous request."""
+
+    __slots__ = ("channel", "method")
+
+    def __init__(self, channel: int, method: Any) -> None:
+        self.channel = channel
+        self.method = method
+
+
+class GetResult(_Event):
+    """The reply to basic.get: a Message (get-ok) or None (get-empty)."""
+
+    __slots__ = ("channel", "message")
+
+    def __init__(self, channel: int, message: Optional[Message]) -> None:
+        self.channel = channel
+        self.message = message
+
+
+class Confirmed(_Event):
+    """Publisher confirms: the publishes ``seqnos`` (with the tokens given to publish) were
+    acked (``ack``) or nacked by the broker.  ``returned`` maps the seqnos among them that
+    came back as basic.return first (mandatory, unroutable) to their ReturnedMessage."""
+
+    __slots__ = ("channel", "ack", "seqnos", "tokens", "returned")
+
+    def __init__(self, channel: int, ack: bool, seqnos: list, tokens: list, returned: Optional[dict]) -> None:
+        self.channel = channel
+        self.ack = ack
+        self.seqnos = seqnos
+        self.tokens = tokens
+        self.returned = returned
+
+
+class ConsumerCancelled(_Event):
+    """The broker cancelled a consumer (basic.cancel from the server); cancel-ok is sent."""
+
+    __slots__ = ("channel", "consumer_tag")
+
+    def __init__(self, channel: int, consumer_tag: str) -> None:
+        self.channel = channel
+        self.consumer_tag = consumer_tag
+
+
+class ChannelFlowChanged(_Event):
+    """channel.flow from the broker; flow-ok is sent.  Inactive: stop publishing."""
+
+    __slots__ = ("channel", "active")
+
+    def __init__(self, channel: int, active: bool) -> None:
+        self.channel = channel
+        self.active = active
+
+
+Event = Union[
+    ConnectionOpened,
+    ConnectionClosedEvent,
+    ConnectionBlocked,
+    ConnectionUnblocked,
+    SecretUpdated,
+    ChannelOpened,
+    ChannelClosedEvent,
+    MethodReply,
+    GetResult,
+    Confirmed,
+    ConsumerCancelled,
+    ChannelFlowChanged,
+    Message,
+    ReturnedMessage,
+]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class ConfirmTracker:
+    """Publisher-confirm sequence numbers of one channel.
+
+    Seqnos are consecutive from 1; the unresolved ones live in a deque indexed from
+    ``base`` (the lowest unresolved), so in-order acks, single or multiple, cost O(1) each
+    and an out-of-order single ack just marks its slot.
+    """
+
+    __slots__ = ("base", "slots", "mandatory", "returned")
+    _DONE = object()
+
+    def __init__(self) -> None:
+        self.base = 1
+        self.slots: deque = deque()
+        # seqno -> (exchange, routing_key) of unconfirmed mandatory publishes, in order
+        self.mandatory: dict[int, tuple[str, str]] = {}
+        self.returned: dict[int, ReturnedMessage] = {}
+
+    @property
+    def next_seqno(self) -> int:
+        return self.base + len(self.slots)
+
+    def __len__(self) -> int:
+        """Unconfirmed publishes."""
+        done = self._DONE
+        return sum(1 for token in self.slots if token is not done)
+
+    def add(self, token: Any) -> int:
+        self.slots.append(token)
+        return self.base + len(self.slots) - 1
+
+    def resolve(self, delivery_tag: int, multiple: bool) -> tuple[list, list]:
+        """Seqnos and tokens settled by an ack/nack; unknown tags settle nothing."""
+        slots = self.slots
+        done = self._DONE
+        seqnos: list = []
+        tokens: list = []
+        if multiple:
+            base = self.base
+            while slots and base <= delivery_tag:
+                token = slots.popleft()
+                if token is not done:
+                    seqnos.append(base)
+                    tokens.append(token)
+                base += 1
+            self.base = base
+            return seqnos, tokens
+        index = delivery_tag - self.base
+        if index < 0 or index >= len(slots):
+            return seqnos, tokens
+        token = slots[index]
+        if token is done:
+            return seqnos, tokens
+        seqnos.append(delivery_tag)
+        tokens.append(token)
+        if index == 0:
+            slots.popleft()
+            self.base += 1
+            while slots and slots[0] is done:
+                slots.popleft()
+                self.base += 1
+        else:
+            slots[index] = done
+        return seqnos, tokens
+
+    def drain(self) -> tuple[list, list]:
+        """Everything unresolved (the channel or connection is gone)."""
+        done = self._DONE
+        seqnos = []
+        tokens = []
+        for offset, token in enumerate(self.slots):
+            if token is not done:
+                seqnos.append(self.base + offset)
+                tokens.append(token)
+        self.base += len(self.slots)
+        self.slots.clear()
+        self.mandatory.clear()
+        self.returned.clear()
+        return seqnos, tokens
+
+
+class HeartbeatMonitor:
+    """When to send a heartbeat and when the peer counts as dead, given the clock.
+
+    A heartbeat goes out every interval/2 (what RabbitMQ does itself); the peer is dead
+    when nothing at all arrived for two intervals.  The caller passes ``now`` in.
+    """
+
+    __slots__ = ("interval", "last_received", "last_sent")
+
+    def __init__(self, interval: float, now: float) -> None:
+        self.interval = interval
+        self.last_received = now
+        self.last_sent = now
+
+    def received(self, now: float) -> None:
+        self.last_received = now
+
+    def sent(self, now: float) -> None:
+        self.last_sent = now
+
+    def send_due(self, now: float) -> bool:
+        return bool(self.interval) and now - self.last_sent >= self.interval / 2
+
+    def timed_out(self, now: float) -> bool:
+        return bool(self.interval) and now - self.last_received > 2 * self.interval
+
+    def next_deadline(self, now: float) -> Optional[float]:
+        """Seconds until something is due (None when heartbeats are off)."""
+        if not self.interval:
+            return None
+        due = min(self.last_sent + self.interval / 2, self.last_received + 2 * self.interval)
+        return max(0.0, due - now)
+
+
+def _negotiate(client: int, server: int) -> int:
+    """The lower non-zero of the two; 0 only when both are 0 (no limit)."""
+    if client and server:
+        return min(client, server)
+    return client or server
+
+
+def _text(value: Union[bytes, str]) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
+
+
+# --------------------------------------------------------------------------- the core
+
+_CLOSED, _OPENING, _OPEN, _CLOSING = 0, 1, 2, 3
+
+
+class ChannelState:
+    """What the core knows about one channel."""
+
+    __slots__ = ("id", "state", "pending", "confirms", "tx", "flow_active", "last_delivery_tag", "close_reason")
+
+    def __init__(self, channel_id: int) -> None:
+        self.id = channel_id
+        self.state = _OPENING
+        self.pending: Any = None  # the outstanding synchronous request (a method object)
+        self.confirms: Optional[ConfirmTracker] = None
+        self.tx = False
+        self.flow_active = True
+        self.last_delivery_tag = 0
+        self.close_reason: Optional[tuple] = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.state == _OPEN
+
+
+class ConnectionProtocol:
+    """The client side of one AMQP 0-9-1 connection, without I/O."""
+
+    def __init__(
+        self,
+        username: str = "guest",
+        password: str = "guest",
+        vhost: str = "/",
+        *,
+        auth_mechanism: str = "PLAIN",
+        channel_max: int = 2047,
+        frame_max: int = 131072,
+        heartbeat: int = 60,
+        client_properties: Optional[dict] = None,
+        locale: str = "en_US",
+        on_secure: Optional[Callable[[bytes], bytes]] = None,
+    ) -> None:
+        if auth_mechanism not in ("PLAIN", "AMQPLAIN", "EXTERNAL"):
+            raise ValueError(f"auth_mechanism must be PLAIN, AMQPLAIN or EXTERNAL, not {auth_mechanism!r}")
+        self._username = username
+        self._password = password
+        self.vhost = vhost
+        self.auth_mechanism = auth_mechanism
+        self._want_channel_max = channel_max
+        self._want_frame_max = frame_max
+        self._want_heartbeat = heartbeat
+        self._locale = locale
+        self._on_secure = on_secure
+        props = {
+            "product": "amqwire",
+            "version": VERSION,
+            "platform": f"Python {platform.python_version()}",
+            "information": "https://pypi.org/project/amqwire/",
+            "capabilities": dict(CLIENT_CAPABILITIES),
+        }
+        if client_properties:
+            extra = dict(client_properties)
+            caps = extra.pop("capabilities", None)
+            props.update(extra)
+            if caps:
+                props["capabilities"].update(caps)
+        self.client_properties = props
+        self.state = "new"
+        self.server_properties: dict = {}
+        self.channel_max = 0
+        self.frame_max = 0
+        self.heartbeat = 0
+        self.blocked: Optional[str] = None
+        self.close_reason: Optional[ConnectionClosedEvent] = None
+        self._parser = CommandParser(max(frame_max or 131072, 4096) if frame_max else 131072)
+        self._writer = FrameWriter(max(frame_max, 4096) if frame_max else 131072)
+        self._iov: list = []
+        self._channels: dict[int, ChannelState] = {}
+        self._next_channel = 1
+        self._secret_pending = False
+
+    def __repr__(self) -> str:
+        return f"<ConnectionProtocol {self.state} user={self._username!r} vhost={self.vhost!r} channels={len(self._channels)}>"
+
+    # ------------------------------------------------------------------ output
+
+    def data_to_send(self) -> bytes:
+        """All bytes queued so far, as one bytes object (joins big bodies: a copy)."""
+        if self._iov:
+            return b"".join(self.buffers_to_send())
+        return self._writer.take()
+
+    def buffers_to_send(self) -> list:
+        """All output queued so far as a list of buffers for ``socket.sendmsg``: big bodies
+        are memoryview slices of the caller's body, not copies."""
+        if self._iov:
+            self._spill_writer()
+            pieces, self._iov = self._iov, []
+            return pieces
+        data = self._writer.take()
+        return [data] if data else []
+
+    @property
+    def pending_output(self) -> int:
+        """Bytes queued in the writer (not counting zero-copy pieces)."""
+        return len(self._writer) + sum(len(p) for p in self._iov)
+
+    def _spill_writer(self) -> None:
+        if len(self._writer):
+            self._iov.append(self._writer.take())
+
+    # ------------------------------------------------------------------ handshake / connection
+
+    def initiate(self) -> None:
+        """Queue the protocol header; the broker answers with connection.start."""
+        if self.state != "new":
+            raise InvalidStateError(f"the connection was already started (state {self.state})")
+        self._writer.protocol_header()
+        self.state = "handshake"
+
+    def _check_open(self) -> None:
+        if self.state != "open":
+            if self.state == "handshake" or self.state == "new":
+                raise InvalidStateError("the connection is not open yet (handshake not finished)")
+            raise InvalidStateError(f"the connection is {self.state}")
+
+    def close(self, reply_code: int = _REPLY_SUCCESS, reply_text: str = "Normal shutdown") -> None:
+        """Queue connection.close; ConnectionClosedEvent follows when close-ok arrives."""
+        if self.state in ("closing", "closed"):
+            return
+        if self.state == "new":
+            self.state = "closed"
+            return
+        self._writer.method(0, ConnectionClose(reply_code, reply_text, 0, 0))
+        self._set_state("closing")
+
+    def _set_state(self, state: str) -> None:
+        """Connection state; once closing, no channel takes calls any more."""
+        self.state = state
+        if state in ("closing", "closed"):
+            for channel in self._channels.values():
+                channel.state = _CLOSED
+
+    def send_heartbeat(self) -> None:
+        if self.state in ("open", "handshake", "closing"):
+            self._writer.heartbeat()
+
+    def update_secret(self, new_secret: Union[str, bytes], reason: str) -> None:
+        self._check_open()
+        if self._secret_pending:
+            raise InvalidStateError("an update-secret is already waiting for its reply")
+        self._writer.method(0, ConnectionUpdateSecret(new_secret, reason))
+        self._secret_pending = True
+
+    def _start_ok(self, start: Any) -> None:
+        if (start.version_major, start.version_minor) != (0, 9):
+            raise UnexpectedFrame(
+                f"the broker speaks AMQP {start.version_major}-{start.version_minor}, not 0-9", offset=0
+            )
+        self.server_properties = dict(start.server_properties)
+        offered = _text(start.mechanisms).split()
+        if self.auth_mechanism not in offered:
+            self.state = "closed"
+            raise AuthenticationError(
+                f"the broker does not offer the {self.auth_mechanism} mechanism (it offers {', '.join(offered) or 'none'})"
+            )
+        self._writer.method(
+            0,
+            ConnectionStartOk(self.client_properties, self.auth_mechanism, self._auth_response(), self._locale),
+        )
+
+    def _auth_response(self) -> bytes:
+        if self.auth_mechanism == "PLAIN":
+            return b"\x00" + self._username.encode() + b"\x00" + self._password.encode()
+        if self.auth_mechanism == "AMQPLAIN":
+            # A field table without its length prefix, as RabbitMQ reads it.
+            return encode_table({"LOGIN": self._username, "PASSWORD": self._password})[4:]
+        return b""
+
+    def _tune_ok(self, tune: Any) -> None:
+        channel_max = _negotiate(self._want_channel_max, tune.channel_max) or 65535
+        frame_max = _negotiate(self._want_frame_max, tune.frame_max) or 131072
+        heartbeat = _negotiate(self._want_heartbeat, tune.heartbeat)
+        if frame_max < 4096:
+            raise UnexpectedFrame(f"the broker proposed frame_max {tune.frame_max}, below the minimum 4096", offset=0)
+        self.channel_max = min(channel_max, 65535)
+        self.frame_max = frame_max
+        self.heartbeat = heartbeat
+        self._parser.frame_max = frame_max
+        self._writer.frame_max = frame_max
+        self._writer.method(0, ConnectionTuneOk(self.channel_max, frame_max, heartbeat))
+        self._writer.method(0, ConnectionOpen(self.vhost))
+
+    def _on_connection_method(self, method: Any, events: list) -> None:
+        cls = type(method)
+        if self.state == "closing":
+            if cls is ConnectionCloseOk:
+                self._finish_close(events, self._local_close_event())
+            elif cls is ConnectionClose:
+                self._writer.method(0, ConnectionCloseOk())
+                self._finish_close(events, self._broker_close_event(method))
+            return  # everything else is discarded while closing, as the spec says
+        if cls is ConnectionClose:
+            self._writer.method(0, ConnectionCloseOk())
+            self._finish_close(events, self._broker_close_event(method))
+        elif self.state == "handshake":
+            if cls is ConnectionStart and not self.server_properties:
+                self._start_ok(method)
+            elif cls is ConnectionSecure:
+                if self._on_secure is None:
+                    self.state = "closed"
+                    raise AuthenticationError(
+                        f"the broker sent a {self.auth_mechanism} challenge and no on_secure handler was given"
+                    )
+                self._writer.method(0, ConnectionSecureOk(self._on_secure(method.challenge)))
+            elif cls is ConnectionTune and self.server_properties:
+                self._tune_ok(method)
+            elif cls is ConnectionOpenOk and self.frame_max:
+                self.state = "open"
+                events.append(ConnectionOpened(self.server_properties, self.channel_max, self.frame_max, self.heartbeat))
+            else:
+                self._protocol_error(_COMMAND_INVALID, f"unexpected {method.NAME} during the handshake", method)
+        elif cls is _ConnectionBlockedMethod:
+            self.blocked = method.reason
+            events.append(ConnectionBlocked(method.reason))
+        elif cls is _ConnectionUnblockedMethod:
+            self.blocked = None
+            events.append(ConnectionUnblocked())
+        elif cls is ConnectionUpdateSecretOk and self._secret_pending:
+            self._secret_pending = False
+            events.append(SecretUpdated())
+        else:
+            self._protocol_error(_COMMAND_INVALID, f"unexpected {method.NAME} on channel 0", method)
+
+    def _broker_close_event(self, method: Any) -> ConnectionClosedEvent:
+        return ConnectionClosedEvent(
+            method.reply_code, method.reply_text, method.class_id, method.method_id, True, self.frame_max == 0 or self.state == "handshake"
+        )
+
+    def _local_close_event(self) -> ConnectionClosedEvent:
+        return ConnectionClosedEvent(_REPLY_SUCCESS, "Normal shutdown", 0, 0, False)
+
+    def _finish_close(self, events: list, event: ConnectionClosedEvent) -> None:
+        handshake = self.state == "handshake"
+        event.handshake = event.handshake or handshake
+        self._set_state("closed")
+        self.close_reason = event
+        events.append(event)
+
+    def _protocol_error(self, reply_code: int, text: str, method: Any = None) -> None:
+        """The broker broke the protocol: close the connection with reply_code, then raise."""
+        class_id = method.CLASS_ID if method is not None else 0
+        method_id = method.METHOD_ID if method is not None else 0
+        if self.state not in ("closing", "closed", "new"):
+            self._writer.method(0, ConnectionClose(reply_code, text[:255], class_id, method_id))
+        self._set_state("closed")
+        error = UnexpectedFrame(text, offset=0) if reply_code == _UNEXPECTED_FRAME else AMQPSyntaxError(text, offset=0)
+        error.reply_code = reply_code
+        raise error
+
+    # ------------------------------------------------------------------ input
+
+    def receive_data(self, data: Any) -> list:
+        """Feed bytes from the broker; returns the events they complete, in order."""
+        if self.state == "closed":
+            return []
+        try:
+            items = self._parser.feed(data)
+        except CodecError as exc:
+            events = self._handle(exc.parsed or [])
+            if self.state not in ("closing", "closed"):
+                self._writer.method(0, ConnectionClose(exc.reply_code, str(exc)[:255], 0, 0))
+            self._set_state("closed")
+            exc.events = events  # type: ignore[attr-defined]
+            raise
+        return self._handle(items)
+
+    def _handle(self, items: list) -> list:
+        events: list = []
+        channels = self._channels
+        for item in items:
+            if type(item) is not Command:
+                if type(item) is Heartbeat:
+                    continue
+                self._protocol_error(_UNEXPECTED_FRAME, f"unexpected {item!r} from the broker")
+            method = item.method
+            channel = item.channel
+            if type(method) is BasicDeliver:
+                state = channels.get(channel)
+                if state is None or state.state != _OPEN:
+                    continue  # late delivery to a channel we are closing
+                tag = method.delivery_tag
+                state.last_delivery_tag = tag
+                events.append(
+                    Message(
+                        channel,
+                        tag,
+                        method.redelivered,
+                        method.exchange,
+                        method.routing_key,
+                        item.properties,
+                        item.body,
+                        method.consumer_tag,
+                    )
+                )
+            elif channel == 0:
+                self._on_connection_method(method, events)
+            elif self.state != "open":
+                if self.state == "closing":
+                    continue
+                self._protocol_error(_COMMAND_INVALID, f"{method.NAME} on channel {channel} before the connection is open", method)
+            else:
+                self._on_channel_method(channel, method, item, events)
+        return events
+
+    def _on_channel_method(self, channel: int, method: Any, command: Any, events: list) -> None:
+        state = self._channels.get(channel)
+        cls = type(method)
+        if state is None:
+            self._protocol_error(_CHANNEL_ERROR, f"{method.NAME} on channel {channel}, which is not open", method)
+            return
+        if state.state == _CLOSING:
+            if cls is ChannelCloseOk:
+                unconfirmed = self._release(channel)
+                reason = state.close_reason or (_REPLY_SUCCESS, "Normal shutdown", 0, 0, False)
+                events.append(ChannelClosedEvent(channel, *reason, unconfirmed))
+            elif cls is ChannelClose:
+                self._writer.method(channel, ChannelCloseOk())
+                state.close_reason = (method.reply_code, method.reply_text, method.class_id, method.method_id, True)
+            return  # the rest is discarded while closing
+        if cls is BasicAck or cls is BasicNack:
+            self._on_confirm(state, method, cls is BasicAck, events)
+            return
+        if cls is BasicReturn:
+            returned = ReturnedMessage(
+                channel,
+                method.reply_code,
+                method.reply_text,
+                method.exchange,
+                method.routing_key,
+                command.properties,
+                command.body,
+            )
+            confirms = state.confirms
+            if confirms is not None and confirms.mandatory:
+                for seqno, target in confirms.mandatory.items():
+                    if target == (returned.exchange, returned.routing_key) and seqno not in confirms.returned:
+                        confirms.returned[seqno] = returned
+                        break
+            events.append(returned)
+            return
+        if cls is ChannelClose:
+            self._writer.method(channel, ChannelCloseOk())
+            unconfirmed = self._release(channel)
+            events.append(
+                ChannelClosedEvent(
+                    channel, method.reply_code, method.reply_text, method.class_id, method.method_id, True, unconfirmed
+                )
+            )
+            return
+        if cls is BasicCancel:
+            if not method.nowait:
+                self._writer.method(channel, BasicCancelOk(method.consumer_tag))
+            events.append(ConsumerCancelled(channel, method.consumer_tag))
+            return
+        if cls is ChannelFlow:
+            state.flow_active = method.active
+            self._writer.method(channel, ChannelFlowOk(method.active))
+            events.append(ChannelFlowChanged(channel, method.active))
+            return
+        pending = state.pending
+        if pending is None or method.INDEX not in pending.RESPONSES:
+            waiting = f" (waiting for the reply to {pending.NAME})" if pending is not None else ""
+            self._protocol_error(_COMMAND_INVALID, f"unexpected {method.NAME} on channel {channel}{waiting}", method)
+            return
+        state.pending = None
+        if cls is ChannelOpenOk:
+            state.state = _OPEN
+            events.append(ChannelOpened(channel))
+        elif cls is BasicGetOk:
+            state.last_delivery_tag = method.delivery_tag
+            message = Message(
+                channel,
+                method.delivery_tag,
+                method.redelivered,
+                method.exchange,
+                method.routing_key,
+                command.properties,
+                command.body,
+                None,
+                method.message_count,
+            )
+            events.append(GetResult(channel, message))
+        elif cls is BasicGetEmpty:
+            events.append(GetResult(channel, None))
+        else:
+            events.append(MethodReply(channel, method))
+
+    def _on_confirm(self, state: ChannelState, method: Any, ack: bool, events: list) -> None:
+        confirms = state.confirms
+        if confirms is None:
+            self._protocol_error(
+                _COMMAND_INVALID, f"{method.NAME} on channel {state.id}, which is not in confirm mode", method
+            )
+            return
+        seqnos, tokens = confirms.resolve(method.delivery_tag, method.multiple)
+        if not seqnos:
+            log.warning("channel %d: %s for delivery tag %d, which is not unconfirmed; ignored",
+                        state.id, method.NAME, method.delivery_tag)
+            return
+        returned = None
+        if confirms.mandatory:
+            mandatory = confirms.mandatory
+            for seqno in seqnos:
+                if mandatory.pop(seqno, None) is not None and seqno in confirms.returned:
+                    if returned is None:
+                        returned = {}
+                    returned[seqno] = confirms.returned.pop(seqno)
+        events.append(Confirmed(state.id, ack, seqnos, tokens, returned))
+
+    # ------------------------------------------------------------------ channels
+
+    def channel_state(self, channel: int) -> Optional[ChannelState]:
+        return self._channels.get(channel)
+
+    @property
+    def channels(self) -> list[int]:
+        return sorted(self._channels)
+
+    def open_channel(self, channel_id: Optional[int] = None) -> int:
+        """Allocate a channel number (the lowest free one unless given) and queue channel.open."""
+        self._check_open()
+        if channel_id is None:
+            channel_id = self._allocate()
+        elif not isinstance(channel_id, int) or isinstance(channel_id, bool) or not 1 <= channel_id <= self.channel_max:
+            raise InvalidStateError(f"channel number must be between 1 and {self.channel_max}, not {channel_id!r}")
+        elif channel_id in self._channels:
+            raise InvalidStateError(f"channel {channel_id} is already in use")
+        state = ChannelState(channel_id)
+        state.pending = ChannelOpen()
+        self._channels[channel_id] = state
+        self._writer.method(channel_id, state.pending)
+        return channel_id
+
+    def _allocate(self) -> int:
+        channels = self._channels
+        if len(channels) >= self.channel_max:
+            raise InvalidStateError(f"all {self.channel_max} channels are in use (channel_max)")
+        candidate = self._next_channel
+        while candidate in channels:
+            candidate = candidate + 1 if candidate < self.channel_max else 1
+        self._next_channel = candidate + 1 if candidate < self.channel_max else 1
+        return candidate
+
+    def _release(self, channel: int) -> list:
+        """Free the channel number; returns the tokens of its unconfirmed publishes."""
+        state = self._channels.pop(channel, None)
+        if channel < self._next_channel:
+            self._next_channel = channel
+        if state is None or state.confirms is None:
+            return []
+        return state.confirms.drain()[1]
+
+    def close_channel(self, channel: int, reply_code: int = _REPLY_SUCCESS, reply_text: str = "Normal shutdown") -> None:
+        """Queue channel.close; ChannelClosedEvent follows when close-ok arrives."""
+        state = self._open_state(channel, allow_opening=True)
+        if state.state == _CLOSING:
+            return
+        state.state = _CLOSING
+        state.pending = None
+        self._writer.method(channel, ChannelClose(reply_code, reply_text, 0, 0))
+
+    def _open_state(self, channel: int, allow_opening: bool = False) -> ChannelState:
+        state = self._channels.get(channel)
+        if state is not None and (state.state == _OPEN or (allow_opening and state.state != _CLOSING)):
+            return state
+        if self.state != "open":
+            self._check_open()
+        if state is None:
+            raise InvalidStateError(f"channel {channel} is not open")
+        if state.state == _CLOSING:
+            raise InvalidStateError(f"channel {channel} is closing")
+        raise InvalidStateError(f"channel {channel} is still opening (wait for channel.open-ok)")
+
+    def send_method(self, channel: int, method: Any) -> None:
+        """Queue a method without content on an open channel.
+
+        A synchronous request (one with replies, and no nowait) becomes the channel's
+        outstanding request; a second one before the reply raises InvalidStateError.
+        """
+        state = self._open_state(channel)
+        cls = type(method)
+        if method.HAS_CONTENT:
+            raise InvalidStateError(f"{method.NAME} carries content: use publish()")
+        if cls is ChannelClose or cls is ChannelOpen:
+            raise InvalidStateError(f"use {'close_channel' if cls is ChannelClose else 'open_channel'}() for {method.NAME}")
+        if method.CLASS_ID == 10:
+            raise InvalidStateError(f"{method.NAME} is a connection method; it cannot go on channel {channel}")
+        if method.RESPONSES and not getattr(method, "nowait", False):
+            if state.pending is not None:
+                raise InvalidStateError(
+                    f"channel {channel} is waiting for the reply to {state.pending.NAME}; "
+                    f"one synchronous request at a time per channel"
+                )
+            reply_expected = True
+        else:
+            reply_expected = False
+        if cls is ConfirmSelect:
+            if state.tx:
+                raise InvalidStateError(f"channel {channel} is transactional; it cannot also be in confirm mode")
+            if state.confirms is None:
+                state.confirms = ConfirmTracker()
+        elif cls is TxSelect and state.confirms is not None:
+            raise InvalidStateError(f"channel {channel} is in confirm mode; it cannot also be transactional")
+        elif cls is BasicAck or cls is BasicNack or cls is BasicReject:
+            self._check_delivery_tag(state, method.delivery_tag)
+        self._writer.method(channel, method)
+        if reply_expected:
+            state.pending = method
+        if cls is TxSelect:
+            state.tx = True
+
+    def _check_delivery_tag(self, state: ChannelState, delivery_tag: int) -> None:
+        if delivery_tag > state.last_delivery_tag:
+            raise InvalidStateError(
+                f"delivery tag {delivery_tag} was never delivered on channel {state.id} "
+                f"(the last one is {state.last_delivery_tag})"
+            )
+
+    # fast paths of the hot calls ----------------------------------------------------------
+
+    def publish(
+        self,
+        channel: int,
+        exchange: str,
+        routing_key: str,
+        body: Any,
+        properties: Optional[BasicProperties] = None,
+        mandatory: bool = False,
+        immediate: bool = False,
+        token: Any = None,
+    ) -> int:
+        """Queue basic.publish with its content; returns its confirm seqno (0 without confirms)."""
+        state = self._channels.get(channel)
+        if state is None or state.state != _OPEN:
+            self._open_state(channel)
+        if type(body) is bytes and len(body) >= ZERO_COPY_THRESHOLD:
+            pieces = encode_publish_iov(
+                channel, exchange, routing_key, body, properties, mandatory, immediate, self._writer.frame_max
+            )
+            self._spill_writer()
+            self._iov.extend(pieces)
+        else:
+            self._writer.publish(channel, exchange, routing_key, body, properties, mandatory, immediate)
+        confirms = state.confirms  # type: ignore[union-attr]
+        if confirms is None:
+            return 0
+        confirms.slots.append(token)
+        seqno = confirms.base + len(confirms.slots) - 1
+        if mandatory:
+            confirms.mandatory[seqno] = (exchange, routing_key)
+        return seqno
+
+    def basic_ack(self, channel: int, delivery_tag: int, multiple: bool = False) -> None:
+        state = self._channels.get(channel)
+        if state is None or state.state != _OPEN:
+            self._open_state(channel)
+        if delivery_tag > state.last_delivery_tag:  # type: ignore[union-attr]
+            self._check_delivery_tag(state, delivery_tag)  # type: ignore[arg-type]
+        self._writer.method(channel, BasicAck(delivery_tag, multiple))
+
+    def basic_nack(self, channel: int, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
+        self.send_method(channel, BasicNack(delivery_tag, multiple, requeue))
+
+    def basic_reject(self, channel: int, delivery_tag: int, requeue: bool = True) -> None:
+        self.send_method(channel, BasicReject(delivery_tag, requeue))
+
+    def drain_unconfirmed(self) -> dict[int, list]:
+        """Once the connection is gone: channel -> tokens of the publishes never confirmed."""
+        result = {}
+        for channel, state in self._channels.items():
+            if state.confirms is not None and state.confirms.slots:
+                tokens = state.confirms.drain()[1]
+                if tokens:
+                    result[channel] = tokens
+        return result
+
+
+def method_label(method: Any) -> str:
+    return method_name(method.CLASS_ID, method.METHOD_ID)
