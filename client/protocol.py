@@ -56,6 +56,7 @@ from amqwire.codec import (
     ConnectionUpdateSecretOk,
     FrameWriter,
     PROTOCOL_HEADER,
+    ProtocolHeaderError,
     TxSelect,
     UnexpectedFrame,
     encode_publish_iov,
@@ -292,8 +293,9 @@ class ConfirmTracker:
     def __init__(self) -> None:
         self.base = 1
         self.slots: deque = deque()
-        # seqno -> (exchange, routing_key) of unconfirmed mandatory publishes, in order
-        self.mandatory: dict[int, tuple[str, str]] = {}
+        # seqno -> (exchange, routing_key, body, properties) of unconfirmed mandatory
+        # publishes, in order: a basic.return names none of them, so it is matched on these
+        self.mandatory: dict[int, tuple] = {}
         self.returned: dict[int, ReturnedMessage] = {}
 
     @property
@@ -400,6 +402,15 @@ def _negotiate(client: int, server: int) -> int:
     return client or server
 
 
+_EMPTY_PROPERTIES = BasicProperties()
+
+
+def _same_body(sent: Any, returned: bytes) -> bool:
+    if isinstance(sent, str):
+        return sent.encode() == returned
+    return bool(sent == returned) if isinstance(sent, (bytes, bytearray)) else bytes(sent) == returned
+
+
 def _text(value: Union[bytes, str]) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
 
@@ -446,6 +457,8 @@ class ConnectionProtocol:
         locale: str = "en_US",
         on_secure: Optional[Callable[[bytes], bytes]] = None,
     ) -> None:
+        if frame_max and frame_max < 4096:
+            raise ValueError(f"frame_max must be 0 (no limit) or at least 4096, not {frame_max}")
         if auth_mechanism not in ("PLAIN", "AMQPLAIN", "EXTERNAL"):
             raise ValueError(f"auth_mechanism must be PLAIN, AMQPLAIN or EXTERNAL, not {auth_mechanism!r}")
         self._username = username
@@ -484,6 +497,8 @@ class ConnectionProtocol:
         self._channels: dict[int, ChannelState] = {}
         self._next_channel = 1
         self._secret_pending = False
+        self._started = False  # connection.start seen
+        self._local_close: tuple = (_REPLY_SUCCESS, "Normal shutdown")
 
     def __repr__(self) -> str:
         return f"<ConnectionProtocol {self.state} user={self._username!r} vhost={self.vhost!r} channels={len(self._channels)}>"
@@ -538,6 +553,7 @@ class ConnectionProtocol:
             self.state = "closed"
             return
         self._writer.method(0, ConnectionClose(reply_code, reply_text, 0, 0))
+        self._local_close = (reply_code, reply_text)
         self._set_state("closing")
 
     def _set_state(self, state: str) -> None:
@@ -560,8 +576,8 @@ class ConnectionProtocol:
 
     def _start_ok(self, start: Any) -> None:
         if (start.version_major, start.version_minor) != (0, 9):
-            raise UnexpectedFrame(
-                f"the broker speaks AMQP {start.version_major}-{start.version_minor}, not 0-9", offset=0
+            self._protocol_error(
+                _COMMAND_INVALID, f"the broker speaks AMQP {start.version_major}-{start.version_minor}, not 0-9", start
             )
         self.server_properties = dict(start.server_properties)
         offered = _text(start.mechanisms).split()
@@ -588,7 +604,9 @@ class ConnectionProtocol:
         frame_max = _negotiate(self._want_frame_max, tune.frame_max) or 131072
         heartbeat = _negotiate(self._want_heartbeat, tune.heartbeat)
         if frame_max < 4096:
-            raise UnexpectedFrame(f"the broker proposed frame_max {tune.frame_max}, below the minimum 4096", offset=0)
+            self._protocol_error(
+                _COMMAND_INVALID, f"the broker proposed frame_max {tune.frame_max}, below the minimum 4096", tune
+            )
         self.channel_max = min(channel_max, 65535)
         self.frame_max = frame_max
         self.heartbeat = heartbeat
@@ -610,7 +628,8 @@ class ConnectionProtocol:
             self._writer.method(0, ConnectionCloseOk())
             self._finish_close(events, self._broker_close_event(method))
         elif self.state == "handshake":
-            if cls is ConnectionStart and not self.server_properties:
+            if cls is ConnectionStart and not self._started:
+                self._started = True
                 self._start_ok(method)
             elif cls is ConnectionSecure:
                 if self._on_secure is None:
@@ -619,7 +638,7 @@ class ConnectionProtocol:
                         f"the broker sent a {self.auth_mechanism} challenge and no on_secure handler was given"
                     )
                 self._writer.method(0, ConnectionSecureOk(self._on_secure(method.challenge)))
-            elif cls is ConnectionTune and self.server_properties:
+            elif cls is ConnectionTune and self._started:
                 self._tune_ok(method)
             elif cls is ConnectionOpenOk and self.frame_max:
                 self.state = "open"
@@ -644,7 +663,7 @@ class ConnectionProtocol:
         )
 
     def _local_close_event(self) -> ConnectionClosedEvent:
-        return ConnectionClosedEvent(_REPLY_SUCCESS, "Normal shutdown", 0, 0, False)
+        return ConnectionClosedEvent(self._local_close[0], self._local_close[1], 0, 0, False)
 
     def _finish_close(self, events: list, event: ConnectionClosedEvent) -> None:
         handshake = self.state == "handshake"
@@ -673,16 +692,25 @@ class ConnectionProtocol:
         try:
             items = self._parser.feed(data)
         except CodecError as exc:
-            events = self._handle(exc.parsed or [])
-            if self.state not in ("closing", "closed"):
+            events: list = []
+            try:
+                self._handle(exc.parsed or [], events)
+            except CodecError:
+                pass  # the parse error below is reported; the connection closes either way
+            if self.state not in ("closing", "closed") and not isinstance(exc, ProtocolHeaderError):
                 self._writer.method(0, ConnectionClose(exc.reply_code, str(exc)[:255], 0, 0))
             self._set_state("closed")
             exc.events = events  # type: ignore[attr-defined]
             raise
-        return self._handle(items)
+        events = []
+        try:
+            self._handle(items, events)
+        except CodecError as exc:
+            exc.events = events  # type: ignore[attr-defined]  # what came before the bad frame
+            raise
+        return events
 
-    def _handle(self, items: list) -> list:
-        events: list = []
+    def _handle(self, items: list, events: list) -> None:
         channels = self._channels
         for item in items:
             if type(item) is not Command:
@@ -717,7 +745,6 @@ class ConnectionProtocol:
                 self._protocol_error(_COMMAND_INVALID, f"{method.NAME} on channel {channel} before the connection is open", method)
             else:
                 self._on_channel_method(channel, method, item, events)
-        return events
 
     def _on_channel_method(self, channel: int, method: Any, command: Any, events: list) -> None:
         state = self._channels.get(channel)
@@ -749,8 +776,14 @@ class ConnectionProtocol:
             )
             confirms = state.confirms
             if confirms is not None and confirms.mandatory:
-                for seqno, target in confirms.mandatory.items():
-                    if target == (returned.exchange, returned.routing_key) and seqno not in confirms.returned:
+                for seqno, (exchange, routing_key, body, properties) in confirms.mandatory.items():
+                    if (
+                        seqno not in confirms.returned
+                        and exchange == returned.exchange
+                        and routing_key == returned.routing_key
+                        and _same_body(body, returned.body)
+                        and (properties or _EMPTY_PROPERTIES) == returned.properties
+                    ):
                         confirms.returned[seqno] = returned
                         break
             events.append(returned)
@@ -809,10 +842,16 @@ class ConnectionProtocol:
                 _COMMAND_INVALID, f"{method.NAME} on channel {state.id}, which is not in confirm mode", method
             )
             return
-        seqnos, tokens = confirms.resolve(method.delivery_tag, method.multiple)
+        tag = method.delivery_tag
+        seqnos, tokens = confirms.resolve(tag, method.multiple)
         if not seqnos:
-            log.warning("channel %d: %s for delivery tag %d, which is not unconfirmed; ignored",
-                        state.id, method.NAME, method.delivery_tag)
+            if method.multiple and 0 < tag < confirms.next_seqno:
+                return  # everything up to tag was confirmed one by one already
+            self._protocol_error(
+                406,
+                f"{method.NAME} for delivery tag {tag} on channel {state.id}, which is not an unconfirmed publish",
+                method,
+            )
             return
         returned = None
         if confirms.mandatory:
@@ -874,6 +913,7 @@ class ConnectionProtocol:
             return
         state.state = _CLOSING
         state.pending = None
+        state.close_reason = (reply_code, reply_text, 0, 0, False)
         self._writer.method(channel, ChannelClose(reply_code, reply_text, 0, 0))
 
     def _open_state(self, channel: int, allow_opening: bool = False) -> ChannelState:
@@ -964,7 +1004,7 @@ class ConnectionProtocol:
         confirms.slots.append(token)
         seqno = confirms.base + len(confirms.slots) - 1
         if mandatory:
-            confirms.mandatory[seqno] = (exchange, routing_key)
+            confirms.mandatory[seqno] = (exchange, routing_key, body, properties)
         return seqno
 
     def basic_ack(self, channel: int, delivery_tag: int, multiple: bool = False) -> None:

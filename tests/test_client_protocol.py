@@ -1,0 +1,1462 @@
+"""The sans-IO core amqwire.client.protocol.ConnectionProtocol, driven by scripted byte
+exchanges: this file plays the broker with the codec (encoding what the broker sends,
+parsing what the client sent).  No socket, no broker."""
+import pytest
+
+import amqwire.codec as codec
+from amqwire.codec import (
+    BasicAck,
+    BasicCancel,
+    BasicCancelOk,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicDeliver,
+    BasicGet,
+    BasicGetEmpty,
+    BasicGetOk,
+    BasicNack,
+    BasicProperties,
+    BasicPublish,
+    BasicQos,
+    BasicQosOk,
+    BasicReturn,
+    ChannelClose,
+    ChannelCloseOk,
+    ChannelOpen,
+    ChannelOpenOk,
+    CodecError,
+    Command,
+    ConfirmSelect,
+    ConfirmSelectOk,
+    ConnectionClose,
+    ConnectionCloseOk,
+    ConnectionOpen,
+    ConnectionOpenOk,
+    ConnectionSecure,
+    ConnectionSecureOk,
+    ConnectionStart,
+    ConnectionStartOk,
+    ConnectionTune,
+    ConnectionTuneOk,
+    ConnectionUpdateSecret,
+    ConnectionUpdateSecretOk,
+    ExchangeDeclareOk,
+    FrameWriter,
+    ProtocolHeader,
+    QueueDeclare,
+    QueueDeclareOk,
+)
+from amqwire.client import protocol as proto
+from amqwire.client.errors import AMQPError, AuthenticationError, InvalidStateError
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+# the contract calls the channel.flow event ChannelFlow; the module names it ChannelFlowChanged
+# (proto.ChannelFlow is the codec's method class there)
+FLOW_EVENT = getattr(proto, "ChannelFlowChanged", None) or proto.ChannelFlow
+HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+SERVER_PROPERTIES = {
+    "product": "RabbitMQ",
+    "version": "3.10.0",
+    "platform": "Erlang/OTP 24",
+    "cluster_name": "rabbit@test",
+    "capabilities": {
+        "publisher_confirms": True,
+        "exchange_exchange_bindings": True,
+        "basic.nack": True,
+        "consumer_cancel_notify": True,
+        "connection.blocked": True,
+        "consumer_priorities": True,
+        "authentication_failure_close": True,
+        "per_consumer_qos": True,
+        "direct_reply_to": True,
+    },
+}
+
+
+# --- the broker side -----------------------------------------------------------------------
+
+
+class Broker:
+    """Plays the server: parses what the client queued, encodes what the server sends."""
+
+    def __init__(self, p, frame_max=131072):
+        self.p = p
+        self.frame_max = frame_max
+        self.parser = codec.CommandParser(frame_max, expect_protocol_header=True)
+
+    def sent(self):
+        """Everything the client queued since the last call, parsed."""
+        return self.parser.feed(self.p.data_to_send())
+
+    def sent_methods(self):
+        out = []
+        for item in self.sent():
+            assert isinstance(item, Command), item
+            out.append((item.channel, item.method))
+        return out
+
+    def send(self, channel, method):
+        return self.p.receive_data(method.encode(channel))
+
+    def content_bytes(self, channel, method, properties, body, frame_max=None):
+        writer = FrameWriter(frame_max or self.frame_max)
+        writer.content(channel, method, properties, body)
+        return writer.take()
+
+    def send_content(self, channel, method, properties, body, frame_max=None):
+        return self.p.receive_data(self.content_bytes(channel, method, properties, body, frame_max))
+
+
+def of_type(events, cls):
+    return [e for e in events if isinstance(e, cls)]
+
+
+def one(events, cls):
+    found = of_type(events, cls)
+    assert len(found) == 1, (cls.__name__, events)
+    return found[0]
+
+
+def start_bytes(mechanisms=b"AMQPLAIN PLAIN", server_properties=None):
+    if server_properties is None:
+        server_properties = SERVER_PROPERTIES
+    return ConnectionStart(0, 9, server_properties, mechanisms, b"en_US").encode(0)
+
+
+def new_protocol(**kwargs):
+    kwargs.setdefault("username", "guest")
+    kwargs.setdefault("password", "guest")
+    return proto.ConnectionProtocol(**kwargs)
+
+
+def start(p, broker, mechanisms=b"AMQPLAIN PLAIN"):
+    """initiate + connection.start; returns the client's start-ok."""
+    p.initiate()
+    assert broker.sent() == [ProtocolHeader(0, 9, 1)]
+    assert p.receive_data(start_bytes(mechanisms)) == []
+    [(channel, start_ok)] = broker.sent_methods()
+    assert channel == 0 and isinstance(start_ok, ConnectionStartOk)
+    return start_ok
+
+
+def connect(tune=(2047, 131072, 60), vhost="/", **kwargs):
+    """A protocol through the whole handshake. Returns (protocol, broker, ConnectionOpened)."""
+    p = new_protocol(vhost=vhost, **kwargs)
+    broker = Broker(p)
+    start(p, broker)
+    assert broker.send(0, ConnectionTune(*tune)) == []
+    sent = broker.sent_methods()
+    assert [type(m) for _, m in sent] == [ConnectionTuneOk, ConnectionOpen]
+    assert sent[1][1].virtual_host == vhost
+    events = broker.send(0, ConnectionOpenOk())
+    opened = one(events, proto.ConnectionOpened)
+    assert p.state == "open"
+    return p, broker, opened
+
+
+def open_channel(p, broker, channel_id=None):
+    cid = p.open_channel() if channel_id is None else p.open_channel(channel_id)
+    assert broker.sent_methods() == [(cid, ChannelOpen())]
+    events = broker.send(cid, ChannelOpenOk())
+    assert one(events, proto.ChannelOpened).channel == cid
+    return cid
+
+
+def rpc(p, broker, cid, method, reply):
+    """send_method + the broker's reply; returns the events of the reply."""
+    p.send_method(cid, method)
+    assert broker.sent_methods() == [(cid, method)]
+    return broker.send(cid, reply)
+
+
+def confirm_mode(p, broker, cid):
+    events = rpc(p, broker, cid, ConfirmSelect(), ConfirmSelectOk())
+    reply = one(events, proto.MethodReply)
+    assert reply.channel == cid and reply.method == ConfirmSelectOk()
+
+
+def feed_fatal(p, broker, data):
+    """Feed bytes the client must treat as a connection error: it either raises at once or
+    reports a ConnectionClosedEvent.  Returns (exception or None, events, close sent or None)."""
+    exc, events = None, []
+    try:
+        events = p.receive_data(data)
+    except (AMQPError, CodecError) as e:  # a local error, possibly wrapping a codec error
+        exc = e
+    closes = [m for _, m in broker.sent_methods() if isinstance(m, ConnectionClose)]
+    assert exc is not None or of_type(events, proto.ConnectionClosedEvent), events
+    assert p.state in ("closing", "closed")
+    return exc, events, (closes[-1] if closes else None)
+
+
+def assert_connection_error(p, broker, data, codes):
+    exc, events, close = feed_fatal(p, broker, data)
+    assert close is not None, "the client must send connection.close"
+    assert close.reply_code in codes, close
+    # and from now on nothing works
+    with pytest.raises(InvalidStateError):
+        p.open_channel()
+    return exc, events, close
+
+
+# --- handshake -------------------------------------------------------------------------------
+
+
+def test_initiate_queues_the_protocol_header():
+    p = new_protocol()
+    assert p.state in ("new", "handshake")
+    assert p.data_to_send() == b""
+    p.initiate()
+    assert p.state == "handshake"
+    assert p.data_to_send() == PROTOCOL_HEADER
+    assert p.data_to_send() == b""
+
+
+def test_receive_nothing():
+    p = new_protocol()
+    p.initiate()
+    assert p.receive_data(b"") == []
+
+
+def test_start_ok_plain():
+    p = new_protocol(username="guest", password="guest")
+    start_ok = start(p, Broker(p))
+    assert start_ok.mechanism == "PLAIN"
+    assert start_ok.response == b"\x00guest\x00guest"
+    assert start_ok.locale == "en_US"
+
+
+def test_start_ok_plain_utf8_credentials():
+    p = new_protocol(username="\u00fcser", password="p\u00e4ss:w@rd")
+    start_ok = start(p, Broker(p))
+    assert start_ok.response == b"\x00" + "\u00fcser".encode() + b"\x00" + "p\u00e4ss:w@rd".encode()
+
+
+def test_start_ok_amqplain():
+    p = new_protocol(username="alice", password="s3cret", auth_mechanism="AMQPLAIN")
+    start_ok = start(p, Broker(p))
+    assert start_ok.mechanism == "AMQPLAIN"
+    # a field table without its 4-byte length prefix (what RabbitMQ, pika and py-amqp use)
+    expected = codec.encode_table({"LOGIN": "alice", "PASSWORD": "s3cret"})[4:]
+    assert start_ok.response == expected
+    body = start_ok.response
+    assert codec.decode_table(len(body).to_bytes(4, "big") + body) == {"LOGIN": "alice", "PASSWORD": "s3cret"}
+
+
+def test_start_ok_amqplain_matches_py_amqp():
+    sasl = pytest.importorskip("amqp.sasl")
+    p = new_protocol(username="alice", password="s3cret", auth_mechanism="AMQPLAIN")
+    start_ok = start(p, Broker(p))
+    assert start_ok.response == sasl.AMQPLAIN("alice", "s3cret").start(None)
+
+
+def test_start_ok_external():
+    p = new_protocol(auth_mechanism="EXTERNAL")
+    start_ok = start(p, Broker(p), mechanisms=b"PLAIN AMQPLAIN EXTERNAL")
+    assert start_ok.mechanism == "EXTERNAL"
+    assert start_ok.response == b""
+
+
+@pytest.mark.parametrize(
+    "mechanism, offered",
+    [("PLAIN", b"AMQPLAIN"), ("EXTERNAL", b"PLAIN AMQPLAIN"), ("AMQPLAIN", b"PLAIN"), ("PLAIN", b"PLAINX")],
+)
+def test_mechanism_not_offered(mechanism, offered):
+    p = new_protocol(auth_mechanism=mechanism)
+    p.initiate()
+    p.data_to_send()
+    with pytest.raises(AuthenticationError) as info:
+        p.receive_data(start_bytes(offered))
+    assert mechanism in str(info.value)
+
+
+def test_error_text_never_contains_the_password():
+    p = new_protocol(username="bob", password="s3cr3t-pw", auth_mechanism="EXTERNAL")
+    p.initiate()
+    with pytest.raises(AuthenticationError) as info:
+        p.receive_data(start_bytes(b"PLAIN"))
+    assert "s3cr3t-pw" not in str(info.value)
+
+
+def test_client_properties_capabilities():
+    p = new_protocol()
+    props = start(p, Broker(p)).client_properties
+    caps = props["capabilities"]
+    for name in (
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "authentication_failure_close",
+    ):
+        assert caps.get(name) is True, name
+    assert props.get("product")
+
+
+def test_client_properties_are_merged():
+    p = new_protocol(client_properties={"connection_name": "orders-writer", "app": "x"})
+    props = start(p, Broker(p)).client_properties
+    assert props["connection_name"] == "orders-writer"
+    assert props["app"] == "x"
+    assert props["capabilities"]["publisher_confirms"] is True
+
+
+def test_locale():
+    p = new_protocol(locale="de_DE")
+    assert start(p, Broker(p)).locale == "de_DE"
+
+
+def test_connection_secure():
+    challenges = []
+
+    def on_secure(challenge):
+        challenges.append(challenge)
+        return b"answer:" + challenge
+
+    p = new_protocol(on_secure=on_secure)
+    broker = Broker(p)
+    start(p, broker)
+    assert broker.send(0, ConnectionSecure(b"challenge")) == []
+    assert challenges == [b"challenge"]
+    [(channel, secure_ok)] = broker.sent_methods()
+    assert channel == 0 and secure_ok == ConnectionSecureOk(b"answer:challenge")
+    # and the handshake goes on
+    broker.send(0, ConnectionTune(2047, 131072, 60))
+    assert [type(m) for _, m in broker.sent_methods()] == [ConnectionTuneOk, ConnectionOpen]
+
+
+def test_connection_secure_without_a_handler():
+    # PLAIN never needs a challenge; without a handler the client refuses it (or answers it)
+    p = new_protocol()
+    broker = Broker(p)
+    start(p, broker)
+    try:
+        broker.send(0, ConnectionSecure(b"challenge"))
+    except AuthenticationError as exc:
+        assert p.state in ("closing", "closed")
+    else:
+        assert isinstance(broker.sent_methods()[0][1], ConnectionSecureOk)
+
+
+def test_empty_server_properties():
+    # a broker may send an empty server-properties table; the handshake must still work
+    p = new_protocol()
+    broker = Broker(p)
+    p.initiate()
+    broker.sent()
+    p.receive_data(start_bytes(server_properties={}))
+    assert isinstance(broker.sent_methods()[0][1], ConnectionStartOk)
+    broker.send(0, ConnectionTune(2047, 131072, 60))
+    assert [type(m) for _, m in broker.sent_methods()] == [ConnectionTuneOk, ConnectionOpen]
+    opened = one(broker.send(0, ConnectionOpenOk()), proto.ConnectionOpened)
+    assert opened.server_properties == {}
+
+
+def test_full_handshake_and_opened_event():
+    p, broker, opened = connect(tune=(2047, 131072, 60), vhost="/")
+    assert opened.server_properties == SERVER_PROPERTIES
+    assert (opened.channel_max, opened.frame_max, opened.heartbeat) == (2047, 131072, 60)
+    assert (p.channel_max, p.frame_max, p.heartbeat) == (2047, 131072, 60)
+    assert p.server_properties == SERVER_PROPERTIES
+    assert p.data_to_send() == b""
+
+
+@pytest.mark.parametrize("vhost", ["/", "prod", "/with/slashes", "caf\u00e9"])
+def test_vhost_in_connection_open(vhost):
+    connect(vhost=vhost)
+
+
+def tune_ok_for(server, client):
+    """(tune-ok, ConnectionOpened) for server tune (channel_max, frame_max, heartbeat)
+    and client settings (channel_max, frame_max, heartbeat)."""
+    p = new_protocol(channel_max=client[0], frame_max=client[1], heartbeat=client[2])
+    broker = Broker(p)
+    start(p, broker)
+    broker.send(0, ConnectionTune(*server))
+    [(_, tune_ok), (_, open_)] = broker.sent_methods()
+    opened = one(broker.send(0, ConnectionOpenOk()), proto.ConnectionOpened)
+    return p, tune_ok, opened
+
+
+# (server, client, negotiated): the lower non-zero value of both sides; 0 only if both are 0.
+NEGOTIATION = [
+    (60, 60, 60),
+    (60, 10, 10),
+    (10, 60, 10),
+    (0, 60, 60),
+    (60, 0, 60),
+    (0, 0, 0),
+]
+
+
+@pytest.mark.parametrize("server, client, expected", NEGOTIATION)
+def test_heartbeat_negotiation(server, client, expected):
+    p, tune_ok, opened = tune_ok_for((2047, 131072, server), (2047, 131072, client))
+    assert tune_ok.heartbeat == expected
+    assert opened.heartbeat == expected
+    assert p.heartbeat == expected
+
+
+@pytest.mark.parametrize(
+    "server, client, expected",
+    [(2047, 2047, 2047), (100, 2047, 100), (2047, 100, 100), (0, 2047, 2047), (2047, 0, 2047), (0, 0, 0),
+     (65535, 65535, 65535)],
+)
+def test_channel_max_negotiation(server, client, expected):
+    p, tune_ok, opened = tune_ok_for((server, 131072, 60), (client, 131072, 60))
+    if expected:
+        assert tune_ok.channel_max == expected
+        assert opened.channel_max == expected
+        assert p.channel_max == expected
+    else:  # no limit on either side: 0 ("no limit") or the protocol's own limit
+        assert tune_ok.channel_max in (0, 65535)
+        assert opened.channel_max in (0, 65535)
+
+
+@pytest.mark.parametrize(
+    "server, client, expected",
+    [(131072, 131072, 131072), (4096, 131072, 4096), (131072, 8192, 8192), (0, 131072, 131072),
+     (131072, 0, 131072), (0, 0, 0)],
+)
+def test_frame_max_negotiation(server, client, expected):
+    p, tune_ok, opened = tune_ok_for((2047, server, 60), (2047, client, 60))
+    if expected:
+        assert tune_ok.frame_max == expected
+        assert opened.frame_max == expected
+        assert p.frame_max == expected
+    else:  # no limit on either side: 0, or a size the client picks
+        assert tune_ok.frame_max == 0 or tune_ok.frame_max >= 4096
+        assert opened.frame_max == tune_ok.frame_max
+
+
+@pytest.mark.parametrize("frame_max", [1, 512, 4095])
+def test_frame_max_below_minimum_from_server(frame_max):
+    p = new_protocol()
+    broker = Broker(p)
+    start(p, broker)
+    feed_fatal(p, broker, ConnectionTune(2047, frame_max, 60).encode(0))
+    assert not any(isinstance(m, ConnectionOpen) for _, m in broker.sent_methods())
+
+
+@pytest.mark.parametrize("frame_max", [1, 4095])
+def test_frame_max_below_minimum_locally(frame_max):
+    with pytest.raises(ValueError):
+        new_protocol(frame_max=frame_max)
+
+
+def test_negotiated_frame_max_splits_publishes():
+    p, broker, _ = connect(tune=(2047, 4096, 60))
+    cid = open_channel(p, broker)
+    body = bytes(range(256)) * 40  # 10240 bytes: 3 body frames at frame_max 4096
+    p.publish(cid, "ex", "rk", body)
+    data = p.data_to_send()
+    frames = codec.FrameParser(4096).feed(data)  # raises if a frame is over 4096
+    assert [type(f).__name__ for f in frames] == ["MethodFrame", "HeaderFrame", "BodyFrame", "BodyFrame", "BodyFrame"]
+    assert b"".join(f.data for f in frames[2:]) == body
+
+
+def test_negotiated_frame_max_limits_incoming_frames():
+    p, broker, _ = connect(tune=(2047, 4096, 60))
+    cid = open_channel(p, broker)
+    big = broker.content_bytes(cid, BasicDeliver("ctag", 1, False, "ex", "rk"), BasicProperties(), b"x" * 5000,
+                               frame_max=131072)
+    exc, _, close = assert_connection_error(p, broker, big, (501,))
+
+
+def test_server_connection_close_during_handshake_is_auth_error():
+    p = new_protocol()
+    broker = Broker(p)
+    start(p, broker)
+    close = ConnectionClose(403, "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN", 0, 0)
+    try:
+        events = broker.send(0, close)
+    except AuthenticationError as exc:
+        assert "403" in str(exc) or "ACCESS_REFUSED" in str(exc)
+    else:
+        event = one(events, proto.ConnectionClosedEvent)
+        assert event.reply_code == 403 and event.by_broker is True
+    assert p.state == "closed"
+    assert (0, ConnectionCloseOk()) in broker.sent_methods()
+
+
+def test_server_refuses_the_protocol_with_its_header():
+    p = new_protocol()
+    p.initiate()
+    p.data_to_send()
+    with pytest.raises((AMQPError, CodecError)):
+        p.receive_data(b"AMQP\x00\x00\x09\x01")
+    assert p.state == "closed"
+    with pytest.raises(InvalidStateError):
+        p.open_channel()
+
+
+def test_no_method_frame_to_a_server_that_refused_the_protocol():
+    # spec 4.2.2: the server answers with its header and closes the socket; it does not
+    # speak 0-9-1, so the client has nothing to say in 0-9-1 (no connection.close frame)
+    p = new_protocol()
+    p.initiate()
+    p.data_to_send()
+    with pytest.raises((AMQPError, CodecError)):
+        p.receive_data(b"AMQP\x00\x00\x09\x01")
+    assert p.data_to_send() == b""
+
+
+def test_unsupported_version_in_connection_start():
+    p = new_protocol()
+    broker = Broker(p)
+    p.initiate()
+    broker.sent()
+    exc, events, close = feed_fatal(p, broker, ConnectionStart(0, 8, SERVER_PROPERTIES, b"PLAIN", b"en_US").encode(0))
+    assert exc is not None
+    assert not any(isinstance(m, ConnectionStartOk) for _, m in broker.sent_methods())
+
+
+def test_handshake_byte_by_byte():
+    p = new_protocol()
+    broker = Broker(p)
+    p.initiate()
+    broker.sent()
+    events = []
+    for b in start_bytes():
+        events += p.receive_data(bytes([b]))
+    assert events == []
+    assert isinstance(broker.sent_methods()[0][1], ConnectionStartOk)
+    for b in ConnectionTune(2047, 131072, 60).encode(0) + ConnectionOpenOk().encode(0):
+        events += p.receive_data(bytes([b]))
+    assert len(of_type(events, proto.ConnectionOpened)) == 1
+    assert p.state == "open"
+
+
+# --- channel numbers -------------------------------------------------------------------------
+
+
+def test_channel_numbers_are_allocated_from_one():
+    p, broker, _ = connect()
+    assert [open_channel(p, broker) for _ in range(3)] == [1, 2, 3]
+
+
+def test_closed_channel_number_is_reused():
+    p, broker, _ = connect()
+    for _ in range(3):
+        open_channel(p, broker)
+    p.close_channel(2)
+    [(cid, close)] = broker.sent_methods()
+    assert cid == 2 and isinstance(close, ChannelClose) and close.reply_code == 200
+    # not reusable before the broker's close-ok
+    assert p.open_channel() == 4
+    assert broker.sent_methods() == [(4, ChannelOpen())]
+    broker.send(4, ChannelOpenOk())
+    event = one(broker.send(2, ChannelCloseOk()), proto.ChannelClosedEvent)
+    assert event.channel == 2 and event.by_broker is False and event.reply_code == 200
+    assert open_channel(p, broker) == 2
+    assert open_channel(p, broker) == 5
+
+
+def test_channel_max_exhausted():
+    p, broker, _ = connect(tune=(2, 131072, 60))
+    assert open_channel(p, broker) == 1
+    assert open_channel(p, broker) == 2
+    with pytest.raises(AMQPError):
+        p.open_channel()
+    assert p.data_to_send() == b""
+
+
+def test_explicit_channel_id():
+    p, broker, _ = connect()
+    assert open_channel(p, broker, channel_id=7) == 7
+    with pytest.raises(InvalidStateError):
+        p.open_channel(7)
+    assert p.data_to_send() == b""
+    # automatic allocation skips it
+    assert [open_channel(p, broker) for _ in range(2)] == [1, 2]
+
+
+def test_explicit_channel_id_while_opening():
+    p, broker, _ = connect()
+    cid = p.open_channel()
+    broker.sent()
+    with pytest.raises(InvalidStateError):
+        p.open_channel(cid)
+
+
+@pytest.mark.parametrize("channel_id", [0, 2048, 65536, -1])
+def test_explicit_channel_id_out_of_range(channel_id):
+    p, broker, _ = connect(tune=(2047, 131072, 60))
+    with pytest.raises((InvalidStateError, ValueError)):
+        p.open_channel(channel_id)
+    assert p.data_to_send() == b""
+
+
+def test_channel_open_before_handshake():
+    p = new_protocol()
+    with pytest.raises(InvalidStateError):
+        p.open_channel()
+    p.initiate()
+    p.receive_data(start_bytes())
+    with pytest.raises(InvalidStateError):
+        p.open_channel()
+
+
+# --- one outstanding synchronous request per channel ---------------------------------------------
+
+
+def test_second_sync_request_refused():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.send_method(cid, QueueDeclare(queue="a"))
+    with pytest.raises(InvalidStateError):
+        p.send_method(cid, QueueDeclare(queue="b"))
+    assert broker.sent_methods() == [(cid, QueueDeclare(queue="a"))]
+
+
+def test_sync_requests_on_different_channels_are_independent():
+    p, broker, _ = connect()
+    c1, c2 = open_channel(p, broker), open_channel(p, broker)
+    p.send_method(c1, QueueDeclare(queue="a"))
+    p.send_method(c2, QueueDeclare(queue="b"))
+    assert broker.sent_methods() == [(c1, QueueDeclare(queue="a")), (c2, QueueDeclare(queue="b"))]
+    r2 = one(broker.send(c2, QueueDeclareOk("b", 0, 0)), proto.MethodReply)
+    r1 = one(broker.send(c1, QueueDeclareOk("a", 1, 2)), proto.MethodReply)
+    assert (r1.channel, r1.method) == (c1, QueueDeclareOk("a", 1, 2))
+    assert (r2.channel, r2.method) == (c2, QueueDeclareOk("b", 0, 0))
+
+
+def test_nowait_request_expects_no_reply():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.send_method(cid, QueueDeclare(queue="a", nowait=True))
+    p.send_method(cid, QueueDeclare(queue="b"))  # allowed: nothing outstanding
+    assert [m.queue for _, m in broker.sent_methods()] == ["a", "b"]
+
+
+def test_reply_frees_the_channel():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    events = rpc(p, broker, cid, QueueDeclare(queue=""), QueueDeclareOk("amq.gen-1", 0, 0))
+    reply = one(events, proto.MethodReply)
+    assert reply.channel == cid
+    assert reply.method == QueueDeclareOk("amq.gen-1", 0, 0)
+    events = rpc(p, broker, cid, BasicQos(0, 10, False), BasicQosOk())
+    assert one(events, proto.MethodReply).method == BasicQosOk()
+
+
+def test_async_methods_while_a_sync_request_is_outstanding():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    broker.send_content(cid, BasicDeliver("c", 5, False, "", "a"), PROPS, b"m")
+    p.send_method(cid, QueueDeclare(queue="a"))
+    p.send_method(cid, BasicAck(5, False))
+    p.publish(cid, "", "a", b"x")
+    sent = broker.sent()
+    assert [type(c.method) for c in sent] == [QueueDeclare, BasicAck, BasicPublish]
+
+
+def test_ack_of_a_delivery_tag_never_delivered():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    broker.send_content(cid, BasicDeliver("c", 1, False, "", "a"), PROPS, b"m")
+    p.send_method(cid, BasicAck(1, False))
+    broker.sent()
+    with pytest.raises(InvalidStateError):
+        p.send_method(cid, BasicAck(2, False))
+    assert p.data_to_send() == b""
+
+
+def test_unsolicited_sync_reply_is_a_connection_error():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    assert_connection_error(p, broker, QueueDeclareOk("q", 0, 0).encode(cid), (503, 505))
+
+
+def test_wrong_sync_reply_is_a_connection_error():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.send_method(cid, QueueDeclare(queue="a"))
+    broker.sent()
+    assert_connection_error(p, broker, ExchangeDeclareOk().encode(cid), (503, 505))
+
+
+def test_method_on_a_channel_that_is_not_open_is_a_connection_error():
+    p, broker, _ = connect()
+    open_channel(p, broker)
+    assert_connection_error(p, broker, BasicCancel("c1", True).encode(9), (503, 504))
+
+
+def test_delivery_on_a_channel_that_was_never_opened():
+    p, broker, _ = connect()
+    open_channel(p, broker)
+    deliver = broker.content_bytes(9, BasicDeliver("ctag", 1, False, "", "q"), BasicProperties(), b"x")
+    try:
+        events = p.receive_data(deliver)
+    except (AMQPError, CodecError):
+        return  # treated as a channel error (504): fine
+    assert not of_type(events, proto.Message)  # or dropped: never handed out
+
+
+# --- content assembly ----------------------------------------------------------------------------
+
+
+PROPS = BasicProperties(
+    content_type="application/json",
+    delivery_mode=2,
+    headers={"tenant": "acme", "attempt": 1, "nested": {"a": [1, "b"]}},
+    correlation_id="c-1",
+    message_id="m-1",
+)
+
+
+def assert_message(msg, channel, body, props=PROPS, **fields):
+    assert msg.channel_id == channel if hasattr(msg, "channel_id") else msg.channel == channel
+    assert msg.body == body
+    assert isinstance(msg.body, bytes)
+    assert msg.properties == props
+    for name, value in fields.items():
+        assert getattr(msg, name) == value, name
+
+
+@pytest.mark.parametrize("size", [0, 1, 100, 4088, 4089, 20000])
+def test_deliver_byte_by_byte(size):
+    p, broker, _ = connect(tune=(2047, 4096, 60))
+    cid = open_channel(p, broker)
+    body = bytes((i * 7) & 0xFF for i in range(size))
+    data = broker.content_bytes(cid, BasicDeliver("ctag-1", 42, True, "ex", "rk"), PROPS, body, frame_max=4096)
+    events = []
+    for i in range(len(data)):
+        events += p.receive_data(data[i:i + 1])
+    [msg] = events
+    assert isinstance(msg, proto.Message)
+    assert_message(msg, cid, body, consumer_tag="ctag-1", delivery_tag=42, redelivered=True,
+                   exchange="ex", routing_key="rk")
+
+
+def test_deliveries_in_one_chunk_on_two_channels():
+    p, broker, _ = connect()
+    c1, c2 = open_channel(p, broker), open_channel(p, broker)
+    data = b"".join(
+        broker.content_bytes(cid, BasicDeliver(f"t{cid}", tag, False, "", "q"), PROPS, b"body-%d" % tag)
+        for tag, cid in [(1, c1), (1, c2), (2, c1)]
+    )
+    events = p.receive_data(data)
+    assert [(e.consumer_tag, e.delivery_tag, e.body) for e in events] == [
+        ("t1", 1, b"body-1"), ("t2", 1, b"body-1"), ("t1", 2, b"body-2")]
+
+
+def test_get_ok():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.send_method(cid, BasicGet(queue="q"))
+    broker.sent()
+    events = broker.send_content(cid, BasicGetOk(7, False, "ex", "rk", 3), PROPS, b"payload")
+    result = one(events, proto.GetResult)
+    assert result.channel == cid
+    msg = result.message
+    assert_message(msg, cid, b"payload", delivery_tag=7, redelivered=False, exchange="ex", routing_key="rk",
+                   message_count=3)
+    # the request is answered: the channel takes another
+    p.send_method(cid, BasicGet(queue="q"))
+
+
+def test_get_ok_byte_by_byte():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.send_method(cid, BasicGet(queue="q"))
+    broker.sent()
+    data = broker.content_bytes(cid, BasicGetOk(1, True, "", "q", 0), PROPS, b"abc")
+    events = []
+    for i in range(len(data)):
+        events += p.receive_data(data[i:i + 1])
+    result = one(events, proto.GetResult)
+    assert result.message.body == b"abc" and result.message.redelivered is True
+
+
+def test_get_empty():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    events = rpc(p, broker, cid, BasicGet(queue="q"), BasicGetEmpty())
+    result = one(events, proto.GetResult)
+    assert result.channel == cid and result.message is None
+    p.send_method(cid, BasicGet(queue="q"))
+
+
+def test_consume_then_deliveries():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    events = rpc(p, broker, cid, BasicConsume(queue="q", consumer_tag="c1"), BasicConsumeOk("c1"))
+    assert one(events, proto.MethodReply).method == BasicConsumeOk("c1")
+    events = broker.send_content(cid, BasicDeliver("c1", 1, False, "", "q"), PROPS, b"m")
+    assert one(events, proto.Message).consumer_tag == "c1"
+
+
+# --- publisher confirms ----------------------------------------------------------------------------
+
+
+def test_publish_without_confirms_returns_zero():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    assert p.publish(cid, "ex", "rk", b"x") == 0
+    [cmd] = broker.sent()
+    assert cmd.method == BasicPublish(0, "ex", "rk", False, False)
+    assert cmd.body == b"x"
+
+
+@pytest.mark.parametrize("size", [65535, 65536, 300000])
+def test_large_publish_between_methods_keeps_the_order(size):
+    p, broker, _ = connect(tune=(2047, 131072, 60))
+    cid = open_channel(p, broker)
+    body = bytes((i * 13) & 0xFF for i in range(size))
+    broker.send_content(cid, BasicDeliver("c", 1, False, "", "a"), PROPS, b"m")
+    p.send_method(cid, BasicAck(1, False))
+    p.publish(cid, "ex", "big", body, PROPS)
+    p.publish(cid, "ex", "small", b"s")
+    p.publish(cid, "ex", "big2", body)
+    p.send_method(cid, QueueDeclare(queue="after"))
+    buffers = p.buffers_to_send() if hasattr(p, "buffers_to_send") else [p.data_to_send()]
+    data = b"".join(bytes(b) for b in buffers)
+    frames = codec.FrameParser(131072).feed(data)
+    assert all(len(f.data) <= 131072 - 8 for f in frames if isinstance(f, codec.BodyFrame))
+    commands = broker.parser.feed(data)
+    assert [type(c.method).__name__ for c in commands] == [
+        "BasicAck", "BasicPublish", "BasicPublish", "BasicPublish", "QueueDeclare"]
+    assert [c.body for c in commands[1:4]] == [body, b"s", body]
+    assert commands[1].properties == PROPS
+    assert p.data_to_send() == b""
+
+
+def test_publish_bytes():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.publish(cid, "ex", "rk", b"hello", PROPS, mandatory=True)
+    [cmd] = broker.sent()
+    assert cmd.channel == cid
+    assert cmd.method == BasicPublish(0, "ex", "rk", True, False)
+    assert cmd.properties == PROPS
+    assert cmd.body == b"hello"
+
+
+def published_in_confirm_mode(n, tokens=True):
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    confirm_mode(p, broker, cid)
+    seqnos = [p.publish(cid, "ex", "rk", b"m%d" % i, token=(f"t{i + 1}" if tokens else None)) for i in range(n)]
+    assert seqnos == list(range(1, n + 1))
+    assert len(broker.sent()) == n
+    return p, broker, cid
+
+
+def confirmed(events):
+    return [(e.channel, e.ack, list(e.seqnos), list(e.tokens)) for e in of_type(events, proto.Confirmed)]
+
+
+def test_single_ack():
+    p, broker, cid = published_in_confirm_mode(3)
+    assert confirmed(broker.send(cid, BasicAck(1, False))) == [(cid, True, [1], ["t1"])]
+    assert confirmed(broker.send(cid, BasicAck(2, False))) == [(cid, True, [2], ["t2"])]
+
+
+def test_multiple_ack():
+    p, broker, cid = published_in_confirm_mode(5)
+    assert confirmed(broker.send(cid, BasicAck(3, True))) == [(cid, True, [1, 2, 3], ["t1", "t2", "t3"])]
+    assert confirmed(broker.send(cid, BasicAck(5, True))) == [(cid, True, [4, 5], ["t4", "t5"])]
+
+
+def test_multiple_nack():
+    p, broker, cid = published_in_confirm_mode(4)
+    assert confirmed(broker.send(cid, BasicNack(2, True, False))) == [(cid, False, [1, 2], ["t1", "t2"])]
+    assert confirmed(broker.send(cid, BasicNack(3, False, False))) == [(cid, False, [3], ["t3"])]
+    assert confirmed(broker.send(cid, BasicAck(4, False))) == [(cid, True, [4], ["t4"])]
+
+
+def test_out_of_order_single_acks_then_multiple():
+    p, broker, cid = published_in_confirm_mode(6)
+    assert confirmed(broker.send(cid, BasicAck(3, False))) == [(cid, True, [3], ["t3"])]
+    assert confirmed(broker.send(cid, BasicAck(1, False))) == [(cid, True, [1], ["t1"])]
+    assert confirmed(broker.send(cid, BasicNack(5, False, False))) == [(cid, False, [5], ["t5"])]
+    # the multiple ack covers only what is still outstanding: 2, 4 and 6, each once
+    assert confirmed(broker.send(cid, BasicAck(6, True))) == [(cid, True, [2, 4, 6], ["t2", "t4", "t6"])]
+
+
+def test_each_seqno_resolved_exactly_once():
+    p, broker, cid = published_in_confirm_mode(50)
+    data = b"".join(
+        [BasicAck(10, True).encode(cid), BasicAck(12, False).encode(cid), BasicNack(11, False, False).encode(cid),
+         BasicAck(30, True).encode(cid), BasicNack(40, True, False).encode(cid), BasicAck(50, True).encode(cid)]
+    )
+    seen = []
+    for _, ack, seqnos, tokens in confirmed(p.receive_data(data)):
+        assert tokens == [f"t{s}" for s in seqnos]
+        seen += seqnos
+    assert sorted(seen) == list(range(1, 51))
+    assert len(seen) == 50
+
+
+def test_tokens_default_to_none():
+    p, broker, cid = published_in_confirm_mode(2, tokens=False)
+    assert confirmed(broker.send(cid, BasicAck(2, True))) == [(cid, True, [1, 2], [None, None])]
+
+
+def test_seqnos_are_per_channel():
+    p, broker, _ = connect()
+    c1, c2 = open_channel(p, broker), open_channel(p, broker)
+    confirm_mode(p, broker, c1)
+    confirm_mode(p, broker, c2)
+    assert [p.publish(c1, "", "q", b"") for _ in range(3)] == [1, 2, 3]
+    assert [p.publish(c2, "", "q", b"") for _ in range(2)] == [1, 2]
+    broker.sent()
+    assert confirmed(broker.send(c2, BasicAck(2, True))) == [(c2, True, [1, 2], [None, None])]
+
+
+def test_ack_for_unknown_tag_is_an_error():
+    p, broker, cid = published_in_confirm_mode(2)
+    exc, events, close = feed_fatal(p, broker, BasicAck(99, False).encode(cid))
+    assert not confirmed(events)
+
+
+def test_ack_for_an_already_confirmed_tag_is_an_error():
+    p, broker, cid = published_in_confirm_mode(2)
+    broker.send(cid, BasicAck(1, False))
+    exc, events, close = feed_fatal(p, broker, BasicAck(1, False).encode(cid))
+    assert not confirmed(events)
+
+
+# --- basic.return --------------------------------------------------------------------------------
+
+
+def test_basic_return():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.publish(cid, "ex", "nowhere", b"lost", PROPS, mandatory=True)
+    broker.sent()
+    events = broker.send_content(cid, BasicReturn(312, "NO_ROUTE", "ex", "nowhere"), PROPS, b"lost")
+    [ret] = events
+    assert isinstance(ret, proto.ReturnedMessage)
+    assert (ret.reply_code, ret.reply_text, ret.exchange, ret.routing_key) == (312, "NO_ROUTE", "ex", "nowhere")
+    assert ret.properties == PROPS and ret.body == b"lost"
+    assert getattr(ret, "channel", getattr(ret, "channel_id", None)) == cid
+
+
+def test_mandatory_return_before_ack():
+    # RabbitMQ sends basic.return first, then basic.ack for the same publish
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    confirm_mode(p, broker, cid)
+    assert p.publish(cid, "ex", "nowhere", b"lost", PROPS, mandatory=True, token="tok") == 1
+    broker.sent()
+    data = broker.content_bytes(cid, BasicReturn(312, "NO_ROUTE", "ex", "nowhere"), PROPS, b"lost")
+    data += BasicAck(1, False).encode(cid)
+    events = p.receive_data(data)
+    assert [type(e) for e in events] == [proto.ReturnedMessage, proto.Confirmed]
+    assert confirmed(events) == [(cid, True, [1], ["tok"])]
+    if hasattr(events[1], "returned"):  # the module ties the return to its publish
+        assert events[1].returned == {1: events[0]}
+
+
+def test_return_is_tied_to_the_publish_it_belongs_to():
+    # Two mandatory publishes to the same exchange and routing key (a headers exchange routes
+    # by headers): the first is routed and waits for its queue, the second is unroutable.
+    # RabbitMQ sends return(2), ack(2) at once, and ack(1) later.  The return belongs to 2:
+    # its body and properties say so.
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    confirm_mode(p, broker, cid)
+    routed = BasicProperties(headers={"kind": "routed"})
+    unroutable = BasicProperties(headers={"kind": "nowhere"})
+    assert p.publish(cid, "hdrs", "", b"routed", routed, mandatory=True, token="a") == 1
+    assert p.publish(cid, "hdrs", "", b"unroutable", unroutable, mandatory=True, token="b") == 2
+    broker.sent()
+    data = broker.content_bytes(cid, BasicReturn(312, "NO_ROUTE", "hdrs", ""), unroutable, b"unroutable")
+    data += BasicAck(2, False).encode(cid)
+    events = p.receive_data(data)
+    ret, conf2 = events
+    assert confirmed([conf2]) == [(cid, True, [2], ["b"])]
+    assert conf2.returned == {2: ret}
+    [conf1] = broker.send(cid, BasicAck(1, False))
+    assert confirmed([conf1]) == [(cid, True, [1], ["a"])]
+    assert not conf1.returned
+
+
+def test_confirms_before_a_protocol_error_are_not_lost():
+    # one chunk: an ack, then something illegal.  The ack must still be reported: as an
+    # event (returned, or attached to the exception) or among the unconfirmed publishes.
+    p, broker, cid = published_in_confirm_mode(2)
+    data = BasicAck(1, False).encode(cid) + QueueDeclareOk("q", 0, 0).encode(cid)  # unsolicited
+    seen = []
+    try:
+        events = p.receive_data(data)
+    except (AMQPError, CodecError) as exc:
+        events = getattr(exc, "events", None) or []
+    for _, ack, seqnos, tokens in confirmed(events):
+        seen += tokens
+    for tokens in p.drain_unconfirmed().values():
+        seen += tokens
+    assert sorted(seen) == ["t1", "t2"]
+
+
+# --- broker-initiated notifications ----------------------------------------------------------------
+
+
+def test_consumer_cancel_notification_with_reply():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    rpc(p, broker, cid, BasicConsume(queue="q", consumer_tag="c1"), BasicConsumeOk("c1"))
+    event = one(broker.send(cid, BasicCancel("c1", False)), proto.ConsumerCancelled)
+    assert (event.channel, event.consumer_tag) == (cid, "c1")
+    assert broker.sent_methods() == [(cid, BasicCancelOk("c1"))]
+
+
+def test_consumer_cancel_notification_nowait():
+    # RabbitMQ sends basic.cancel with nowait=true: the spec says no reply then
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    rpc(p, broker, cid, BasicConsume(queue="q", consumer_tag="c1"), BasicConsumeOk("c1"))
+    event = one(broker.send(cid, BasicCancel("c1", True)), proto.ConsumerCancelled)
+    assert (event.channel, event.consumer_tag) == (cid, "c1")
+    assert broker.sent_methods() == []
+
+
+def test_consumer_cancel_from_broker_while_a_request_is_outstanding():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    rpc(p, broker, cid, BasicConsume(queue="q", consumer_tag="c1"), BasicConsumeOk("c1"))
+    p.send_method(cid, QueueDeclare(queue="other"))
+    broker.sent()
+    events = broker.send(cid, BasicCancel("c1", True))
+    assert one(events, proto.ConsumerCancelled).consumer_tag == "c1"
+    assert not of_type(events, proto.MethodReply)
+    # the queue.declare is still the outstanding request
+    with pytest.raises(InvalidStateError):
+        p.send_method(cid, QueueDeclare(queue="third"))
+    assert one(broker.send(cid, QueueDeclareOk("other", 0, 0)), proto.MethodReply).method.queue == "other"
+
+
+def test_client_cancel_gets_a_method_reply():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    rpc(p, broker, cid, BasicConsume(queue="q", consumer_tag="c1"), BasicConsumeOk("c1"))
+    events = rpc(p, broker, cid, BasicCancel("c1"), BasicCancelOk("c1"))
+    assert one(events, proto.MethodReply).method == BasicCancelOk("c1")
+    assert not of_type(events, proto.ConsumerCancelled)
+
+
+@pytest.mark.parametrize("active", [False, True])
+def test_channel_flow_from_broker(active):
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    event = one(broker.send(cid, codec.ChannelFlow(active)), FLOW_EVENT)
+    assert (event.channel, event.active) == (cid, active)
+    assert broker.sent_methods() == [(cid, codec.ChannelFlowOk(active))]
+
+
+def test_connection_blocked_and_unblocked():
+    p, broker, _ = connect()
+    event = one(broker.send(0, codec.ConnectionBlocked("low on memory")), proto.ConnectionBlocked)
+    assert event.reason == "low on memory"
+    one(broker.send(0, codec.ConnectionUnblocked()), proto.ConnectionUnblocked)
+    assert broker.sent_methods() == []
+
+
+def send_update_secret(p, secret, reason):
+    if hasattr(p, "update_secret"):
+        p.update_secret(secret, reason)
+    else:
+        p.send_method(0, ConnectionUpdateSecret(secret, reason))
+
+
+def test_update_secret():
+    p, broker, _ = connect()
+    send_update_secret(p, "new-token", "token refresh")
+    [(channel, method)] = broker.sent_methods()
+    assert channel == 0
+    assert method == ConnectionUpdateSecret(b"new-token", "token refresh")
+    one(broker.send(0, ConnectionUpdateSecretOk()), proto.SecretUpdated)
+
+
+# --- closes ----------------------------------------------------------------------------------------
+
+
+def test_broker_closes_a_channel():
+    p, broker, _ = connect()
+    c1, c2 = open_channel(p, broker), open_channel(p, broker)
+    p.send_method(c1, QueueDeclare(queue="missing", passive=True))
+    broker.sent()
+    text = "NOT_FOUND - no queue 'missing' in vhost '/'"
+    events = broker.send(c1, ChannelClose(404, text, 50, 10))
+    event = one(events, proto.ChannelClosedEvent)
+    assert (event.channel, event.reply_code, event.reply_text, event.class_id, event.method_id, event.by_broker) == (
+        c1, 404, text, 50, 10, True)
+    assert not of_type(events, proto.MethodReply)
+    assert broker.sent_methods() == [(c1, ChannelCloseOk())]
+    # the channel is closed locally
+    with pytest.raises(InvalidStateError):
+        p.send_method(c1, QueueDeclare(queue="x"))
+    with pytest.raises(InvalidStateError):
+        p.publish(c1, "", "q", b"x")
+    with pytest.raises(InvalidStateError):
+        p.close_channel(c1)
+    # other channels are unaffected
+    events = rpc(p, broker, c2, QueueDeclare(queue="x"), QueueDeclareOk("x", 0, 0))
+    assert one(events, proto.MethodReply).channel == c2
+    assert p.state == "open"
+    # and the number is free again
+    assert open_channel(p, broker) == c1
+
+
+def test_broker_closes_a_channel_in_confirm_mode():
+    p, broker, cid = published_in_confirm_mode(3)
+    events = broker.send(cid, ChannelClose(406, "PRECONDITION_FAILED - unknown delivery tag 9", 60, 80))
+    assert one(events, proto.ChannelClosedEvent).reply_code == 406
+    assert broker.sent_methods() == [(cid, ChannelCloseOk())]
+
+
+def test_client_closes_a_channel():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.close_channel(cid, 200, "bye")
+    assert broker.sent_methods() == [(cid, ChannelClose(200, "bye", 0, 0))]
+    with pytest.raises(InvalidStateError):
+        p.send_method(cid, QueueDeclare(queue="x"))
+    with pytest.raises(InvalidStateError):
+        p.publish(cid, "", "q", b"x")
+    event = one(broker.send(cid, ChannelCloseOk()), proto.ChannelClosedEvent)
+    assert (event.channel, event.reply_code, event.by_broker) == (cid, 200, False)
+
+
+def test_client_channel_close_event_carries_the_clients_code_and_text():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.close_channel(cid, 320, "going away")
+    assert broker.sent_methods() == [(cid, ChannelClose(320, "going away", 0, 0))]
+    event = one(broker.send(cid, ChannelCloseOk()), proto.ChannelClosedEvent)
+    assert (event.reply_code, event.reply_text, event.by_broker) == (320, "going away", False)
+
+
+def test_close_a_channel_that_is_still_opening():
+    p, broker, _ = connect()
+    cid = p.open_channel()
+    p.close_channel(cid)
+    sent = broker.sent_methods()
+    assert [(c, type(m)) for c, m in sent] == [(cid, ChannelOpen), (cid, ChannelClose)]
+    assert sent[1][1].reply_code == 200
+    events = broker.send(cid, ChannelOpenOk()) + broker.send(cid, ChannelCloseOk())
+    assert not of_type(events, proto.ChannelOpened)
+    assert one(events, proto.ChannelClosedEvent).channel == cid
+    assert open_channel(p, broker) == cid
+
+
+def test_deliveries_after_client_channel_close_are_dropped():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.close_channel(cid)
+    broker.sent()
+    events = broker.send_content(cid, BasicDeliver("c1", 1, False, "", "q"), PROPS, b"late")
+    assert not of_type(events, proto.Message)
+    assert p.state == "open"
+    one(broker.send(cid, ChannelCloseOk()), proto.ChannelClosedEvent)
+
+
+def test_channel_close_crossing():
+    # both sides send channel.close at the same time
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.close_channel(cid)
+    broker.sent()
+    events = broker.send(cid, ChannelClose(406, "PRECONDITION_FAILED", 60, 80))
+    assert (cid, ChannelCloseOk()) in broker.sent_methods()
+    events += broker.send(cid, ChannelCloseOk())
+    assert len(of_type(events, proto.ChannelClosedEvent)) == 1
+    assert p.state == "open"
+    assert open_channel(p, broker) == cid
+
+
+def test_broker_closes_the_connection():
+    p, broker, _ = connect()
+    c1 = open_channel(p, broker)
+    text = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
+    events = broker.send(0, ConnectionClose(320, text, 0, 0))
+    event = one(events, proto.ConnectionClosedEvent)
+    assert events[-1] is event
+    assert (event.reply_code, event.reply_text, event.class_id, event.method_id, event.by_broker) == (
+        320, text, 0, 0, True)
+    assert broker.sent_methods() == [(0, ConnectionCloseOk())]
+    assert p.state == "closed"
+    with pytest.raises(InvalidStateError):
+        p.open_channel()
+    with pytest.raises(InvalidStateError):
+        p.publish(c1, "", "q", b"x")
+    with pytest.raises(InvalidStateError):
+        p.send_method(c1, QueueDeclare(queue="x"))
+
+
+def test_broker_connection_close_with_a_method():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    event = one(broker.send(0, ConnectionClose(530, "NOT_ALLOWED - x", 20, 10)), proto.ConnectionClosedEvent)
+    assert (event.reply_code, event.class_id, event.method_id) == (530, 20, 10)
+
+
+def test_client_closes_the_connection():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.close()
+    [(channel, close)] = broker.sent_methods()
+    assert channel == 0 and isinstance(close, ConnectionClose)
+    assert (close.reply_code, close.class_id, close.method_id) == (200, 0, 0)
+    assert p.state == "closing"
+    with pytest.raises(InvalidStateError):
+        p.open_channel()
+    with pytest.raises(InvalidStateError):
+        p.publish(cid, "", "q", b"x")
+    with pytest.raises(InvalidStateError):
+        p.send_method(cid, QueueDeclare(queue="x"))
+    events = broker.send(0, ConnectionCloseOk())
+    event = one(events, proto.ConnectionClosedEvent)
+    assert (event.reply_code, event.by_broker) == (200, False)
+    assert p.state == "closed"
+    assert p.data_to_send() == b""
+    with pytest.raises(InvalidStateError):
+        p.open_channel()
+
+
+def test_client_close_with_code_and_text():
+    p, broker, _ = connect()
+    p.close(320, "shutting down")
+    assert broker.sent_methods() == [(0, ConnectionClose(320, "shutting down", 0, 0))]
+    event = one(broker.send(0, ConnectionCloseOk()), proto.ConnectionClosedEvent)
+    assert (event.reply_code, event.reply_text, event.by_broker) == (320, "shutting down", False)
+
+
+def test_methods_after_client_close_are_discarded():
+    # spec: after sending connection.close, discard everything but close and close-ok
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.close()
+    broker.sent()
+    events = broker.send_content(cid, BasicDeliver("c1", 1, False, "", "q"), PROPS, b"late")
+    assert not of_type(events, proto.Message)
+    assert broker.sent_methods() == []
+    one(broker.send(0, ConnectionCloseOk()), proto.ConnectionClosedEvent)
+
+
+def test_connection_close_crossing():
+    p, broker, _ = connect()
+    p.close()
+    broker.sent()
+    events = broker.send(0, ConnectionClose(320, "CONNECTION_FORCED", 0, 0))
+    assert (0, ConnectionCloseOk()) in broker.sent_methods()
+    assert len(of_type(events, proto.ConnectionClosedEvent)) == 1
+    assert p.state == "closed"
+
+
+def test_close_during_handshake():
+    p = new_protocol()
+    broker = Broker(p)
+    start(p, broker)
+    p.close()
+    assert isinstance(broker.sent_methods()[-1][1], ConnectionClose)
+
+
+# --- illegal calls raise at once -----------------------------------------------------------------------
+
+
+def test_publish_on_an_unopened_channel():
+    p, broker, _ = connect()
+    with pytest.raises(InvalidStateError):
+        p.publish(1, "", "q", b"x")
+    assert p.data_to_send() == b""
+
+
+def test_publish_on_channel_zero():
+    p, broker, _ = connect()
+    with pytest.raises((InvalidStateError, ValueError)):
+        p.publish(0, "", "q", b"x")
+
+
+def test_send_method_before_the_handshake():
+    p = new_protocol()
+    p.initiate()
+    p.data_to_send()
+    with pytest.raises(InvalidStateError):
+        p.send_method(1, QueueDeclare(queue="x"))
+    with pytest.raises(InvalidStateError):
+        p.publish(1, "", "q", b"x")
+    assert p.data_to_send() == b""
+
+
+def test_send_method_on_a_channel_that_is_still_opening():
+    p, broker, _ = connect()
+    cid = p.open_channel()
+    broker.sent()
+    with pytest.raises(InvalidStateError):
+        p.send_method(cid, QueueDeclare(queue="x"))
+
+
+def test_close_channel_that_is_not_open():
+    p, broker, _ = connect()
+    with pytest.raises(InvalidStateError):
+        p.close_channel(3)
+
+
+def test_close_twice_or_after_closed():
+    p, broker, _ = connect()
+    p.close()
+    broker.sent()
+    try:
+        p.close()
+    except InvalidStateError:
+        pass
+    assert broker.sent_methods() == []  # never a second connection.close
+
+
+def test_initiate_twice():
+    p = new_protocol()
+    p.initiate()
+    with pytest.raises(InvalidStateError):
+        p.initiate()
+
+
+# --- malformed input from the broker -----------------------------------------------------------------
+
+
+def test_bad_frame_end():
+    p, broker, _ = connect()
+    bad = bytearray(codec.ConnectionBlocked("x").encode(0))
+    bad[-1] = 0x00
+    exc, events, close = assert_connection_error(p, broker, bytes(bad), (501,))
+
+
+def test_unknown_frame_type():
+    p, broker, _ = connect()
+    exc, events, close = assert_connection_error(p, broker, b"\x09\x00\x00\x00\x00\x00\x00\xce", (501,))
+
+
+def test_body_frame_without_header():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    body = b"\x03" + cid.to_bytes(2, "big") + (3).to_bytes(4, "big") + b"abc\xce"
+    exc, events, close = assert_connection_error(p, broker, body, (505,))
+
+
+def test_malformed_method_arguments():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    # queue.declare-ok whose shortstr length runs past the frame
+    payload = (50).to_bytes(2, "big") + (11).to_bytes(2, "big") + b"\xff" + b"abc"
+    frame = b"\x01" + cid.to_bytes(2, "big") + len(payload).to_bytes(4, "big") + payload + b"\xce"
+    p.send_method(cid, QueueDeclare(queue="abc"))
+    broker.sent()
+    exc, events, close = assert_connection_error(p, broker, frame, (501, 502))
+
+
+def test_error_after_good_commands_keeps_their_events():
+    p, broker, _ = connect()
+    good = codec.ConnectionBlocked("mem").encode(0)
+    try:
+        events = p.receive_data(good + b"\x09\x00\x00\x00\x00\x00\x00\xce")
+    except (AMQPError, CodecError) as exc:
+        # the blocked event must not be lost: on the exception or delivered before
+        parsed = getattr(exc, "events", None) or getattr(exc, "parsed", None) or getattr(
+            getattr(exc, "__cause__", None), "parsed", [])
+        assert parsed, "events parsed before the bad frame were lost"
+    else:
+        assert of_type(events, proto.ConnectionBlocked)
+        assert of_type(events, proto.ConnectionClosedEvent)
+
+
+def test_after_a_framing_error_the_client_waits_for_close_ok():
+    p, broker, _ = connect()
+    exc, events, close = assert_connection_error(p, broker, b"\x09\x00\x00\x00\x00\x00\x00\xce", (501,))
+    if p.state == "closing":
+        events = broker.send(0, ConnectionCloseOk())
+        event = one(events, proto.ConnectionClosedEvent)
+        assert event.reply_code == 501 and event.by_broker is False
+    assert p.state == "closed" or p.state == "closing"
+
+
+# --- heartbeats ----------------------------------------------------------------------------------------
+
+
+def test_send_heartbeat():
+    p, broker, _ = connect()
+    p.send_heartbeat()
+    assert p.data_to_send() == HEARTBEAT_FRAME
+
+
+def test_heartbeats_from_the_broker_produce_no_events():
+    p, broker, _ = connect()
+    assert p.receive_data(HEARTBEAT_FRAME) == []
+    assert p.receive_data(HEARTBEAT_FRAME * 3) == []
+    for b in HEARTBEAT_FRAME:
+        assert p.receive_data(bytes([b])) == []
+    assert p.data_to_send() == b""
+
+
+def test_heartbeat_between_content_frames():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    data = broker.content_bytes(cid, BasicDeliver("c", 1, False, "", "q"), PROPS, b"abc")
+    method_end = data.index(b"\xce") + 1
+    events = p.receive_data(data[:method_end] + HEARTBEAT_FRAME + data[method_end:])
+    assert one(events, proto.Message).body == b"abc"
+
+
+def test_heartbeat_during_handshake():
+    p = new_protocol()
+    broker = Broker(p)
+    start(p, broker)
+    assert p.receive_data(HEARTBEAT_FRAME) == []
+
+
+def test_repr_never_shows_the_password():
+    p = new_protocol(username="bob", password="s3cr3t-pw")
+    assert "s3cr3t-pw" not in repr(p) and "s3cr3t-pw" not in str(p)
+    p, broker, _ = connect(password="s3cr3t-pw")
+    assert "s3cr3t-pw" not in repr(p)
+
+
+# --- HeartbeatMonitor (injected clock) --------------------------------------------------------------
+
+Monitor = getattr(proto, "HeartbeatMonitor", None)
+needs_monitor = pytest.mark.skipif(Monitor is None, reason="no HeartbeatMonitor in the protocol module")
+
+
+@needs_monitor
+def test_heartbeat_send_due_every_half_interval():
+    m = Monitor(60, now=1000.0)
+    assert not m.send_due(1000.0)
+    assert not m.send_due(1029.9)
+    assert m.send_due(1030.0)
+    m.sent(1030.0)
+    assert not m.send_due(1059.0)
+    assert m.send_due(1060.0)
+
+
+@needs_monitor
+def test_heartbeat_dead_after_two_silent_intervals():
+    m = Monitor(10, now=0.0)
+    assert not m.timed_out(19.9)
+    assert not m.timed_out(20.0)
+    assert m.timed_out(20.1)
+    m.received(15.0)  # any bytes from the peer count
+    assert not m.timed_out(35.0)
+    assert m.timed_out(35.5)
+
+
+@needs_monitor
+def test_heartbeat_next_deadline():
+    m = Monitor(10, now=0.0)
+    assert m.next_deadline(0.0) == pytest.approx(5.0)
+    m.sent(5.0)
+    assert m.next_deadline(6.0) == pytest.approx(4.0)
+    m.sent(15.0)
+    m.sent(19.5)
+    assert m.next_deadline(19.5) == pytest.approx(0.5)  # silence deadline at 20 comes first
+    assert m.next_deadline(100.0) == 0.0
+
+
+@needs_monitor
+def test_heartbeat_disabled():
+    m = Monitor(0, now=0.0)
+    assert not m.send_due(1e9)
+    assert not m.timed_out(1e9)
+    assert m.next_deadline(0.0) is None
