@@ -1049,21 +1049,23 @@ class Channel(ChannelOperations):
         tag = self._ack_tag(delivery_tag)
         if tag > 0 or not self._tag_offset:
             connection._core.basic_ack(self.channel_id, tag, multiple)
-            connection._flush_soon()
+            # Now, not at the end of the loop pass: a consumer busy with its buffered
+            # messages would otherwise hold back the acks that let the broker send more.
+            connection._flush()
 
     async def basic_nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
         self._check()
         tag = self._ack_tag(delivery_tag)
         if tag > 0 or not self._tag_offset:
             self._connection._core.basic_nack(self.channel_id, tag, multiple, requeue)
-            self._connection._flush_soon()
+            self._connection._flush()
 
     async def basic_reject(self, delivery_tag: int, requeue: bool = True) -> None:
         self._check()
         tag = self._ack_tag(delivery_tag)
         if tag > 0 or not self._tag_offset:
             self._connection._core.basic_reject(self.channel_id, tag, requeue)
-            self._connection._flush_soon()
+            self._connection._flush()
 
     async def basic_qos(self, prefetch_count: int = 0, *, prefetch_size: int = 0, global_: bool = False) -> None:
         await super().basic_qos(prefetch_count, prefetch_size=prefetch_size, global_=global_)

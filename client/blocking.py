@@ -142,6 +142,7 @@ class Connection:
         self._write_lock = threading.Lock()
         self._unblocked = threading.Event()
         self._unblocked.set()
+        self._is_blocked = False  # mirrors _unblocked, read on every publish
         self._callbacks: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._channels: dict[int, Channel] = {}
         self._cork = 0
@@ -196,6 +197,7 @@ class Connection:
         self.frame_max: int = opened.frame_max
         self.heartbeat: int = opened.heartbeat
         self._error = None
+        self._is_blocked = False
         self._unblocked.set()
         self._monitor = proto.HeartbeatMonitor(self.heartbeat, time.monotonic())
         self._io_thread = threading.Thread(target=self._io_loop, name=f"amqwire-io {params.host}:{params.port}", daemon=True)
@@ -463,12 +465,15 @@ class Connection:
             elif kind is proto.ChannelFlowChanged:
                 channel = channels.get(event.channel)
                 if channel is not None:
+                    channel._flow_paused = not event.active
                     channel._flow.set() if event.active else channel._flow.clear()
             elif kind is proto.ConnectionBlocked:
                 log.warning("the broker blocked the connection: %s", event.reason)
+                self._is_blocked = True
                 self._unblocked.clear()
             elif kind is proto.ConnectionUnblocked:
                 log.info("the broker unblocked the connection")
+                self._is_blocked = False
                 self._unblocked.set()
             elif kind is proto.SecretUpdated:
                 slot = getattr(self, "_secret_slot", None)
@@ -494,6 +499,7 @@ class Connection:
             log.error("connection to %s lost: %s", self.params, error)
         with contextlib.suppress(OSError):
             self._sock.close()
+        self._is_blocked = False
         self._unblocked.set()
         recovering = self.recovery is not None and not self._closing and _recoverable(error)
         for channel_id, channel in list(self._channels.items()):
@@ -855,6 +861,7 @@ class Channel(ChannelOperations):
         self._failures: list = []
         self._flow = threading.Event()
         self._flow.set()
+        self._flow_paused = False  # mirrors _flow, read on every publish
         self._tag_offset = 0
         self._tag_before_recovery = 0
         self._qos: Optional[Any] = None
@@ -956,7 +963,7 @@ class Channel(ChannelOperations):
         connection = self._connection
         if self._closed is not None or connection._error is not None:
             self._check()
-        if not connection._unblocked.is_set() or not self._flow.is_set():
+        if connection._is_blocked or self._flow_paused:
             self._wait_publishable()
         with connection._lock:
             connection._core.publish(self.channel_id, exchange, routing_key, body, properties, mandatory)
@@ -983,7 +990,7 @@ class Channel(ChannelOperations):
         connection = self._connection
         if self._closed is not None or connection._error is not None:
             self._check()
-        if not connection._unblocked.is_set() or not self._flow.is_set():
+        if connection._is_blocked or self._flow_paused:
             self._wait_publishable()
         core = connection._core
         state = core.channel_state(self.channel_id)
@@ -1253,6 +1260,7 @@ class Channel(ChannelOperations):
             for consumer in list(self._consumers.values()):
                 consumer._finish(reason)
             self._consumers.clear()
+        self._flow_paused = False
         self._flow.set()
         with self._confirm_cond:
             self._confirm_cond.notify_all()

@@ -523,8 +523,10 @@ class ConnectionProtocol:
 
     @property
     def pending_output(self) -> int:
-        """Bytes queued in the writer (not counting zero-copy pieces)."""
-        return len(self._writer) + sum(len(p) for p in self._iov)
+        """Bytes queued for sending."""
+        if self._iov:
+            return len(self._writer) + sum(len(piece) for piece in self._iov)
+        return len(self._writer)
 
     def _spill_writer(self) -> None:
         if len(self._writer):
