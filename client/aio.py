@@ -160,6 +160,7 @@ class Connection:
         self._recovered = asyncio.Event()
         self._recovery_task: Optional[asyncio.Task] = None
         self._secret_waiter: Optional[asyncio.Future] = None
+        self._close_waiter: Optional[asyncio.Future] = None
         self._topology = None if self.recovery is None else _Topology()
         self._core: proto.ConnectionProtocol = proto.ConnectionProtocol()
 
@@ -416,6 +417,9 @@ class Connection:
         if self._error is not None:
             return
         self._error = error
+        close_waiter = self._close_waiter
+        if close_waiter is not None and not close_waiter.done():
+            close_waiter.set_result(None)
         if not self._closing and not isinstance(error, InvalidStateError):
             log.error("connection to %s lost: %s", getattr(self, "params", "?"), error)
         waiter = self._handshake_waiter
@@ -542,21 +546,16 @@ class Connection:
         if self._error is None and self._transport is not None:
             self._core.close(reply_code, reply_text)
             self._flush()
-            closed = self._loop.create_future()
-            self._close_waiter = closed
+            self._close_waiter = self._loop.create_future()
             deadline = self.params.connection_timeout
             try:
-                await asyncio.wait_for(self._wait_closed(), deadline)
+                await asyncio.wait_for(asyncio.shield(self._close_waiter), deadline)
             except asyncio.TimeoutError:
                 log.debug("close: no close-ok within %s s", deadline)
         if self._transport is not None:
             self._transport.close()
         self._fail(InvalidStateError("the connection is closed"))
         log.info("connection to %s closed", self.params)
-
-    async def _wait_closed(self) -> None:
-        while self._error is None:
-            await asyncio.sleep(0.005)
 
 
 class _ChannelOpener:
