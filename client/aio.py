@@ -757,7 +757,11 @@ class Channel(ChannelOperations):
 
     @property
     def is_open(self) -> bool:
-        return self._closed is None and self._connection._error is None and not self._connection._closing
+        connection = self._connection
+        if self._closed is not None or connection._error is not None or connection._closing:
+            return False
+        state = connection._core.channel_state(self.channel_id)  # may know of a close first
+        return state is not None and state.is_open
 
     @property
     def connection(self) -> Connection:
@@ -769,6 +773,8 @@ class Channel(ChannelOperations):
             if isinstance(error, ChannelClosed) and error.by_broker:
                 raise channel_closed(error.reply_code, error.reply_text, error.class_id, error.method_id,
                                      by_broker=True, channel=self.channel_id)
+            if isinstance(error, AMQPConnectionError):
+                raise error  # the connection is gone: say why
             raise InvalidStateError(f"channel {self.channel_id} is closed")
         connection = self._connection
         if connection._error is not None or connection._closing:
@@ -1113,9 +1119,9 @@ class Channel(ChannelOperations):
         self._waiter = None
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
-        for future in unconfirmed:
+        for seqno, future in unconfirmed:
             if not future.done():
-                future.set_exception(PublishUnconfirmed(0, error))
+                future.set_exception(PublishUnconfirmed(seqno, error))
                 self._failures.append(future)
         if not recovering:
             reason = _END if isinstance(error, InvalidStateError) else error

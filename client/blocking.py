@@ -387,10 +387,11 @@ class Connection:
                         monitor.received(now)
                         with self._lock:
                             events = core.receive_data(view[:size])
+                            closed = self._detach_closed_channels(events)
                         if core.pending_output:
                             self._flush()
                         if events:
-                            self._dispatch(events)
+                            self._dispatch(events, closed)
                 if monitor.send_due(now):
                     if self._write_lock.acquire(blocking=False):
                         try:
@@ -426,7 +427,21 @@ class Connection:
             log.exception("amqwire I/O thread failed")
             self._on_lost(ConnectionLost(f"I/O thread failed: {exc!r}"))
 
-    def _dispatch(self, events: list) -> None:
+    def _detach_closed_channels(self, events: list) -> Optional[dict]:
+        """Under ``_lock``, with the core's state: forget channels the broker just closed, so a
+        channel opened right after with the same number is never mistaken for the old one."""
+        if proto.ChannelClosedEvent not in map(type, events):
+            return None
+        closed = {}
+        for event in events:
+            if type(event) is proto.ChannelClosedEvent:
+                channel = self._channels.pop(event.channel, None)
+                if channel is not None:
+                    channel._closed = channel._close_error(event)
+                    closed[id(event)] = channel
+        return closed
+
+    def _dispatch(self, events: list, closed: Optional[dict] = None) -> None:
         channels = self._channels
         for event in events:
             kind = type(event)
@@ -459,7 +474,7 @@ class Connection:
                 if channel is not None:
                     channel._on_consumer_cancelled(event.consumer_tag)
             elif kind is proto.ChannelClosedEvent:
-                channel = channels.pop(event.channel, None)
+                channel = closed.get(id(event)) if closed is not None else channels.pop(event.channel, None)
                 if channel is not None:
                     channel._on_closed(event)
             elif kind is proto.ChannelFlowChanged:
@@ -864,6 +879,7 @@ class Channel(ChannelOperations):
         self._flow_paused = False  # mirrors _flow, read on every publish
         self._tag_offset = 0
         self._tag_before_recovery = 0
+        self._settled_after_loss = False
         self._qos: Optional[Any] = None
         self._stop_consuming = False
 
@@ -878,7 +894,11 @@ class Channel(ChannelOperations):
 
     @property
     def is_open(self) -> bool:
-        return self._closed is None and self._connection._error is None and not self._connection._closing
+        connection = self._connection
+        if self._closed is not None or connection._error is not None or connection._closing:
+            return False
+        state = connection._core.channel_state(self.channel_id)  # may know of a close first
+        return state is not None and state.is_open
 
     @property
     def connection(self) -> Connection:
@@ -890,6 +910,8 @@ class Channel(ChannelOperations):
             if isinstance(error, ChannelClosed) and error.by_broker:
                 raise channel_closed(error.reply_code, error.reply_text, error.class_id, error.method_id,
                                      by_broker=True, channel=self.channel_id)
+            if isinstance(error, AMQPConnectionError):
+                raise error  # the connection is gone: say why
             raise InvalidStateError(f"channel {self.channel_id} is closed")
         connection = self._connection
         if connection._error is not None or connection._closing:
@@ -1037,17 +1059,20 @@ class Channel(ChannelOperations):
 
     def _wait_confirm(self, ready: Callable[[], bool], timeout: Optional[float]) -> None:
         connection = self._connection
-        connection._flush()
+        try:
+            connection._flush()
+        except AMQPConnectionError:
+            pass  # the connection is gone: the futures say how it ended
+        except InvalidStateError:
+            pass
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._confirm_cond:
             self._confirm_waiters += 1
             try:
                 while not ready():
-                    if self._closed is not None or connection._error is not None:
-                        if not ready():
-                            self._check()
-                            raise InvalidStateError(f"channel {self.channel_id} is closed")
-                        return
+                    if self._settled_after_loss:  # the channel is gone and its futures failed
+                        self._check()
+                        raise InvalidStateError(f"channel {self.channel_id} is closed")
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         raise TimeoutError(f"confirms did not arrive within {timeout} s")
@@ -1226,21 +1251,24 @@ class Channel(ChannelOperations):
         except ChannelClosed:
             pass
 
-    def _on_closed(self, event: proto.ChannelClosedEvent) -> None:
+    def _close_error(self, event: proto.ChannelClosedEvent) -> BaseException:
         if event.by_broker:
-            error: BaseException = channel_closed(
+            return channel_closed(
                 event.reply_code, event.reply_text, event.class_id, event.method_id, by_broker=True, channel=self.channel_id
             )
+        return ChannelClosed(event.reply_code, event.reply_text, by_broker=False, channel=self.channel_id)
+
+    def _on_closed(self, event: proto.ChannelClosedEvent) -> None:
+        error = self._closed if self._closed is not None else self._close_error(event)
+        if event.by_broker:
             log.warning("%s", error)
-        else:
-            error = ChannelClosed(event.reply_code, event.reply_text, by_broker=False, channel=self.channel_id)
         self._closed = error
-        self._fail_everything(error, event.unconfirmed, False)
-        if not event.by_broker:
+        if not event.by_broker:  # our close() is waiting for this
             slot = self._waiter
             self._waiter = None
             if slot is not None:
                 slot.set(None)
+        self._fail_everything(error, event.unconfirmed, False)
 
     def _on_connection_lost(self, error: BaseException, unconfirmed: Any, recovering: bool) -> None:
         if not recovering:
@@ -1252,8 +1280,8 @@ class Channel(ChannelOperations):
         self._waiter = None
         if slot is not None:
             slot.fail(error)
-        for future in unconfirmed:
-            future._settle(PublishUnconfirmed(future.delivery_tag, error))
+        for seqno, future in unconfirmed:
+            future._settle(PublishUnconfirmed(seqno, error))
             self._failures.append(future)
         if not recovering:
             reason = _END if isinstance(error, InvalidStateError) else error
@@ -1262,6 +1290,7 @@ class Channel(ChannelOperations):
             self._consumers.clear()
         self._flow_paused = False
         self._flow.set()
+        self._settled_after_loss = not recovering
         with self._confirm_cond:
             self._confirm_cond.notify_all()
 

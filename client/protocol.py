@@ -64,7 +64,7 @@ from amqwire.codec import (
 )
 from amqwire.codec.parser import Command, Heartbeat
 
-from .errors import AuthenticationError, InvalidStateError, method_name
+from .errors import AuthenticationError, InvalidStateError, channel_closed, method_name
 from .message import Message, ReturnedMessage
 
 log = logging.getLogger("amqwire.client")
@@ -179,8 +179,8 @@ class ChannelOpened(_Event):
 
 
 class ChannelClosedEvent(_Event):
-    """The channel is closed and its number free again.  ``unconfirmed``: the tokens of
-    publishes the broker never confirmed on it."""
+    """The channel is closed and its number free again.  ``unconfirmed``: (seqno, token) of
+    the publishes the broker never confirmed on it."""
 
     __slots__ = ("channel", "reply_code", "reply_text", "class_id", "method_id", "by_broker", "unconfirmed")
 
@@ -498,6 +498,9 @@ class ConnectionProtocol:
         self._next_channel = 1
         self._secret_pending = False
         self._started = False  # connection.start seen
+        # channel -> (code, text, class, method) of channels the broker closed, until the
+        # number is reused: later calls on them raise that error, not a generic one
+        self._broker_closed: dict[int, tuple] = {}
         self._local_close: tuple = (_REPLY_SUCCESS, "Normal shutdown")
 
     def __repr__(self) -> str:
@@ -793,6 +796,7 @@ class ConnectionProtocol:
         if cls is ChannelClose:
             self._writer.method(channel, ChannelCloseOk())
             unconfirmed = self._release(channel)
+            self._broker_closed[channel] = (method.reply_code, method.reply_text, method.class_id, method.method_id)
             events.append(
                 ChannelClosedEvent(
                     channel, method.reply_code, method.reply_text, method.class_id, method.method_id, True, unconfirmed
@@ -883,6 +887,7 @@ class ConnectionProtocol:
             raise InvalidStateError(f"channel number must be between 1 and {self.channel_max}, not {channel_id!r}")
         elif channel_id in self._channels:
             raise InvalidStateError(f"channel {channel_id} is already in use")
+        self._broker_closed.pop(channel_id, None)
         state = ChannelState(channel_id)
         state.pending = ChannelOpen()
         self._channels[channel_id] = state
@@ -900,16 +905,19 @@ class ConnectionProtocol:
         return candidate
 
     def _release(self, channel: int) -> list:
-        """Free the channel number; returns the tokens of its unconfirmed publishes."""
+        """Free the channel number; returns (seqno, token) of its unconfirmed publishes."""
         state = self._channels.pop(channel, None)
         if channel < self._next_channel:
             self._next_channel = channel
         if state is None or state.confirms is None:
             return []
-        return state.confirms.drain()[1]
+        return list(zip(*state.confirms.drain()))
 
     def close_channel(self, channel: int, reply_code: int = _REPLY_SUCCESS, reply_text: str = "Normal shutdown") -> None:
-        """Queue channel.close; ChannelClosedEvent follows when close-ok arrives."""
+        """Queue channel.close; ChannelClosedEvent follows when close-ok arrives.  A channel the
+        broker closed already is left as it is."""
+        if channel in self._broker_closed and channel not in self._channels:
+            return
         state = self._open_state(channel, allow_opening=True)
         if state.state == _CLOSING:
             return
@@ -925,6 +933,9 @@ class ConnectionProtocol:
         if self.state != "open":
             self._check_open()
         if state is None:
+            reason = self._broker_closed.get(channel)
+            if reason is not None:
+                raise channel_closed(*reason, by_broker=True, channel=channel)
             raise InvalidStateError(f"channel {channel} is not open")
         if state.state == _CLOSING:
             raise InvalidStateError(f"channel {channel} is closing")
@@ -1024,13 +1035,13 @@ class ConnectionProtocol:
         self.send_method(channel, BasicReject(delivery_tag, requeue))
 
     def drain_unconfirmed(self) -> dict[int, list]:
-        """Once the connection is gone: channel -> tokens of the publishes never confirmed."""
+        """Once the connection is gone: channel -> (seqno, token) of the publishes never confirmed."""
         result = {}
         for channel, state in self._channels.items():
             if state.confirms is not None and state.confirms.slots:
-                tokens = state.confirms.drain()[1]
-                if tokens:
-                    result[channel] = tokens
+                pairs = list(zip(*state.confirms.drain()))
+                if pairs:
+                    result[channel] = pairs
         return result
 
 

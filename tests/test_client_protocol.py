@@ -47,7 +47,7 @@ from amqwire.codec import (
     QueueDeclareOk,
 )
 from amqwire.client import protocol as proto
-from amqwire.client.errors import AMQPError, AuthenticationError, InvalidStateError
+from amqwire.client.errors import AMQPError, AuthenticationError, InvalidStateError, NotFound
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # the contract calls the channel.flow event ChannelFlow; the module names it ChannelFlowChanged
@@ -988,8 +988,8 @@ def test_confirms_before_a_protocol_error_are_not_lost():
         events = getattr(exc, "events", None) or []
     for _, ack, seqnos, tokens in confirmed(events):
         seen += tokens
-    for tokens in p.drain_unconfirmed().values():
-        seen += tokens
+    for pairs in p.drain_unconfirmed().values():
+        seen += [token for seqno, token in pairs]
     assert sorted(seen) == ["t1", "t2"]
 
 
@@ -1087,13 +1087,14 @@ def test_broker_closes_a_channel():
         c1, 404, text, 50, 10, True)
     assert not of_type(events, proto.MethodReply)
     assert broker.sent_methods() == [(c1, ChannelCloseOk())]
-    # the channel is closed locally
-    with pytest.raises(InvalidStateError):
+    # the channel is closed locally; later calls raise the broker's error again
+    with pytest.raises(NotFound) as info:
         p.send_method(c1, QueueDeclare(queue="x"))
-    with pytest.raises(InvalidStateError):
+    assert (info.value.reply_code, info.value.channel, info.value.method_name) == (404, c1, "queue.declare")
+    with pytest.raises(NotFound):
         p.publish(c1, "", "q", b"x")
-    with pytest.raises(InvalidStateError):
-        p.close_channel(c1)
+    p.close_channel(c1)  # closed already: nothing to do
+    assert p.data_to_send() == b""
     # other channels are unaffected
     events = rpc(p, broker, c2, QueueDeclare(queue="x"), QueueDeclareOk("x", 0, 0))
     assert one(events, proto.MethodReply).channel == c2
