@@ -168,6 +168,7 @@ class Connection:
 
     async def _connect_any(self) -> None:
         errors = []
+        last: Optional[BaseException] = None
         for params in self._parameters:
             try:
                 await self._connect(params)
@@ -177,7 +178,10 @@ class Connection:
             except (OSError, AMQPConnectionError, CodecError, asyncio.TimeoutError) as exc:
                 log.info("could not connect to %s: %s", params, exc)
                 errors.append(f"{params}: {exc or type(exc).__name__}")
-        raise AMQPConnectionError("could not connect: " + "; ".join(errors))
+                last = exc
+        if len(errors) == 1 and isinstance(last, AMQPConnectionError):
+            raise last  # one broker: its own error (e.g. ConnectionClosed 530 for a vhost)
+        raise AMQPConnectionError("could not connect: " + "; ".join(errors)) from last
 
     async def _connect(self, params: ConnectionParameters) -> None:
         core = proto.ConnectionProtocol(
@@ -296,9 +300,9 @@ class Connection:
         try:
             events = core.receive_data(data)
         except (CodecError, AMQPConnectionError) as exc:
-            events = getattr(exc, "events", None)
-            if events:
-                self._dispatch(events)
+            earlier = getattr(exc, "events", None)
+            if earlier:
+                self._dispatch(earlier)
             self._flush()
             error = exc if isinstance(exc, AMQPConnectionError) else ConnectionLost(f"connection to {self.params} failed: {exc}")
             if error is not exc:
@@ -592,7 +596,7 @@ async def _replay_topology(topology: _Topology, channel: "Channel") -> None:
     for name, new in renamed.items():
         topology.queues[new] = topology.queues.pop(name)
     topology.renamed.update(renamed)
-    bindings = {}
+    bindings: dict[tuple, None] = {}
     for kind, dest, source, key, args in list(topology.bindings):
         dest = renamed.get(dest, dest)
         arguments = dict(args) if args else None

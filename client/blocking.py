@@ -157,6 +157,7 @@ class Connection:
 
     def _connect_any(self) -> None:
         errors = []
+        last: Optional[BaseException] = None
         for params in self._parameters:
             try:
                 self._connect(params)
@@ -166,7 +167,10 @@ class Connection:
             except (OSError, AMQPConnectionError, CodecError) as exc:
                 log.info("could not connect to %s: %s", params, exc)
                 errors.append(f"{params}: {exc}")
-        raise AMQPConnectionError("could not connect: " + "; ".join(errors))
+                last = exc
+        if len(errors) == 1 and isinstance(last, AMQPConnectionError):
+            raise last  # one broker: its own error (e.g. ConnectionClosed 530 for a vhost)
+        raise AMQPConnectionError("could not connect: " + "; ".join(errors)) from last
 
     def _connect(self, params: ConnectionParameters) -> None:
         sock = open_socket(params, self._ssl_context)
@@ -365,7 +369,7 @@ class Connection:
             while self._error is None:
                 now = time.monotonic()
                 timeout = monitor.next_deadline(now)
-                if not (tls and sock.pending()):
+                if not (tls and sock.pending()):  # type: ignore[attr-defined]
                     readable, _, _ = select.select([sock], [], [], timeout)
                     now = time.monotonic()
                 else:
@@ -417,9 +421,9 @@ class Connection:
             else:
                 error = ConnectionLost(f"connection to {self.params} failed: {exc}")
                 error.__cause__ = exc
-            events = getattr(exc, "events", None)
-            if events:
-                self._dispatch(events)
+            earlier = getattr(exc, "events", None)
+            if earlier:
+                self._dispatch(earlier)
             with contextlib.suppress(Exception):
                 self._flush()
             self._on_lost(error)
@@ -674,7 +678,7 @@ class _Topology:
         self.exchanges: dict[str, tuple] = {}
         self.queues: dict[str, tuple] = {}
         self.bindings: dict[tuple, None] = {}
-        self.renamed: dict[str, str] = {}
+        self.renamed: dict[str, str] = {}  # server-named queues: old name -> new name
 
     def record(self, method: Any, reply: Any) -> None:
         name = type(method).__name__
@@ -716,7 +720,7 @@ class _Topology:
         for name, new in renamed.items():
             self.queues[new] = self.queues.pop(name)
         self.renamed.update(renamed)
-        bindings = {}
+        bindings: dict[tuple, None] = {}
         for kind, dest, source, key, args in list(self.bindings):
             dest = renamed.get(dest, dest)
             arguments = dict(args) if args else None
@@ -882,6 +886,7 @@ class Channel(ChannelOperations):
         self._settled_after_loss = False
         self._qos: Optional[Any] = None
         self._stop_consuming = False
+        self._pending_consumer: Optional[Consumer] = None
 
     def __repr__(self) -> str:
         return f"<amqwire.client.Channel {self.channel_id} {'open' if self.is_open else 'closed'}>"
@@ -1171,7 +1176,7 @@ class Channel(ChannelOperations):
             message.delivery_tag += self._tag_offset
         consumer = self._consumers.get(message.consumer_tag)  # type: ignore[arg-type]
         if consumer is None:
-            consumer = getattr(self, "_pending_consumer", None)
+            consumer = self._pending_consumer
             if consumer is None:
                 log.warning("channel %d: delivery for unknown consumer %r dropped", self.channel_id, message.consumer_tag)
                 return

@@ -120,7 +120,8 @@ class _Event:
     __slots__ = ()
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        names: tuple[str, ...] = self.__slots__  # type: ignore[assignment]
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in names)
         return f"{type(self).__name__}({fields})"
 
 
@@ -470,7 +471,7 @@ class ConnectionProtocol:
         self._want_heartbeat = heartbeat
         self._locale = locale
         self._on_secure = on_secure
-        props = {
+        props: dict[str, Any] = {
             "product": "amqwire",
             "version": VERSION,
             "platform": f"Python {platform.python_version()}",
@@ -760,8 +761,10 @@ class ConnectionProtocol:
         if state.state == _CLOSING:
             if cls is ChannelCloseOk:
                 unconfirmed = self._release(channel)
-                reason = state.close_reason or (_REPLY_SUCCESS, "Normal shutdown", 0, 0, False)
-                events.append(ChannelClosedEvent(channel, *reason, unconfirmed))
+                code, text, class_id, method_id, by_broker = state.close_reason or (
+                    _REPLY_SUCCESS, "Normal shutdown", 0, 0, False
+                )
+                events.append(ChannelClosedEvent(channel, code, text, class_id, method_id, by_broker, unconfirmed))
             elif cls is ChannelClose:
                 self._writer.method(channel, ChannelCloseOk())
                 state.close_reason = (method.reply_code, method.reply_text, method.class_id, method.method_id, True)

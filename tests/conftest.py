@@ -1,0 +1,579 @@
+"""Shared fixtures for the broker integration tests (a real RabbitMQ at AMQP_URL).
+
+- ``amqp_url``: env AMQP_URL or amqp://guest:guest@127.0.0.1:5672/, after a session-wide
+  check that something listens there (tests/run starts the broker through
+  tests/ensure_rabbitmq.sh; when it is down the tests fail, they are never skipped).
+- ``names``: unique queue/exchange names (uuid), deleted from the broker after the test.
+- ``transport`` / ``run``: every scenario is written once as ``async def scenario(api)``
+  and runs on both transports.  For asyncio, ``api`` hands out the real
+  ``amqwire.client.aio`` objects; for the blocking client it hands out thin proxies whose
+  methods run the blocking call in a daemon thread and are awaited, so the scenario text
+  is identical (``await ch.queue_declare(...)``, ``await msg.ack()``, ``await fut``).
+- ``TCPProxy``: a local forwarding proxy that can go silent (freeze) or drop every
+  connection (kill), for heartbeat and connection-loss tests.
+- ``rabbitmqctl``: runs rabbitmqctl against the local node (skips, visibly, when the
+  broker is not local or rabbitmqctl cannot be run).
+
+The client is imported lazily so the codec tests in this folder never depend on it.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+import pytest
+
+DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
+TRANSPORTS = ("blocking", "aio")
+
+
+# --------------------------------------------------------------------------- URLs
+
+
+def url_host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    default = 5671 if parts.scheme == "amqps" else 5672
+    return parts.hostname or "127.0.0.1", parts.port or default
+
+
+def url_credentials(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return unquote(parts.username or "guest"), unquote(parts.password or "guest")
+
+
+def with_query(url: str, **query) -> str:
+    """``url`` with ``query`` merged into its query string."""
+    parts = urlsplit(url)
+    merged = dict(parse_qsl(parts.query))
+    merged.update({k: str(v) for k, v in query.items()})
+    return urlunsplit(parts._replace(query=urlencode(merged)))
+
+
+def with_netloc(url: str, host: str, port: int, password: str | None = None) -> str:
+    parts = urlsplit(url)
+    user, pw = parts.username or "guest", parts.password or "guest"
+    if password is not None:
+        pw = password
+    return urlunsplit(parts._replace(netloc=f"{user}:{pw}@{host}:{port}"))
+
+
+def with_path(url: str, path: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=path))
+
+
+def masked(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(":" + parts.password + "@", ":***@", 1)
+    return url
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- broker
+
+
+@pytest.fixture(scope="session")
+def _broker_reachable():
+    url = os.environ.get("AMQP_URL", DEFAULT_URL)
+    host, port = url_host_port(url)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=3).close()
+            return url
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"RabbitMQ is not reachable at {masked(url)} ({host}:{port}: {exc}). "
+                    "The broker tests need a real broker: start it with "
+                    "`bash tests/ensure_rabbitmq.sh` (tests/run does that) or point AMQP_URL at one.",
+                    pytrace=False,
+                )
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="session")
+def amqp_url(_broker_reachable) -> str:
+    return _broker_reachable
+
+
+@pytest.fixture(scope="session")
+def server_tune(amqp_url):
+    """The broker's own connection.tune proposal (channel_max, frame_max, heartbeat), read
+    with a minimal handshake over a raw socket and the codec, independently of the client."""
+    from amqwire.codec import PROTOCOL_HEADER, CommandParser, ConnectionStart, ConnectionStartOk, ConnectionTune
+
+    user, password = url_credentials(amqp_url)
+    host, port = url_host_port(amqp_url)
+    parser = CommandParser()
+    with socket.create_connection((host, port), timeout=5) as sock:
+        sock.sendall(PROTOCOL_HEADER)
+        tune = None
+        while tune is None:
+            data = sock.recv(65536)
+            assert data, "broker closed the socket during the probe handshake"
+            for command in parser.feed(data):
+                if isinstance(command.method, ConnectionStart):
+                    response = b"\0" + user.encode() + b"\0" + password.encode()
+                    sock.sendall(ConnectionStartOk({}, "PLAIN", response, "en_US").encode(0))
+                elif isinstance(command.method, ConnectionTune):
+                    tune = command.method
+    return tune.channel_max, tune.frame_max, tune.heartbeat
+
+
+# --------------------------------------------------------------------------- names
+
+
+class Names:
+    """Unique names; everything handed out is deleted from the broker afterwards."""
+
+    def __init__(self):
+        self.queues: list[str] = []
+        self.exchanges: list[str] = []
+
+    @staticmethod
+    def unique(kind: str) -> str:
+        return f"amqwire-test-{kind}-{uuid.uuid4().hex[:12]}"
+
+    def queue(self) -> str:
+        name = self.unique("q")
+        self.queues.append(name)
+        return name
+
+    def exchange(self) -> str:
+        name = self.unique("x")
+        self.exchanges.append(name)
+        return name
+
+
+def _delete_on_broker(url: str, queues: list[str], exchanges: list[str]) -> None:
+    """Best-effort cleanup with pika (a test dependency), independent of the client."""
+    if not (queues or exchanges):
+        return
+    try:
+        import pika
+    except ImportError:  # pragma: no cover
+        return
+    try:
+        params = pika.URLParameters(url)
+        params.socket_timeout = 5
+        params.blocked_connection_timeout = 5
+        conn = pika.BlockingConnection(params)
+    except Exception:
+        return
+    try:
+        ch = conn.channel()
+        for kind, items in (("queue", queues), ("exchange", exchanges)):
+            for name in items:
+                try:
+                    if not ch.is_open:
+                        ch = conn.channel()
+                    if kind == "queue":
+                        ch.queue_delete(name)
+                    else:
+                        ch.exchange_delete(name)
+                except Exception:
+                    pass
+    finally:
+        try:
+            conn.close()
+        except Exception:
+            pass
+
+
+@pytest.fixture
+def names(amqp_url):
+    n = Names()
+    yield n
+    _delete_on_broker(amqp_url, n.queues, n.exchanges)
+
+
+# --------------------------------------------------------------------------- rabbitmqctl
+
+
+def _rabbitmqctl_path() -> str | None:
+    return shutil.which("rabbitmqctl") or (
+        "/usr/sbin/rabbitmqctl" if os.access("/usr/sbin/rabbitmqctl", os.X_OK) else None
+    )
+
+
+@pytest.fixture(scope="session")
+def rabbitmqctl(amqp_url):
+    """``rabbitmqctl(*args) -> stdout``; skips (with the reason) when it cannot be used."""
+    host, _ = url_host_port(amqp_url)
+    if not (host.startswith("127.") or host in ("localhost", "::1")):
+        pytest.skip(f"rabbitmqctl needs the broker on this machine; AMQP_URL points at {host}")
+    path = _rabbitmqctl_path()
+    if path is None:
+        pytest.skip("rabbitmqctl not found")
+    prefix = [path] if os.geteuid() == 0 else ["sudo", "-n", path]
+    probe = subprocess.run(prefix + ["-q", "status"], capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"rabbitmqctl does not work here: {probe.stderr.strip()[:300]}")
+
+    def run(*args: str, timeout: float = 60) -> str:
+        done = subprocess.run(prefix + list(args), capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed: {done.stderr.strip()}")
+        return done.stdout
+
+    return run
+
+
+# --------------------------------------------------------------------------- TCP proxy
+
+
+class TCPProxy:
+    """A local TCP forwarder to ``(host, port)``.
+
+    ``freeze()`` makes every connection open at that moment silent in both directions
+    (bytes are read and dropped, sockets stay open); connections accepted later forward
+    normally.  ``kill()`` closes every open connection abruptly.
+    """
+
+    def __init__(self, host: str, port: int):
+        self.target = (host, port)
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.pairs: list[dict] = []
+        self.accepted = 0
+        self.lock = threading.Lock()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True, name="tcpproxy-accept").start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            pair = {"socks": (client, upstream), "frozen": False}
+            with self.lock:
+                self.pairs.append(pair)
+                self.accepted += 1
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(pair, src, dst), daemon=True,
+                                 name="tcpproxy-pump").start()
+
+    @staticmethod
+    def _pump(pair, src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if not pair["frozen"]:
+                    dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in pair["socks"]:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def freeze(self):
+        with self.lock:
+            for pair in self.pairs:
+                pair["frozen"] = True
+
+    def kill(self):
+        with self.lock:
+            pairs, self.pairs = self.pairs, []
+        for pair in pairs:
+            for s in pair["socks"]:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def close(self):
+        self.closed = True
+        try:
+            self.listener.close()
+        except OSError:
+            pass
+        self.kill()
+
+
+@pytest.fixture
+def tcp_proxy(amqp_url):
+    """``tcp_proxy() -> (TCPProxy, url)``: a proxy to the broker and the AMQP URL through
+    it; all closed after the test."""
+    made: list[TCPProxy] = []
+    host, port = url_host_port(amqp_url)
+
+    def make():
+        proxy = TCPProxy(host, port)
+        made.append(proxy)
+        return proxy, with_netloc(amqp_url, "127.0.0.1", proxy.port)
+
+    yield make
+    for proxy in made:
+        proxy.close()
+
+
+# --------------------------------------------------------------------------- transports
+
+
+def _resolve(fut: asyncio.Future, value=None, exc=None):
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(value)
+
+
+async def in_thread(fn, *args, **kwargs):
+    """Run ``fn`` in a fresh daemon thread and await its result.  (Not asyncio.to_thread: a
+    hung blocking call must not keep asyncio.run from returning after a test timed out.)"""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def target():
+        try:
+            value = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            try:
+                loop.call_soon_threadsafe(_resolve, fut, None, exc)
+            except RuntimeError:
+                pass
+        else:
+            try:
+                loop.call_soon_threadsafe(_resolve, fut, value)
+            except RuntimeError:
+                pass
+
+    threading.Thread(target=target, daemon=True, name="amqwire-test-call").start()
+    return await fut
+
+
+# Methods of the blocking objects that do not wait: called directly, not in a thread.
+_SYNC_METHODS = {"done", "add_done_callback", "add_on_return_callback", "cancelled", "exception"}
+
+
+class SyncProxy:
+    """Makes a blocking client object look like its asyncio twin: its methods become
+    coroutine functions running in a daemon thread; attributes pass through; client
+    objects in results (channels, consumers, messages, futures) are proxied too; callables
+    passed in (callbacks) get proxied arguments."""
+
+    __slots__ = ("_obj", "_api", "_iter")
+
+    def __init__(self, obj, api):
+        object.__setattr__(self, "_obj", obj)
+        object.__setattr__(self, "_api", api)
+        object.__setattr__(self, "_iter", None)
+
+    def __getattr__(self, name):
+        value = getattr(self._obj, name)
+        api = self._api
+        if callable(value) and not isinstance(value, type) and not _is_client_object(value):
+            if name in _SYNC_METHODS:
+                def call_now(*args, **kwargs):
+                    args, kwargs = api._wrap_callables(args, kwargs)
+                    return api.wrap(value(*args, **kwargs))
+                return call_now
+
+            async def call(*args, **kwargs):
+                args, kwargs = api._wrap_callables(args, kwargs)
+                return api.wrap(await in_thread(value, *args, **kwargs))
+            return call
+        return api.wrap(value)
+
+    def __setattr__(self, name, value):
+        setattr(self._obj, name, value)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if self._iter is None:
+            object.__setattr__(self, "_iter", iter(self._obj))
+        sentinel = object()
+        item = await in_thread(next, self._iter, sentinel)
+        if item is sentinel:
+            raise StopAsyncIteration
+        return self._api.wrap(item)
+
+    async def __aenter__(self):
+        return self._api.wrap(await in_thread(self._obj.__enter__))
+
+    async def __aexit__(self, *exc_info):
+        return await in_thread(self._obj.__exit__, *exc_info)
+
+    def __await__(self):
+        # PublishFuture: awaiting it waits for its result in a thread
+        return in_thread(self._obj.result).__await__()
+
+    def __eq__(self, other):
+        return self._obj == (other._obj if isinstance(other, SyncProxy) else other)
+
+    def __hash__(self):
+        return hash(self._obj)
+
+    def __repr__(self):
+        return f"SyncProxy({self._obj!r})"
+
+
+def _is_client_object(value) -> bool:
+    module = type(value).__module__ or ""
+    return module.startswith("amqwire.client") and not isinstance(value, BaseException)
+
+
+class Api:
+    """What a scenario gets: ``connect``, ``pump``, ``next``, names, errors, ..."""
+
+    def __init__(self, transport: str, url: str, names: Names):
+        import amqwire.client.errors as errors
+        from amqwire.codec import BasicProperties
+
+        self.name = transport
+        self.url = url
+        self.names = names
+        self.errors = errors
+        self.BasicProperties = BasicProperties
+        self.username, self.password = url_credentials(url)
+        self.host, self.port = url_host_port(url)
+        self._connections: list = []
+        self._proxies: list[TCPProxy] = []
+        self._wrapped: dict[int, SyncProxy] = {}
+        self._iterators: dict[int, tuple] = {}
+        if transport == "aio":
+            import amqwire.client.aio as module
+        else:
+            import amqwire.client.blocking as module
+        self.module = module
+
+    # -- wrapping (blocking only)
+    def wrap(self, value):
+        if self.name == "aio" or not _is_client_object(value):
+            return value
+        proxy = self._wrapped.get(id(value))
+        if proxy is None or proxy._obj is not value:
+            proxy = SyncProxy(value, self)
+            self._wrapped[id(value)] = proxy
+        return proxy
+
+    def _wrap_callables(self, args, kwargs):
+        def adapt(fn):
+            if callable(fn) and not _is_client_object(fn) and not isinstance(fn, SyncProxy):
+                return lambda *a: fn(*(self.wrap(x) for x in a))
+            return fn
+        return tuple(adapt(a) for a in args), {k: adapt(v) for k, v in kwargs.items()}
+
+    # -- connections
+    async def connect(self, url=None, **kwargs):
+        target = self.url if url is None else url
+        if self.name == "aio":
+            conn = await self.module.connect(target, **kwargs)
+        else:
+            conn = self.wrap(await in_thread(self.module.connect, target, **kwargs))
+        self._connections.append(conn)
+        return conn
+
+    def proxy(self) -> TCPProxy:
+        p = TCPProxy(self.host, self.port)
+        self._proxies.append(p)
+        return p
+
+    def proxy_url(self, proxy: TCPProxy, **query) -> str:
+        url = with_netloc(self.url, "127.0.0.1", proxy.port)
+        return with_query(url, **query) if query else url
+
+    async def pump(self, conn, predicate, timeout: float = 5.0) -> bool:
+        """Let the client deliver events (consumer/return callbacks, blocked state) until
+        ``predicate()`` holds or ``timeout`` passes; returns ``predicate()``."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                break
+            if self.name == "aio":
+                await asyncio.sleep(0.01)
+            else:
+                await conn.process_events(timeout=0.05)
+        return bool(predicate())
+
+    async def next(self, consumer, timeout: float = 10.0):
+        """The consumer's next message through its (async) iterator, with a timeout."""
+        iterator = self._iterators.get(id(consumer))
+        if iterator is None or iterator[0] is not consumer:
+            iterator = self._iterators[id(consumer)] = (consumer, consumer.__aiter__())
+        return await asyncio.wait_for(iterator[1].__anext__(), timeout)
+
+    # -- URL helpers
+    with_query = staticmethod(with_query)
+    closed_port = staticmethod(closed_port)
+
+    def url_with(self, *, host=None, port=None, password=None, path=None, url=None) -> str:
+        """``url`` (default: AMQP_URL) with host/port/password/path replaced."""
+        base = self.url if url is None else url
+        h, p = url_host_port(base)
+        out = with_netloc(base, host or h, port or p, password)
+        return with_path(out, path) if path is not None else out
+
+    async def sleep(self, seconds: float):
+        await asyncio.sleep(seconds)
+
+    async def wait(self, fut, timeout: float = 10.0):
+        """Await a publish future (asyncio.Future or proxied PublishFuture) with a timeout."""
+        if self.name == "aio":
+            return await asyncio.wait_for(fut, timeout)
+        return await in_thread(fut._obj.result, timeout)
+
+    async def aclose(self):
+        for conn in reversed(self._connections):
+            try:
+                await asyncio.wait_for(conn.close(), 5)
+            except BaseException:  # noqa: BLE001 - cleanup after the scenario, best effort
+                pass
+        for p in self._proxies:
+            p.close()
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def run(transport, amqp_url, names):
+    """``run(scenario, timeout=60)``: ``asyncio.run`` the scenario with an :class:`Api`
+    for this test's transport, then close whatever it left open."""
+
+    def runner(scenario, timeout: float = 60.0):
+        async def main():
+            api = Api(transport, amqp_url, names)
+            try:
+                await asyncio.wait_for(scenario(api), timeout)
+            finally:
+                await api.aclose()
+
+        asyncio.run(main())
+
+    return runner
