@@ -9,8 +9,26 @@ from amqwire.codec import BasicProperties
 from . import aio
 from .blocking import Channel, Connection, Consumer, PublishFuture, connect
 from .connect import RecoveryPolicy
-from .errors import *  # noqa: F401,F403
-from .errors import __all__ as _errors_all
+from .errors import (
+    AMQPError,
+    InvalidStateError,
+    AMQPConnectionError,
+    AuthenticationError,
+    ConnectionLost,
+    HeartbeatTimeout,
+    ConnectionClosed,
+    ChannelClosed,
+    AccessRefused,
+    NotFound,
+    ResourceLocked,
+    PreconditionFailed,
+    PublishError,
+    PublishNacked,
+    MessageReturned,
+    PublishUnconfirmed,
+    ConsumerCancelled,
+    ConnectionBlockedError,
+)
 from .message import Message, ReturnedMessage
 from .url import ConnectionParameters, parse_url
 
@@ -27,4 +45,22 @@ __all__ = [
     "ConnectionParameters",
     "parse_url",
     "RecoveryPolicy",
-] + list(_errors_all)
+    "AMQPError",
+    "InvalidStateError",
+    "AMQPConnectionError",
+    "AuthenticationError",
+    "ConnectionLost",
+    "HeartbeatTimeout",
+    "ConnectionClosed",
+    "ChannelClosed",
+    "AccessRefused",
+    "NotFound",
+    "ResourceLocked",
+    "PreconditionFailed",
+    "PublishError",
+    "PublishNacked",
+    "MessageReturned",
+    "PublishUnconfirmed",
+    "ConsumerCancelled",
+    "ConnectionBlockedError",
+]

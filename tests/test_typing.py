@@ -23,6 +23,29 @@ USER_CODE = textwrap.dedent(
     for item in CommandParser().feed(frames):
         if isinstance(item, Command) and item.body is not None:
             size: int = len(item.body)
+
+    import asyncio
+    from amqwire.client import Message, PublishFuture, connect, aio
+
+    def blocking_user() -> None:
+        with connect("amqp://guest:guest@127.0.0.1:5672/", heartbeat=10) as conn:
+            with conn.channel() as ch:
+                ch.confirm_select(max_in_flight=100)
+                future: PublishFuture = ch.publish_async("", "q", b"x", props)
+                future.result(timeout=1.0)
+                with ch.consume("q") as consumer:
+                    for message in consumer:
+                        body: bytes = message.body
+                        message.ack()
+                got: Message | None = ch.basic_get("q")
+
+    async def aio_user() -> None:
+        async with aio.connect("amqp://guest:guest@127.0.0.1:5672/") as conn:
+            async with conn.channel() as ch:
+                await ch.basic_publish("", "q", b"x")
+                async with ch.consume("q") as consumer:
+                    async for message in consumer:
+                        await message.ack()
     """
 )
 WRONG_CODE = "from amqwire.codec import encode_publish\nencode_publish('one', 'ex', 'rk', b'')\n"
