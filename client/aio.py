@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import sys
 import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Generator, Optional, Sequence, Union
@@ -47,6 +48,8 @@ log = logging.getLogger("amqwire.client")
 __all__ = ["connect", "Connection", "Channel", "Consumer"]
 
 _FLUSH_AT = 256 * 1024
+# Python 3.12's selector transport sends writelines() pieces with sendmsg; before, it joins them.
+_VECTORED_WRITELINES = sys.version_info >= (3, 12)
 
 
 class _Opener:
@@ -282,8 +285,11 @@ class Connection:
             return
         if len(pieces) == 1:
             transport.write(pieces[0])
+        elif _VECTORED_WRITELINES:
+            transport.writelines(pieces)  # sendmsg from the body slices, no copy
         else:
-            transport.writelines(pieces)
+            for piece in pieces:  # writelines would join (copy) them all first
+                transport.write(piece)
 
     def _flush_soon(self) -> None:
         if self._core.pending_output >= _FLUSH_AT:
@@ -1102,7 +1108,7 @@ class Channel(ChannelOperations):
             error: BaseException = channel_closed(
                 event.reply_code, event.reply_text, event.class_id, event.method_id, by_broker=True, channel=self.channel_id
             )
-            log.warning("%s", error)
+            log.info("%s", error)  # also raised to the caller: not a warning by itself
         else:
             error = ChannelClosed(event.reply_code, event.reply_text, by_broker=False, channel=self.channel_id)
         self._closed = error

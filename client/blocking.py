@@ -1266,7 +1266,7 @@ class Channel(ChannelOperations):
     def _on_closed(self, event: proto.ChannelClosedEvent) -> None:
         error = self._closed if self._closed is not None else self._close_error(event)
         if event.by_broker:
-            log.warning("%s", error)
+            log.info("%s", error)  # also raised to the caller: not a warning by itself
         self._closed = error
         if not event.by_broker:  # our close() is waiting for this
             slot = self._waiter
