@@ -8,7 +8,7 @@ from amqwire.codec import BasicProperties
 
 from . import aio
 from .blocking import Channel, Connection, Consumer, PublishFuture, connect
-from .connect import RecoveryPolicy
+from .recovery import RecoveryPolicy
 from .errors import (
     AMQPError,
     InvalidStateError,

@@ -22,9 +22,9 @@ from typing import Any, Awaitable, Callable, Generator, Optional, Sequence, Unio
 from amqwire.codec import BasicConsume, BasicGet, BasicProperties, CodecError
 
 from . import protocol as proto
-from .blocking import _END, _recoverable, _Topology
 from .channel_api import ChannelOperations
-from .connect import RecoveryPolicy, make_ssl_context, server_hostname
+from .connect import make_ssl_context, server_hostname
+from .recovery import END, RecoveryPolicy, Topology, recoverable
 from .errors import (
     AMQPConnectionError,
     AuthenticationError,
@@ -164,7 +164,7 @@ class Connection:
         self._recovery_task: Optional[asyncio.Task] = None
         self._secret_waiter: Optional[asyncio.Future] = None
         self._close_waiter: Optional[asyncio.Future] = None
-        self._topology = None if self.recovery is None else _Topology()
+        self._topology = None if self.recovery is None else Topology()
         self._core: proto.ConnectionProtocol = proto.ConnectionProtocol()
 
     # ------------------------------------------------------------------ connecting
@@ -455,7 +455,7 @@ class Connection:
             if state is not None:
                 channel._tag_before_recovery = channel._tag_offset + state.last_delivery_tag
         unconfirmed = self._core.drain_unconfirmed()
-        recovering = self.recovery is not None and not self._closing and _recoverable(error) and self._core.frame_max > 0
+        recovering = self.recovery is not None and not self._closing and recoverable(error) and self._core.frame_max > 0
         for channel_id, channel in list(self._channels.items()):
             channel._on_connection_lost(error, unconfirmed.get(channel_id, ()), recovering)
         if recovering:
@@ -480,7 +480,7 @@ class Connection:
                 await self._connect_any()
                 await self._restore()
             except Exception as exc:
-                log.warning("recovery attempt %d failed: %s", attempt, exc)
+                log.warning("recovery attempt %d failed: %r", attempt, exc)
                 if self._error is None:
                     self._error = ConnectionLost(f"recovery attempt failed: {exc}")
                     if self._transport is not None:
@@ -503,7 +503,14 @@ class Connection:
             await channel._reopen()
         if topology is not None and self._channels:
             first = min(self._channels.values(), key=lambda c: c.channel_id)
-            await _replay_topology(topology, first)
+            plan = topology.replay()
+            method = next(plan, None)
+            while method is not None:
+                reply = await first._rpc_raw(method)
+                try:
+                    method = plan.send(reply)
+                except StopIteration:
+                    break
         for channel in list(self._channels.values()):
             await channel._resubscribe(topology)
 
@@ -585,35 +592,6 @@ class _ChannelOpener:
             await self._channel.close()
 
 
-async def _replay_topology(topology: _Topology, channel: "Channel") -> None:
-    from amqwire.codec import ExchangeBind, QueueBind, QueueDeclare
-
-    for (method,) in list(topology.exchanges.values()):
-        await channel._rpc_raw(method)
-    renamed = {}
-    for name, (method, server_named) in list(topology.queues.items()):
-        if server_named:
-            reply = await channel._rpc_raw(
-                QueueDeclare(0, "", False, method.durable, method.exclusive, method.auto_delete, False, method.arguments)
-            )
-            renamed[name] = reply.queue
-        else:
-            await channel._rpc_raw(method)
-    for name, new in renamed.items():
-        topology.queues[new] = topology.queues.pop(name)
-    topology.renamed.update(renamed)
-    bindings: dict[tuple, None] = {}
-    for kind, dest, source, key, args in list(topology.bindings):
-        dest = renamed.get(dest, dest)
-        arguments = dict(args) if args else None
-        if kind == "queue":
-            await channel._rpc_raw(QueueBind(0, dest, source, key, False, arguments))
-        else:
-            await channel._rpc_raw(ExchangeBind(0, dest, source, key, False, arguments))
-        bindings[(kind, dest, source, key, args)] = None
-    topology.bindings = bindings
-
-
 class Consumer:
     """A subscription: ``async for msg in consumer``, or a callback given to ``consume()``."""
 
@@ -676,7 +654,7 @@ class Consumer:
         message = await self.get()
         if message is None:
             finished = self._finished
-            if finished is _END or finished is None:
+            if finished is END or finished is None:
                 raise StopAsyncIteration
             raise finished
         return message
@@ -688,7 +666,7 @@ class Consumer:
                 return self._buffer.popleft()  # type: ignore[no-any-return]
             if not self._active:
                 finished = self._finished
-                if finished is _END or finished is None:
+                if finished is END or finished is None:
                     return None
                 raise finished
             waiter = self._waiter = self.channel._connection._loop.create_future()
@@ -703,7 +681,7 @@ class Consumer:
     async def cancel(self) -> None:
         if self._active and self.channel.is_open:
             await self.channel.basic_cancel(self.consumer_tag)
-        self._finish(_END)
+        self._finish(END)
 
     async def __aenter__(self) -> "Consumer":
         return self
@@ -1025,7 +1003,7 @@ class Channel(ChannelOperations):
         await self._rpc(self._cancel_method(consumer_tag))
         self._consumers.pop(consumer_tag, None)
         if consumer is not None:
-            consumer._finish(_END)
+            consumer._finish(END)
 
     def _on_message(self, message: Message) -> None:
         message.channel = self
@@ -1134,7 +1112,7 @@ class Channel(ChannelOperations):
                 future.set_exception(PublishUnconfirmed(seqno, error))
                 self._failures.append(future)
         if not recovering:
-            reason = _END if isinstance(error, InvalidStateError) else error
+            reason = END if isinstance(error, InvalidStateError) else error
             for consumer in list(self._consumers.values()):
                 consumer._finish(reason)
             self._consumers.clear()
@@ -1161,7 +1139,7 @@ class Channel(ChannelOperations):
         if self._confirm:
             await self._rpc_raw(self._confirm_method())
 
-    async def _resubscribe(self, topology: Optional[_Topology]) -> None:
+    async def _resubscribe(self, topology: Optional[Topology]) -> None:
         for tag, consumer in list(self._consumers.items()):
             method = consumer._method
             queue_name = topology.renamed.get(consumer.queue, consumer.queue) if topology is not None else consumer.queue

@@ -27,7 +27,8 @@ from amqwire.codec import BasicConsume, BasicProperties, CodecError
 
 from . import protocol as proto
 from .channel_api import ChannelOperations
-from .connect import RecoveryPolicy, make_ssl_context, open_socket
+from .connect import make_ssl_context, open_socket
+from .recovery import END, RecoveryPolicy, Topology, recoverable
 from .errors import (
     AMQPConnectionError,
     AuthenticationError,
@@ -52,7 +53,6 @@ __all__ = ["connect", "Connection", "Channel", "Consumer", "PublishFuture"]
 
 _RECV_SIZE = 256 * 1024
 _CORK_LIMIT = 256 * 1024  # inside batch(): flush once this much is queued
-_END = object()  # consumer queue sentinel: cancelled by the client
 
 
 class _Slot:
@@ -150,7 +150,7 @@ class Connection:
         self._error: Optional[BaseException] = None
         self._io_thread: Optional[threading.Thread] = None
         self._recovered = threading.Condition()
-        self._topology = None if self.recovery is None else _Topology()
+        self._topology = None if self.recovery is None else Topology()
         self._connect_any()
 
     # ------------------------------------------------------------------ connecting
@@ -520,12 +520,12 @@ class Connection:
             self._sock.close()
         self._is_blocked = False
         self._unblocked.set()
-        recovering = self.recovery is not None and not self._closing and _recoverable(error)
+        recovering = self.recovery is not None and not self._closing and recoverable(error)
         for channel_id, channel in list(self._channels.items()):
             channel._on_connection_lost(error, unconfirmed.get(channel_id, ()), recovering)
         if not recovering:
             self._channels.clear()
-            self._callbacks.put(_END)
+            self._callbacks.put(END)
             return
         thread = threading.Thread(target=self._recover, name="amqwire-recovery", daemon=True)
         thread.start()
@@ -533,11 +533,10 @@ class Connection:
     # ------------------------------------------------------------------ recovery
 
     def _recover(self) -> None:
-        policy = self.recovery
-        assert_policy = policy if policy is not None else RecoveryPolicy()
+        policy = self.recovery or RecoveryPolicy()
         attempt = 0
         while not self._closing:
-            delay = assert_policy.delay(attempt)
+            delay = policy.delay(attempt)
             attempt += 1
             log.info("recovery: reconnecting in %.1f s (attempt %d)", delay, attempt)
             time.sleep(delay)
@@ -547,17 +546,17 @@ class Connection:
                 self._connect_any()
                 self._restore()
             except Exception as exc:  # keep trying until the policy gives up
-                log.warning("recovery attempt %d failed: %s", attempt, exc)
+                log.warning("recovery attempt %d failed: %r", attempt, exc)
                 if self._error is None:
                     with contextlib.suppress(Exception):
                         self._sock.close()
                     self._error = ConnectionLost(f"recovery attempt failed: {exc}")
-                if assert_policy.max_attempts and attempt >= assert_policy.max_attempts:
+                if policy.max_attempts and attempt >= policy.max_attempts:
                     log.error("recovery gave up after %d attempts", attempt)
                     for channel in list(self._channels.values()):
                         channel._on_connection_lost(self._error, (), False)
                     self._channels.clear()
-                    self._callbacks.put(_END)
+                    self._callbacks.put(END)
                     return
                 continue
             log.info("recovery: connection to %s restored", self.params)
@@ -572,7 +571,14 @@ class Connection:
             channel._reopen()
         if topology is not None and self._channels:
             first = min(self._channels.values(), key=lambda c: c.channel_id)
-            topology.replay(first)
+            plan = topology.replay()
+            method = next(plan, None)
+            while method is not None:
+                reply = first._rpc_raw(method)
+                try:
+                    method = plan.send(reply)
+                except StopIteration:
+                    break
         for channel in self._channels.values():
             channel._resubscribe(topology)
 
@@ -626,8 +632,8 @@ class Connection:
             self._raise_if_lost()
             return 0
         while True:
-            if item is _END:
-                self._callbacks.put(_END)
+            if item is END:
+                self._callbacks.put(END)
                 self._raise_if_lost()
                 return ran
             fn, arg = item
@@ -663,77 +669,6 @@ class Connection:
             self._sock.close()
         self._on_lost(InvalidStateError("the connection is closed"))
         log.info("connection to %s closed", self.params)
-
-
-def _recoverable(error: BaseException) -> bool:
-    if isinstance(error, ConnectionClosed):
-        return error.reply_code in (320, 541)  # CONNECTION_FORCED, INTERNAL_ERROR
-    return isinstance(error, ConnectionLost)
-
-
-class _Topology:
-    """What a connection declared, to declare again after recovery (in order)."""
-
-    def __init__(self) -> None:
-        self.exchanges: dict[str, tuple] = {}
-        self.queues: dict[str, tuple] = {}
-        self.bindings: dict[tuple, None] = {}
-        self.renamed: dict[str, str] = {}  # server-named queues: old name -> new name
-
-    def record(self, method: Any, reply: Any) -> None:
-        name = type(method).__name__
-        if name == "ExchangeDeclare" and not method.passive:
-            self.exchanges[method.exchange] = (method,)
-        elif name == "ExchangeDelete":
-            self.exchanges.pop(method.exchange, None)
-            self.bindings = {k: None for k in self.bindings if method.exchange not in (k[1], k[2])}
-        elif name == "QueueDeclare" and not method.passive:
-            self.queues[reply.queue] = (method, method.queue == "")
-        elif name == "QueueDelete":
-            self.queues.pop(method.queue, None)
-            self.bindings = {k: None for k in self.bindings if not (k[0] == "queue" and k[1] == method.queue)}
-        elif name == "QueueBind":
-            self.bindings[("queue", method.queue, method.exchange, method.routing_key, _frozen(method.arguments))] = None
-        elif name == "QueueUnbind":
-            self.bindings.pop(("queue", method.queue, method.exchange, method.routing_key, _frozen(method.arguments)), None)
-        elif name == "ExchangeBind":
-            self.bindings[("exchange", method.destination, method.source, method.routing_key, _frozen(method.arguments))] = None
-        elif name == "ExchangeUnbind":
-            self.bindings.pop(
-                ("exchange", method.destination, method.source, method.routing_key, _frozen(method.arguments)), None
-            )
-
-    def replay(self, channel: "Channel") -> None:
-        from amqwire.codec import ExchangeBind, QueueBind, QueueDeclare
-
-        for (method,) in list(self.exchanges.values()):
-            channel._rpc_raw(method)
-        renamed = {}
-        for name, (method, server_named) in list(self.queues.items()):
-            if server_named:
-                reply = channel._rpc_raw(QueueDeclare(0, "", False, method.durable, method.exclusive,
-                                                      method.auto_delete, False, method.arguments))
-                renamed[name] = reply.queue
-                log.info("recovery: server-named queue %s is now %s", name, reply.queue)
-            else:
-                channel._rpc_raw(method)
-        for name, new in renamed.items():
-            self.queues[new] = self.queues.pop(name)
-        self.renamed.update(renamed)
-        bindings: dict[tuple, None] = {}
-        for kind, dest, source, key, args in list(self.bindings):
-            dest = renamed.get(dest, dest)
-            arguments = dict(args) if args else None
-            if kind == "queue":
-                channel._rpc_raw(QueueBind(0, dest, source, key, False, arguments))
-            else:
-                channel._rpc_raw(ExchangeBind(0, dest, source, key, False, arguments))
-            bindings[(kind, dest, source, key, args)] = None
-        self.bindings = bindings
-
-
-def _frozen(arguments: Optional[dict]) -> Any:
-    return tuple(sorted(arguments.items(), key=lambda kv: kv[0])) if arguments else None
 
 
 class PublishFuture:
@@ -802,7 +737,7 @@ class Consumer:
         self._method = method
         self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._active = True
-        self._finished: Any = None  # _END or an exception, once no more messages come
+        self._finished: Any = None  # END or an exception, once no more messages come
 
     def _deliver(self, message: Message) -> None:
         if self.callback is None:
@@ -829,7 +764,7 @@ class Consumer:
         if type(item) is Message:
             return item
         self._queue.put(item)
-        if item is _END:
+        if item is END:
             return None
         raise item
 
@@ -841,7 +776,7 @@ class Consumer:
         if type(item) is Message:
             return item
         self._queue.put(item)  # keep the end visible to later calls
-        if item is _END:
+        if item is END:
             raise StopIteration
         raise item
 
@@ -849,7 +784,7 @@ class Consumer:
         """Stop the subscription; messages already received can still be read."""
         if self._active and self.channel.is_open:
             self.channel.basic_cancel(self.consumer_tag)
-        self._finish(_END)
+        self._finish(END)
 
     def __enter__(self) -> "Consumer":
         return self
@@ -1168,7 +1103,7 @@ class Channel(ChannelOperations):
         self._rpc(self._cancel_method(consumer_tag))
         self._consumers.pop(consumer_tag, None)
         if consumer is not None:
-            consumer._finish(_END)
+            consumer._finish(END)
 
     def _on_message(self, message: Message) -> None:
         message.channel = self
@@ -1289,7 +1224,7 @@ class Channel(ChannelOperations):
             future._settle(PublishUnconfirmed(seqno, error))
             self._failures.append(future)
         if not recovering:
-            reason = _END if isinstance(error, InvalidStateError) else error
+            reason = END if isinstance(error, InvalidStateError) else error
             for consumer in list(self._consumers.values()):
                 consumer._finish(reason)
             self._consumers.clear()
@@ -1319,7 +1254,7 @@ class Channel(ChannelOperations):
         if self._confirm:
             self._rpc_raw(self._confirm_method())
 
-    def _resubscribe(self, topology: Optional[_Topology]) -> None:
+    def _resubscribe(self, topology: Optional[Topology]) -> None:
         for tag, consumer in list(self._consumers.items()):
             method = consumer._method
             queue_name = topology.renamed.get(consumer.queue, consumer.queue) if topology is not None else consumer.queue

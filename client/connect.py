@@ -1,8 +1,6 @@
-"""What both transports need to reach a broker: TLS contexts, sockets, recovery back-off."""
+"""What both transports need to reach a broker: TLS contexts and sockets."""
 from __future__ import annotations
 
-import dataclasses
-import random
 import socket
 import ssl
 from typing import Optional
@@ -38,20 +36,3 @@ def open_socket(params: ConnectionParameters, ssl_context: Optional[ssl.SSLConte
         sock.close()
         raise
     return sock
-
-
-@dataclasses.dataclass(frozen=True)
-class RecoveryPolicy:
-    """Automatic reconnection: exponential back-off with jitter between attempts.
-
-    ``max_attempts`` 0 means keep trying until ``close()``.
-    """
-
-    initial_delay: float = 0.5
-    max_delay: float = 30.0
-    multiplier: float = 2.0
-    max_attempts: int = 0
-
-    def delay(self, attempt: int) -> float:
-        base = min(self.max_delay, self.initial_delay * self.multiplier**attempt)
-        return base * (0.5 + random.random() / 2)

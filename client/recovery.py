@@ -1,0 +1,116 @@
+"""Automatic recovery, shared by both transports: when to retry, and what to declare again.
+
+``Topology`` records the exchanges, queues and bindings a connection declared (and forgets
+what it deleted).  After a reconnect, ``replay()`` yields the methods to send again, in
+order, and is sent each reply back, so one plan serves the blocking loop and the asyncio
+one.  A queue the broker named gets a new name on the new connection; ``renamed`` maps
+old names to new ones so bindings and consumers follow it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any, Generator, Optional
+
+from amqwire.codec import (
+    ExchangeBind,
+    ExchangeDeclare,
+    ExchangeDelete,
+    ExchangeUnbind,
+    QueueBind,
+    QueueDeclare,
+    QueueDelete,
+    QueueUnbind,
+)
+
+from .errors import ConnectionClosed, ConnectionLost
+
+# Sentinel a consumer's queue ends with when the client cancelled it (not the broker).
+END = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class RecoveryPolicy:
+    """Exponential back-off with jitter between attempts; ``max_attempts`` 0 means keep
+    trying until ``close()``."""
+
+    initial_delay: float = 0.5
+    max_delay: float = 30.0
+    multiplier: float = 2.0
+    max_attempts: int = 0
+
+    def delay(self, attempt: int) -> float:
+        base = min(self.max_delay, self.initial_delay * self.multiplier**attempt)
+        return base * (0.5 + random.random() / 2)
+
+
+def recoverable(error: BaseException) -> bool:
+    """A lost socket, or the broker closing us as an operator or a failing node would."""
+    if isinstance(error, ConnectionClosed):
+        return error.reply_code in (320, 541)  # CONNECTION_FORCED, INTERNAL_ERROR
+    return isinstance(error, ConnectionLost)
+
+
+def _frozen(arguments: Optional[dict]) -> Any:
+    return tuple(sorted(arguments.items(), key=lambda kv: kv[0])) if arguments else None
+
+
+class Topology:
+    """What a connection declared, to declare again after recovery."""
+
+    def __init__(self) -> None:
+        self.exchanges: dict[str, ExchangeDeclare] = {}
+        self.queues: dict[str, tuple[QueueDeclare, bool]] = {}  # name -> (declare, server-named)
+        self.bindings: dict[tuple, None] = {}  # (kind, destination, source, key, arguments), in order
+        self.renamed: dict[str, str] = {}  # server-named queues: old name -> new name
+
+    def record(self, method: Any, reply: Any) -> None:
+        """Note a synchronous method the broker accepted."""
+        cls = type(method)
+        if cls is ExchangeDeclare and not method.passive:
+            self.exchanges[method.exchange] = method
+        elif cls is ExchangeDelete:
+            self.exchanges.pop(method.exchange, None)
+            self.bindings = {k: None for k in self.bindings if method.exchange not in (k[1], k[2])}
+        elif cls is QueueDeclare and not method.passive:
+            self.queues[reply.queue] = (method, method.queue == "")
+        elif cls is QueueDelete:
+            self.queues.pop(method.queue, None)
+            self.bindings = {k: None for k in self.bindings if not (k[0] == "queue" and k[1] == method.queue)}
+        elif cls is QueueBind:
+            self.bindings[("queue", method.queue, method.exchange, method.routing_key, _frozen(method.arguments))] = None
+        elif cls is QueueUnbind:
+            self.bindings.pop(("queue", method.queue, method.exchange, method.routing_key, _frozen(method.arguments)), None)
+        elif cls is ExchangeBind:
+            key = ("exchange", method.destination, method.source, method.routing_key, _frozen(method.arguments))
+            self.bindings[key] = None
+        elif cls is ExchangeUnbind:
+            key = ("exchange", method.destination, method.source, method.routing_key, _frozen(method.arguments))
+            self.bindings.pop(key, None)
+
+    def replay(self) -> Generator[Any, Any, None]:
+        """Yield each method to send again; send its reply back in."""
+        for exchange in list(self.exchanges.values()):
+            yield exchange
+        renamed = {}
+        for name, (queue, server_named) in list(self.queues.items()):
+            if server_named:
+                reply = yield QueueDeclare(
+                    0, "", False, queue.durable, queue.exclusive, queue.auto_delete, False, queue.arguments
+                )
+                renamed[name] = reply.queue
+            else:
+                yield queue
+        for name, new in renamed.items():
+            self.queues[new] = self.queues.pop(name)
+        self.renamed.update(renamed)
+        bindings: dict[tuple, None] = {}
+        for kind, destination, source, key, arguments in list(self.bindings):
+            destination = renamed.get(destination, destination)
+            args = dict(arguments) if arguments else None
+            if kind == "queue":
+                yield QueueBind(0, destination, source, key, False, args)
+            else:
+                yield ExchangeBind(0, destination, source, key, False, args)
+            bindings[(kind, destination, source, key, arguments)] = None
+        self.bindings = bindings
