@@ -868,8 +868,10 @@ class Channel(ChannelOperations):
         state = core.channel_state(self.channel_id)
         if state is not None and state.confirms is not None:
             slots = state.confirms.slots
-            while len(slots) >= self._max_in_flight:
-                await self._wait_confirm_progress()
+            if len(slots) >= self._max_in_flight:
+                low_water = self._max_in_flight // 2  # one wake-up per many acks
+                while len(slots) > low_water:
+                    await self._wait_confirm_progress()
         future = connection._loop.create_future()
         if callback is not None:
             future.add_done_callback(callback)

@@ -957,7 +957,10 @@ class Channel(ChannelOperations):
         core = connection._core
         state = core.channel_state(self.channel_id)
         if state is not None and state.confirms is not None and len(state.confirms.slots) >= self._max_in_flight:
-            self._wait_confirm(lambda: len(state.confirms.slots) < self._max_in_flight, None)  # type: ignore[union-attr]
+            # Wait for the window to half empty, not for one free slot: one wake-up per
+            # many acks instead of one per ack frame.
+            low_water = self._max_in_flight // 2
+            self._wait_confirm(lambda: len(state.confirms.slots) <= low_water, None)  # type: ignore[union-attr]
         future = PublishFuture(self)
         if callback is not None:
             future._callbacks = [callback]
