@@ -212,17 +212,18 @@ def _rabbitmqctl_path() -> str | None:
 
 @pytest.fixture(scope="session")
 def rabbitmqctl(amqp_url):
-    """``rabbitmqctl(*args) -> stdout``; skips (with the reason) when it cannot be used."""
+    """``rabbitmqctl(*args) -> stdout``.  Skips only when AMQP_URL points at another machine
+    (rabbitmqctl can only drive a local node); tests/ensure_rabbitmq.sh installs it here."""
     host, _ = url_host_port(amqp_url)
     if not (host.startswith("127.") or host in ("localhost", "::1")):
         pytest.skip(f"rabbitmqctl needs the broker on this machine; AMQP_URL points at {host}")
     path = _rabbitmqctl_path()
     if path is None:
-        pytest.skip("rabbitmqctl not found")
+        pytest.fail("rabbitmqctl not found (tests/ensure_rabbitmq.sh installs rabbitmq-server)")
     prefix = [path] if os.geteuid() == 0 else ["sudo", "-n", path]
     probe = subprocess.run(prefix + ["-q", "status"], capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:
-        pytest.skip(f"rabbitmqctl does not work here: {probe.stderr.strip()[:300]}")
+        pytest.fail(f"rabbitmqctl does not work here: {probe.stderr.strip()[:300]}")
 
     def run(*args: str, timeout: float = 60) -> str:
         done = subprocess.run(prefix + list(args), capture_output=True, text=True, timeout=timeout)

@@ -1422,10 +1422,7 @@ def _connection_pid(rabbitmqctl, name):
 def test_recovery_after_forced_close(run, rabbitmqctl):
     async def scenario(api):
         tag = "amqwire-recovery-" + uuid.uuid4().hex
-        try:
-            conn = await api.connect(recovery=True, client_properties={"connection_name": tag})
-        except TypeError as exc:
-            pytest.skip(f"connect(recovery=True) is not implemented: {exc}")
+        conn = await api.connect(recovery=True, client_properties={"connection_name": tag})
         ch = await conn.channel()
         ex, q = api.names.exchange(), api.names.queue()
         # auto-delete: both vanish with the connection, so they exist afterwards only if
@@ -1488,10 +1485,7 @@ def test_recovery_reports_unconfirmed_publishes(run):
     async def scenario(api):
         E = api.errors
         proxy = api.proxy()
-        try:
-            conn = await api.connect(api.proxy_url(proxy), recovery=True)
-        except TypeError as exc:
-            pytest.skip(f"connect(recovery=True) is not implemented: {exc}")
+        conn = await api.connect(api.proxy_url(proxy), recovery=True)
         ch = await conn.channel()
         await ch.confirm_select()
         q = api.names.queue()

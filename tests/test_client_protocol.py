@@ -245,7 +245,7 @@ def test_start_ok_amqplain():
 
 
 def test_start_ok_amqplain_matches_py_amqp():
-    sasl = pytest.importorskip("amqp.sasl")
+    from amqp import sasl  # py-amqp is in the test extra
     p = new_protocol(username="alice", password="s3cret", auth_mechanism="AMQPLAIN")
     start_ok = start(p, Broker(p))
     assert start_ok.response == sasl.AMQPLAIN("alice", "s3cret").start(None)
@@ -1417,11 +1417,9 @@ def test_repr_never_shows_the_password():
 
 # --- HeartbeatMonitor (injected clock) --------------------------------------------------------------
 
-Monitor = getattr(proto, "HeartbeatMonitor", None)
-needs_monitor = pytest.mark.skipif(Monitor is None, reason="no HeartbeatMonitor in the protocol module")
+Monitor = proto.HeartbeatMonitor
 
 
-@needs_monitor
 def test_heartbeat_send_due_every_half_interval():
     m = Monitor(60, now=1000.0)
     assert not m.send_due(1000.0)
@@ -1432,7 +1430,6 @@ def test_heartbeat_send_due_every_half_interval():
     assert m.send_due(1060.0)
 
 
-@needs_monitor
 def test_heartbeat_dead_after_two_silent_intervals():
     m = Monitor(10, now=0.0)
     assert not m.timed_out(19.9)
@@ -1443,7 +1440,6 @@ def test_heartbeat_dead_after_two_silent_intervals():
     assert m.timed_out(35.5)
 
 
-@needs_monitor
 def test_heartbeat_next_deadline():
     m = Monitor(10, now=0.0)
     assert m.next_deadline(0.0) == pytest.approx(5.0)
@@ -1455,7 +1451,6 @@ def test_heartbeat_next_deadline():
     assert m.next_deadline(100.0) == 0.0
 
 
-@needs_monitor
 def test_heartbeat_disabled():
     m = Monitor(0, now=0.0)
     assert not m.send_due(1e9)

@@ -4,6 +4,7 @@ a wrong host name fails the connection; the CA from the URL (cafile) or an SSLCo
 it work; verify=false turns checking off."""
 import asyncio
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 from conftest import url_credentials, url_host_port
 
-openssl = pytest.importorskip("shutil").which("openssl")
+openssl = shutil.which("openssl")
 
 
 def _run(*args, cwd):
