@@ -10,8 +10,10 @@ import sys
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client"}
-CYTHON_MODULES = ["buffer", "table", "properties", "methods", "writer", "parser"]
+PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client", "amqwire.spark": "spark"}
+# (folder, module): compiled in this order; spark's modules cimport the codec's
+CYTHON_MODULES = [("codec", name) for name in ["buffer", "table", "properties", "methods", "writer", "parser"]]
+CYTHON_MODULES += [("spark", name) for name in ["arrow_view", "encode"]]
 
 
 def cython_include_tree():
@@ -39,12 +41,12 @@ def extensions():
     profile = os.environ.get("AMQWIRE_PROFILE") == "1"
     exts = [
         Extension(
-            f"amqwire.codec.{name}",
-            [os.path.join("codec", f"{name}.pyx")],
+            f"amqwire.{folder}.{name}",
+            [os.path.join(folder, f"{name}.pyx")],
             include_dirs=[os.path.join(HERE, "codec")],
             extra_compile_args=["-O0", "-g"] if debug else ["-O3", "-g" if profile else "-g0"],
         )
-        for name in CYTHON_MODULES
+        for folder, name in CYTHON_MODULES
     ]
     return cythonize(
         exts,
@@ -66,8 +68,9 @@ setup(
     package_data={
         "amqwire.codec": ["*.pyi", "*.pxd", "*.h", "py.typed", "*.json"],
         "amqwire.client": ["py.typed"],
+        "amqwire.spark": ["*.pyi", "*.pxd", "py.typed"],
     },
-    exclude_package_data={"amqwire.codec": ["*.pyx", "*.c"]},
+    exclude_package_data={"amqwire.codec": ["*.pyx", "*.c"], "amqwire.spark": ["*.pyx", "*.c"]},
     ext_modules=extensions(),
     zip_safe=False,
 )

@@ -1,0 +1,1 @@
+"""amqwire.spark: PySpark integration (placeholder during bring-up)."""

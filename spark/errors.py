@@ -1,0 +1,50 @@
+"""Errors of amqwire.spark: bad rows, unsupported column types, failed publishes."""
+from __future__ import annotations
+
+from typing import Optional
+
+from amqwire.codec.errors import AMQPSyntaxError
+
+__all__ = ["ArrowTypeError", "RowEncodeError", "SinkError"]
+
+
+class ArrowTypeError(TypeError):
+    """A column's Arrow type cannot be encoded (or is malformed); the message names it."""
+
+
+class RowEncodeError(AMQPSyntaxError):
+    """A row that cannot become a publish: a null routing key, a short string over 255
+    bytes, an out-of-range property.  ``row`` is the row's index in its batch and
+    ``field`` the column or property at fault."""
+
+    def __init__(self, message: str, *, row: int, field: str) -> None:
+        super().__init__(message)
+        self.row = row
+        self.field = field
+
+    def __reduce__(self):  # picklable, so Spark can ship it from a worker
+        return (_rebuild_row_error, (str(self), self.row, self.field))
+
+
+def _rebuild_row_error(message: str, row: int, field: str) -> RowEncodeError:
+    return RowEncodeError(message, row=row, field=field)
+
+
+class SinkError(RuntimeError):
+    """A write task of the "amqp" data source could not get every row confirmed.
+
+    ``rows_confirmed`` rows of the task were confirmed before the failure; the task's rows
+    may be published again when Spark retries it (delivery is at-least-once).
+    """
+
+    def __init__(self, message: str, *, rows_confirmed: int = 0, reply_code: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.rows_confirmed = rows_confirmed
+        self.reply_code = reply_code
+
+    def __reduce__(self):
+        return (_rebuild_sink_error, (str(self), self.rows_confirmed, self.reply_code))
+
+
+def _rebuild_sink_error(message: str, rows_confirmed: int, reply_code: Optional[int]) -> SinkError:
+    return SinkError(message, rows_confirmed=rows_confirmed, reply_code=reply_code)
