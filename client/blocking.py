@@ -13,6 +13,7 @@ the connection there); consumer and return callbacks run in the thread that call
 """
 from __future__ import annotations
 
+from collections import deque
 import contextlib
 import logging
 import queue
@@ -674,11 +675,13 @@ class Connection:
 class PublishFuture:
     """The broker's verdict on one publish in confirm mode."""
 
-    __slots__ = ("_channel", "delivery_tag", "_state", "_error", "_callbacks", "_retrieved")
+    __slots__ = ("_channel", "delivery_tag", "count", "_pending", "_state", "_error", "_callbacks", "_retrieved")
 
-    def __init__(self, channel: "Channel") -> None:
+    def __init__(self, channel: "Channel", count: int = 1) -> None:
         self._channel = channel
         self.delivery_tag = 0
+        self.count = count  # publishes it stands for (publish_encoded: a whole batch)
+        self._pending = count
         self._state = 0  # 0 pending, 1 acked, 2 failed
         self._error: Optional[BaseException] = None
         self._callbacks: Optional[list] = None
@@ -822,6 +825,7 @@ class Channel(ChannelOperations):
         self._qos: Optional[Any] = None
         self._stop_consuming = False
         self._pending_consumer: Optional[Consumer] = None
+        self._encoded_mandatory: deque = deque()  # publish_encoded batches sent mandatory
 
     def __repr__(self) -> str:
         return f"<amqwire.client.Channel {self.channel_id} {'open' if self.is_open else 'closed'}>"
@@ -970,6 +974,42 @@ class Channel(ChannelOperations):
             connection._flush()
         return future
 
+    def publish_encoded(self, frames: Any, count: int, *, mandatory: bool = False) -> Optional[PublishFuture]:
+        """Send ``count`` publishes already encoded as frames for this channel (for example
+        by :class:`amqwire.spark.encode.PublishEncoder`), in one write, without copying.
+
+        In confirm mode returns one :class:`PublishFuture` for all of them: it succeeds
+        when the broker has acked every one and fails with the first nack or (when the
+        frames were encoded ``mandatory``; say so here too) return.  Waits while the
+        confirm window (``max_in_flight``) is full.  Without confirm mode returns None.
+        ``frames`` must stay unchanged until written (bytes are the safe choice).
+        """
+        connection = self._connection
+        if self._closed is not None or connection._error is not None:
+            self._check()
+        if connection._is_blocked or self._flow_paused:
+            self._wait_publishable()
+        core = connection._core
+        future = None
+        if self._confirm:
+            state = core.channel_state(self.channel_id)
+            if state is not None and state.confirms is not None and state.confirms.slots \
+                    and len(state.confirms.slots) + count > self._max_in_flight:
+                room = max(self._max_in_flight - count, 0)
+                self._wait_confirm(lambda: len(state.confirms.slots) <= room, None)  # type: ignore[union-attr]
+            future = PublishFuture(self, count)
+            if count == 0:
+                future._state = 1
+            elif mandatory:
+                self._encoded_mandatory.append(future)
+        with connection._lock:
+            first = core.publish_encoded(self.channel_id, frames, count, future)
+        if future is not None:
+            future.delivery_tag = first
+        if not connection._cork or core.pending_output >= _CORK_LIMIT:
+            connection._flush()
+        return future
+
     def batch(self) -> Any:
         """Context manager: publishes inside are written together (few socket writes)."""
         return self._connection.batch()
@@ -1032,12 +1072,15 @@ class Channel(ChannelOperations):
         tokens = event.tokens
         if event.ack and event.returned is None:
             for future in tokens:
-                future._state = 1
-                if future._callbacks is not None:
-                    future._settle(None)
+                future._pending -= 1
+                if future._pending == 0 and future._state == 0:
+                    future._state = 1
+                    if future._callbacks is not None:
+                        future._settle(None)
         else:
             returned = event.returned or {}
             for seqno, future in zip(event.seqnos, tokens):
+                future._pending -= 1
                 message = returned.get(seqno)
                 if message is not None:
                     error: Optional[BaseException] = MessageReturned(message, seqno)
@@ -1045,12 +1088,28 @@ class Channel(ChannelOperations):
                     error = PublishNacked(seqno)
                 else:
                     error = None
-                future._settle(error)
+                if future._state != 0:
+                    continue  # a batch that failed already
                 if error is not None:
+                    future._settle(error)
                     self._failures.append(future)
+                elif future._pending == 0:
+                    future._settle(None)
         self._notify_confirm_waiters()
 
     def _on_return(self, message: ReturnedMessage) -> None:
+        # A return for a mandatory publish_encoded batch: RabbitMQ sends basic.return
+        # before the basic.ack of the same message, so it belongs to the oldest batch
+        # still waiting for confirms.
+        while self._encoded_mandatory:
+            future = self._encoded_mandatory[0]
+            if future._state != 0:
+                self._encoded_mandatory.popleft()
+                continue
+            future._settle(MessageReturned(message, 0))
+            self._failures.append(future)
+            self._notify_confirm_waiters()
+            break
         for fn in self._return_callbacks:
             self._connection._callbacks.put((fn, message))
 
@@ -1224,8 +1283,9 @@ class Channel(ChannelOperations):
         if slot is not None:
             slot.fail(error)
         for seqno, future in unconfirmed:
-            future._settle(PublishUnconfirmed(seqno, error))
-            self._failures.append(future)
+            if future._state == 0:
+                future._settle(PublishUnconfirmed(seqno, error))
+                self._failures.append(future)
         if not recovering:
             reason = END if isinstance(error, InvalidStateError) else error
             for consumer in list(self._consumers.values()):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import platform
 from collections import deque
+from itertools import repeat
 from typing import Any, Callable, Optional, Union
 
 from amqwire.codec import (
@@ -62,6 +63,7 @@ from amqwire.codec import (
     encode_publish_iov,
     encode_table,
 )
+from amqwire.codec import FRAME_METHOD
 from amqwire.codec.parser import Command, Heartbeat
 
 from .errors import AuthenticationError, InvalidStateError, channel_closed, method_name
@@ -1022,6 +1024,31 @@ class ConnectionProtocol:
         if mandatory:
             confirms.mandatory[seqno] = (exchange, routing_key, body, properties)
         return seqno
+
+    def publish_encoded(self, channel: int, frames: Any, count: int, token: Any = None) -> int:
+        """Queue ``count`` publishes already encoded as frames for ``channel`` (by
+        ``amqwire.spark``'s encoder, say), as they are; returns the confirm seqno of the
+        first (0 without confirms).  Every one of them is confirmed against ``token``."""
+        state = self._channels.get(channel)
+        if state is None or state.state != _OPEN:
+            self._open_state(channel)
+        view = memoryview(frames).cast("B")
+        if count < 0 or (count > 0) != (len(view) > 0):
+            raise ValueError(f"{count} publishes in {len(view)} bytes of frames")
+        if count:
+            if view[0] != FRAME_METHOD or (view[1] << 8 | view[2]) != channel:
+                raise ValueError(
+                    f"the frames do not start with a method frame for channel {channel} "
+                    f"(type {view[0]}, channel {view[1] << 8 | view[2]})"
+                )
+            self._spill_writer()
+            self._iov.append(view)
+        confirms = state.confirms  # type: ignore[union-attr]
+        if confirms is None or not count:
+            return 0
+        first = confirms.base + len(confirms.slots)
+        confirms.slots.extend(repeat(token, count))
+        return first
 
     def basic_ack(self, channel: int, delivery_tag: int, multiple: bool = False) -> None:
         state = self._channels.get(channel)

@@ -124,6 +124,15 @@ _QUERY_OPTIONS = {
 _TLS_ONLY = ("cafile", "certfile", "keyfile", "verify", "server_hostname")
 
 
+def parse_option(key: str, value: str) -> Any:
+    """One connection option given as text (a URL query option, or a Spark ``amqp.*``
+    option), converted and checked by the URL's rules."""
+    parser = _QUERY_OPTIONS.get(key)
+    if parser is None:
+        raise ValueError(f"unknown connection option {key!r} (known: {', '.join(_QUERY_OPTIONS)})")
+    return parser(key, value)
+
+
 def parse_url(url: str) -> ConnectionParameters:
     """Parse an ``amqp://`` or ``amqps://`` URL; errors name the part that is wrong."""
     if not isinstance(url, str):

@@ -1,1 +1,47 @@
-"""amqwire.spark: PySpark integration (placeholder during bring-up)."""
+"""amqwire.spark: DataFrame rows to AMQP publish frames at Arrow speed, and an "amqp"
+data source that publishes a DataFrame (batch and streaming) with publisher confirms.
+
+Column functions: :func:`to_amqp_frames`, :func:`from_amqp_frames`.  Data source:
+:func:`register`, then ``df.write.format("amqp").mode("append")...save()``.  Without
+Spark: :class:`PublishEncoder` / :func:`encode_batch` / :func:`decode_batch` on pyarrow
+arrays.  Needs ``pip install amqwire[spark]``.
+"""
+from typing import Any
+
+from amqwire.spark.decode import decode_batch
+from amqwire.spark.encode import DEFAULT_FRAME_MAX, PROPERTY_NAMES, PublishEncoder, encode_batch
+from amqwire.spark.errors import ArrowTypeError, RowEncodeError, SinkError
+
+__all__ = [
+    "ArrowTypeError",
+    "AMQPCommitMessage",
+    "AMQPDataSource",
+    "DEFAULT_FRAME_MAX",
+    "PROPERTY_NAMES",
+    "PublishEncoder",
+    "RowEncodeError",
+    "SinkError",
+    "decode_batch",
+    "encode_batch",
+    "from_amqp_frames",
+    "register",
+    "to_amqp_frames",
+]
+
+_LAZY = {
+    "to_amqp_frames": "amqwire.spark.functions",
+    "from_amqp_frames": "amqwire.spark.functions",
+    "register": "amqwire.spark.datasource",
+    "AMQPDataSource": "amqwire.spark.datasource",
+    "AMQPCommitMessage": "amqwire.spark.datasource",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The Spark-facing parts import pyspark; the Arrow encoder works without it.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'amqwire.spark' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
