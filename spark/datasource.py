@@ -35,7 +35,7 @@ from amqwire.client.url import ConnectionParameters, parameters_list, parse_opti
 from amqwire.spark.encode import PublishEncoder
 from amqwire.spark.errors import SinkError
 
-__all__ = ["AMQPDataSource", "AMQPCommitMessage", "SinkSettings", "register"]
+__all__ = ["AMQPDataSource", "AMQPCommitMessage", "SinkSettings", "publish_batches", "register"]
 
 log = logging.getLogger("amqwire.spark")
 
@@ -286,17 +286,24 @@ class _StreamWriterBase:
                     "published (at-least-once)", batchId, rows, tasks)
 
 
+class AMQPStreamRowWriter(_StreamWriterBase, DataSourceStreamWriter):
+    """Streaming on Spark 4.0 (no DataSourceStreamArrowWriter): rows come as Row objects
+    and are regrouped into Arrow batches of 10,000 before encoding."""
+
+    def write(self, iterator: Iterator[Any]) -> AMQPCommitMessage:
+        return publish_batches(self.settings, _rows_to_batches(iterator, self.schema))
+
+
 if _StreamArrowWriter is not None:
 
     class AMQPStreamWriter(_StreamWriterBase, _StreamArrowWriter):  # type: ignore[valid-type,misc]
+        """Streaming on Spark 4.1+: each micro-batch's partitions come as Arrow batches."""
+
         def write(self, iterator: Iterator[Any]) -> AMQPCommitMessage:
             return publish_batches(self.settings, iterator)
 
-else:  # Spark 4.0: rows come as Row objects; regroup them into Arrow batches
-
-    class AMQPStreamWriter(_StreamWriterBase, DataSourceStreamWriter):  # type: ignore[no-redef]
-        def write(self, iterator: Iterator[Any]) -> AMQPCommitMessage:
-            return publish_batches(self.settings, _rows_to_batches(iterator, self.schema))
+else:
+    AMQPStreamWriter = AMQPStreamRowWriter  # type: ignore[misc,assignment]
 
 
 def _rows_to_batches(rows: Iterator[Any], schema: StructType, size: int = 10000) -> Iterator[Any]:
@@ -327,7 +334,7 @@ class AMQPDataSource(DataSource):
                              "use .mode('append')")
         return AMQPBatchWriter(SinkSettings.from_options(self.options, schema))
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> AMQPStreamWriter:
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
         return AMQPStreamWriter(SinkSettings.from_options(self.options, schema), schema)
 
 

@@ -13,5 +13,9 @@ def test_readme_has_examples():
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_example_runs(index, capsys):
+def test_readme_example_runs(index, capsys, request):
+    if "pyspark" in BLOCKS[index]:
+        # The example's SparkSession.builder...getOrCreate() gets the suite's session
+        # (local[2], UI off) instead of starting a second one with other settings.
+        request.getfixturevalue("spark")
     exec(compile(BLOCKS[index], f"README.md example {index + 1}", "exec"), {"__name__": "readme"})

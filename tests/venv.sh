@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set-up shared by tests/run and bench/run: build amqwire from this checkout once, as a
+# Set-up shared by tests/run, bench/run and spark/run: build amqwire from this checkout once, as a
 # compiled wheel in dist/, and install it with the given extra into .venv.
 #   usage: bash tests/venv.sh EXTRA        (run from the repository root)
 set -euo pipefail
@@ -7,9 +7,14 @@ extra="$1"
 python="${PYTHON:-python3}"
 [[ -x .venv/bin/python ]] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-rm -rf dist
-.venv/bin/python -m pip wheel -q --no-deps -w dist .
-wheel=$(ls dist/amqwire-*.whl)
+# Rebuild unless dist/ holds a wheel newer than every source file (spark/run after tests/run).
+wheel=$(ls dist/amqwire-*.whl 2>/dev/null | head -n 1 || true)
+if [[ -z "$wheel" ]] || [[ -n "$(find codec client spark setup.py pyproject.toml -newer "$wheel" \
+      -not -name '*.c' -not -name '*.so' -not -name '*.html' -not -path '*/__pycache__*' | head -n 1)" ]]; then
+  rm -rf dist
+  .venv/bin/python -m pip wheel -q --no-deps -w dist .
+  wheel=$(ls dist/amqwire-*.whl)
+fi
 # A wheel with extras installs without rebuilding; force it over an older build of the
 # same version, then add the extra's dependencies.
 .venv/bin/python -m pip install -q --force-reinstall --no-deps "$wheel"
