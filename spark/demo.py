@@ -166,13 +166,19 @@ def main(argv: Optional[list] = None) -> int:
 
     import amqwire.spark
 
-    target = parse_url(args.url)  # a bad URL fails before Spark starts
-    print(f"amqwire demo: broker {target}, queue {args.queue!r}")
-    with connect(args.url) as conn, conn.channel() as ch:
-        ch.queue_declare(args.queue, durable=args.durable)
-        if not args.keep:
-            ch.queue_purge(args.queue)
-        start_count = ch.queue_declare(args.queue, passive=True).message_count
+    from amqwire.client import AMQPError
+
+    try:  # a bad URL or an unreachable broker fails before Spark starts
+        target = parse_url(args.url)
+        print(f"amqwire demo: broker {target}, queue {args.queue!r}")
+        with connect(args.url) as conn, conn.channel() as ch:
+            ch.queue_declare(args.queue, durable=args.durable)
+            if not args.keep:
+                ch.queue_purge(args.queue)
+            start_count = ch.queue_declare(args.queue, passive=True).message_count
+    except (ValueError, AMQPError, OSError) as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
 
     t0 = time.monotonic()
     spark = start_spark(args.master)
