@@ -13,7 +13,6 @@ the connection there); consumer and return callbacks run in the thread that call
 """
 from __future__ import annotations
 
-from collections import deque
 import contextlib
 import logging
 import queue
@@ -825,7 +824,6 @@ class Channel(ChannelOperations):
         self._qos: Optional[Any] = None
         self._stop_consuming = False
         self._pending_consumer: Optional[Consumer] = None
-        self._encoded_mandatory: deque = deque()  # publish_encoded batches sent mandatory
 
     def __repr__(self) -> str:
         return f"<amqwire.client.Channel {self.channel_id} {'open' if self.is_open else 'closed'}>"
@@ -974,14 +972,14 @@ class Channel(ChannelOperations):
             connection._flush()
         return future
 
-    def publish_encoded(self, frames: Any, count: int, *, mandatory: bool = False) -> Optional[PublishFuture]:
+    def publish_encoded(self, frames: Any, count: int) -> Optional[PublishFuture]:
         """Send ``count`` publishes already encoded as frames for this channel (for example
         by :class:`amqwire.spark.encode.PublishEncoder`), in one write, without copying.
 
         In confirm mode returns one :class:`PublishFuture` for all of them: it succeeds
-        when the broker has acked every one and fails with the first nack or (when the
-        frames were encoded ``mandatory``; say so here too) return.  Waits while the
-        confirm window (``max_in_flight``) is full.  Without confirm mode returns None.
+        when the broker has acked every one and fails with the first nack or return (of
+        frames encoded ``mandatory``).  Waits while the confirm window (``max_in_flight``)
+        is full.  Without confirm mode returns None.
         ``frames`` must stay unchanged until written (bytes are the safe choice).
         """
         connection = self._connection
@@ -1000,8 +998,6 @@ class Channel(ChannelOperations):
             future = PublishFuture(self, count)
             if count == 0:
                 future._state = 1
-            elif mandatory:
-                self._encoded_mandatory.append(future)
         with connection._lock:
             first = core.publish_encoded(self.channel_id, frames, count, future)
         if future is not None:
@@ -1098,18 +1094,6 @@ class Channel(ChannelOperations):
         self._notify_confirm_waiters()
 
     def _on_return(self, message: ReturnedMessage) -> None:
-        # A return for a mandatory publish_encoded batch: RabbitMQ sends basic.return
-        # before the basic.ack of the same message, so it belongs to the oldest batch
-        # still waiting for confirms.
-        while self._encoded_mandatory:
-            future = self._encoded_mandatory[0]
-            if future._state != 0:
-                self._encoded_mandatory.popleft()
-                continue
-            future._settle(MessageReturned(message, 0))
-            self._failures.append(future)
-            self._notify_confirm_waiters()
-            break
         for fn in self._return_callbacks:
             self._connection._callbacks.put((fn, message))
 

@@ -290,7 +290,7 @@ class ConfirmTracker:
     and an out-of-order single ack just marks its slot.
     """
 
-    __slots__ = ("base", "slots", "mandatory", "returned")
+    __slots__ = ("base", "slots", "mandatory", "returned", "unmatched_return")
     _DONE = object()
 
     def __init__(self) -> None:
@@ -300,6 +300,10 @@ class ConfirmTracker:
         # publishes, in order: a basic.return names none of them, so it is matched on these
         self.mandatory: dict[int, tuple] = {}
         self.returned: dict[int, ReturnedMessage] = {}
+        # A return matching no recorded publish (publish_encoded sends none): RabbitMQ
+        # follows a basic.return with the basic.ack of the same message, so it belongs to
+        # the delivery tag of the next ack or nack.
+        self.unmatched_return: Optional[ReturnedMessage] = None
 
     @property
     def next_seqno(self) -> int:
@@ -361,6 +365,7 @@ class ConfirmTracker:
         self.slots.clear()
         self.mandatory.clear()
         self.returned.clear()
+        self.unmatched_return = None
         return seqnos, tokens
 
 
@@ -785,7 +790,7 @@ class ConnectionProtocol:
                 command.body,
             )
             confirms = state.confirms
-            if confirms is not None and confirms.mandatory:
+            if confirms is not None:
                 for seqno, (exchange, routing_key, body, properties) in confirms.mandatory.items():
                     if (
                         seqno not in confirms.returned
@@ -796,6 +801,8 @@ class ConnectionProtocol:
                     ):
                         confirms.returned[seqno] = returned
                         break
+                else:
+                    confirms.unmatched_return = returned
             events.append(returned)
             return
         if cls is ChannelClose:
@@ -865,6 +872,10 @@ class ConnectionProtocol:
             )
             return
         returned = None
+        if confirms.unmatched_return is not None:
+            if tag in seqnos:
+                returned = {tag: confirms.unmatched_return}
+            confirms.unmatched_return = None
         if confirms.mandatory:
             mandatory = confirms.mandatory
             for seqno in seqnos:

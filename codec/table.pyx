@@ -125,7 +125,9 @@ cdef object epoch_to_datetime(int64_t seconds, Py_ssize_t at, str what):
     if seconds < -62135596800 or seconds > 253402300799:
         raise AMQPSyntaxError(f"{what}: timestamp {seconds} at offset {at} is out of datetime's range",
                               offset=at)
-    days = seconds // 86400
+    days = seconds // 86400      # cdivision: C truncates toward zero; floor it
+    if days * 86400 > seconds:
+        days -= 1
     secs = seconds - days * 86400
     z = days + 719468
     era = (z if z >= 0 else z - 146096) // 146097

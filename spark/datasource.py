@@ -209,7 +209,7 @@ def publish_batches(settings: SinkSettings, batches: Iterator[Any]) -> AMQPCommi
                 encoder = settings.encoder(channel.channel_id, conn.frame_max)
             columns = {name: batch.column(index) for index, name in enumerate(batch.schema.names)}
             frames = encoder.encode_frames(**columns)
-            pending.append(channel.publish_encoded(frames, count, mandatory=settings.mandatory))
+            pending.append(channel.publish_encoded(frames, count))
             rows += count
             sent_bytes += len(frames)
             while pending and pending[0].done():

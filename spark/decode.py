@@ -12,8 +12,8 @@ import decimal
 import json
 from typing import Any, Optional
 
-from amqwire.codec import BasicPublish, CommandParser
-from amqwire.codec.errors import FrameError
+from amqwire.codec import BasicPublish, Command, CommandParser
+from amqwire.codec.errors import CodecError, FrameError
 
 from amqwire.spark.errors import ArrowTypeError
 
@@ -90,8 +90,11 @@ def _jsonable(value: Any) -> Any:
 def decode_one(frames: bytes, row: int = 0) -> dict:
     """One publish (the frames of one row) as a dict shaped like :func:`decoded_type`."""
     parser = CommandParser(0, max_body_size=1 << 40)
-    commands = parser.feed(frames)
-    if len(commands) != 1 or parser.buffered:
+    try:
+        commands = parser.feed(frames)
+    except CodecError as exc:
+        raise FrameError(f"row {row}: {exc}") from exc
+    if len(commands) != 1 or parser.buffered or not isinstance(commands[0], Command):
         raise FrameError(
             f"row {row}: expected the frames of exactly one whole publish, found {len(commands)} "
             f"whole command(s){' and a partial frame' if parser.buffered else ''}"

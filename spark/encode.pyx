@@ -103,6 +103,14 @@ cdef int _row_error(int64_t row, str field, str problem) except -1:
     raise RowEncodeError(f"row {row}: {field}: {problem}", row=row, field=field)
 
 
+cdef int _reraise_for(exc, str field) except -1:
+    """A nested value's error, re-raised naming the column it is in (``headers``, ``body``)."""
+    prefix = f"row {exc.row}: "
+    message = str(exc)
+    problem = message[len(prefix):] if message.startswith(prefix) else message
+    raise RowEncodeError(f"{prefix}{field}: {problem}", row=exc.row, field=field) from None
+
+
 cdef str _text(const char *p, Py_ssize_t n):
     return p[:n].decode("utf-8", "replace")
 
@@ -411,18 +419,23 @@ cdef int _json_double(WriteBuffer buf, double v, bint single) except -1:
     """The shortest text that reads back as the same value (float32: as a float32)."""
     cdef char *text
     cdef int precision
+    cdef double shortest
     if isnan(v):
         return buf.write_raw(b'"NaN"', 5)
     if isinf(v):
         return buf.write_raw(b'"Infinity"', 10) if v > 0 else buf.write_raw(b'"-Infinity"', 11)
     if single:
-        for precision in range(6, 10):
-            text = PyOS_double_to_string(v, c'g', precision, AMQW_DTSF_ADD_DOT_0, NULL)
+        # the fewest significant digits that read back as the same float32, then written
+        # the way repr writes that decimal ("1.0", "1e+20", "1.4e-45")
+        for precision in range(1, 10):
+            text = PyOS_double_to_string(v, c'g', precision, 0, NULL)
             try:
-                if <float>PyOS_string_to_double(text, NULL, None) == <float>v:
-                    return buf.write_raw(text, strlen(text))
+                shortest = PyOS_string_to_double(text, NULL, None)
             finally:
                 PyMem_Free(text)
+            if <float>shortest == <float>v:
+                v = shortest
+                break
     text = PyOS_double_to_string(v, c'r', 0, AMQW_DTSF_ADD_DOT_0, NULL)
     try:
         buf.write_raw(text, strlen(text))
@@ -478,7 +491,7 @@ cdef int _json_date_time(WriteBuffer buf, ArrowColumn col, int64_t slot) except 
     return buf.write_u8(c'"')
 
 
-cdef int write_json(WriteBuffer buf, ArrowColumn col, int64_t slot) except -1:
+cdef int write_json(WriteBuffer buf, ArrowColumn col, int64_t slot, int64_t row) except -1:
     """One Arrow value as JSON.  Struct fields that are null are left out, as Spark's
     to_json does; binary is base64; timestamps are ISO 8601 (UTC 'Z' when zoned)."""
     cdef int kind = col.kind
@@ -519,7 +532,7 @@ cdef int write_json(WriteBuffer buf, ArrowColumn col, int64_t slot) except -1:
             first = False
             _json_string(buf, child.name_utf8, len(child.name_utf8))
             buf.write_u8(c':')
-            write_json(buf, child, child.offset + slot)
+            write_json(buf, child, child.offset + slot, row)
         return buf.write_u8(c'}')
     if kind == K_MAP:
         entries = <ArrowColumn>col.children[0]
@@ -530,15 +543,20 @@ cdef int write_json(WriteBuffer buf, ArrowColumn col, int64_t slot) except -1:
         for i in range(start, end):
             if i > start:
                 buf.write_u8(c',')
+            if keys.is_null(keys.offset + i):
+                return _row_error(row, col.name, "a null map key has no JSON form")
             if keys.kind == K_UTF8 or keys.kind == K_LARGE_UTF8:
-                write_json(buf, keys, keys.offset + i)
+                write_json(buf, keys, keys.offset + i, row)
             else:
                 key = WriteBuffer()
-                write_json(key, keys, keys.offset + i)
+                write_json(key, keys, keys.offset + i, row)
                 text = key.to_bytes()
-                _json_string(buf, text, len(text))
+                if text[:1] == b'"':  # already a JSON string (timestamps, dates, binary)
+                    buf.write_raw(text, len(text))
+                else:
+                    _json_string(buf, text, len(text))
             buf.write_u8(c':')
-            write_json(buf, items, items.offset + i)
+            write_json(buf, items, items.offset + i, row)
         return buf.write_u8(c'}')
     if kind == K_LIST or kind == K_LARGE_LIST:
         items = <ArrowColumn>col.children[0]
@@ -547,7 +565,7 @@ cdef int write_json(WriteBuffer buf, ArrowColumn col, int64_t slot) except -1:
         for i in range(start, end):
             if i > start:
                 buf.write_u8(c',')
-            write_json(buf, items, i)
+            write_json(buf, items, i, row)
         return buf.write_u8(c']')
     raise ArrowTypeError(f"{col.name}: Arrow {col.format!r} has no JSON form")
 
@@ -656,7 +674,7 @@ cdef class PublishEncoder:
                                      f"{'json' if self.body_format == BODY_JSON else 'table'}, "
                                      f"not Arrow {body_col.format!r}")
             _check_value_type(body_col, "body", 1, self.body_format == BODY_JSON)
-        for col in (rk_col, ex_col, headers_col, props_col):
+        for col in (rk_col, ex_col, None if self._headers_nested else headers_col, props_col):
             if col is not None and (<ArrowColumn>col).length != n:
                 raise ValueError(f"{(<ArrowColumn>col).name} has {(<ArrowColumn>col).length} rows, "
                                  f"body has {n}")
@@ -723,12 +741,15 @@ cdef class PublishEncoder:
                 body = b""
             else:
                 scratch._len = 0
-                if self.body_format == BODY_JSON:
-                    write_json(scratch, body_col, body_col.offset + row)
-                elif body_col.kind == K_STRUCT:
-                    write_struct_table(scratch, body_col, body_col.offset + row, row)
-                else:
-                    write_map_table(scratch, body_col, body_col.offset + row, row)
+                try:
+                    if self.body_format == BODY_JSON:
+                        write_json(scratch, body_col, body_col.offset + row, row)
+                    elif body_col.kind == K_STRUCT:
+                        write_struct_table(scratch, body_col, body_col.offset + row, row)
+                    else:
+                        write_map_table(scratch, body_col, body_col.offset + row, row)
+                except RowEncodeError as exc:
+                    _reraise_for(exc, "body")
                 body = scratch._buf
                 body_len = scratch._len
 
@@ -805,10 +826,13 @@ cdef class PublishEncoder:
             slot = headers_col.offset + row
         if headers_col.is_null(slot):
             return False
-        if headers_col.kind == K_MAP:
-            write_map_table(self.out, headers_col, slot, row)
-        else:
-            write_struct_table(self.out, headers_col, slot, row)
+        try:
+            if headers_col.kind == K_MAP:
+                write_map_table(self.out, headers_col, slot, row)
+            else:
+                write_struct_table(self.out, headers_col, slot, row)
+        except RowEncodeError as exc:
+            _reraise_for(exc, "properties.headers" if self._headers_nested else "headers")
         return True
 
 
@@ -865,9 +889,11 @@ cdef bint _write_property(WriteBuffer out, ArrowColumn prop, int i, int64_t slot
     if i == P_DELIVERY_MODE or i == P_PRIORITY:
         v = prop.int_at(slot)
         if v < 0 or v > 255 or (prop.kind == K_UINT64 and (<const uint64_t *>prop.values)[slot] > 255):
-            _row_error(row, f"properties.{PROPERTY_NAMES[i]}",
-                       f"{(<const uint64_t *>prop.values)[slot] if prop.kind == K_UINT64 else v} "
-                       f"is out of range 0..255")
+            if prop.kind == K_UINT64:
+                shown = str((<const uint64_t *>prop.values)[slot])
+            else:
+                shown = str(v)
+            _row_error(row, f"properties.{PROPERTY_NAMES[i]}", f"{shown} is out of range 0..255")
         out.write_u8(<uint8_t>v)
     elif i == P_TIMESTAMP:
         v = prop.epoch_seconds_at(slot)
