@@ -929,8 +929,12 @@ class Channel(ChannelOperations):
             self._check()
         if connection._is_blocked or self._flow_paused:
             self._wait_publishable()
-        with connection._lock:
-            connection._core.publish(self.channel_id, exchange, routing_key, body, properties, mandatory)
+        try:
+            with connection._lock:
+                connection._core.publish(self.channel_id, exchange, routing_key, body, properties, mandatory)
+        except InvalidStateError:
+            self._check()  # the connection or channel went away meanwhile: say why
+            raise
         if not connection._cork or connection._core.pending_output >= _CORK_LIMIT:
             connection._flush()
 
@@ -966,8 +970,14 @@ class Channel(ChannelOperations):
         future = PublishFuture(self)
         if callback is not None:
             future._callbacks = [callback]
-        with connection._lock:
-            future.delivery_tag = core.publish(self.channel_id, exchange, routing_key, body, properties, mandatory, False, future)
+        try:
+            with connection._lock:
+                future.delivery_tag = core.publish(
+                    self.channel_id, exchange, routing_key, body, properties, mandatory, False, future
+                )
+        except InvalidStateError:
+            self._check()
+            raise
         if not connection._cork or core.pending_output >= _CORK_LIMIT:
             connection._flush()
         return future
@@ -998,8 +1008,12 @@ class Channel(ChannelOperations):
             future = PublishFuture(self, count)
             if count == 0:
                 future._state = 1
-        with connection._lock:
-            first = core.publish_encoded(self.channel_id, frames, count, future)
+        try:
+            with connection._lock:
+                first = core.publish_encoded(self.channel_id, frames, count, future)
+        except InvalidStateError:
+            self._check()
+            raise
         if future is not None:
             future.delivery_tag = first
         if not connection._cork or core.pending_output >= _CORK_LIMIT:

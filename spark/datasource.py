@@ -22,6 +22,7 @@ those rows again; a query that fails leaves the rows of its finished tasks publi
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 import time
 from collections import deque
@@ -46,8 +47,10 @@ _BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "
 _CONNECT_OPTIONS = {"blocked_action": str, "blocked_timeout": float}
 _SINK_OPTIONS = {
     "url", "exchange", "routing_key", "mandatory", "confirm_window", "confirm_timeout",
-    "frame_max", "body_format", "path",
+    "frame_max", "body_format",
 }
+# Options Spark itself hands every data source (the save() path, streaming bookkeeping).
+_SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 
 
 @dataclasses.dataclass
@@ -78,12 +81,12 @@ class SinkSettings:
     def from_options(cls, options: Any, schema: StructType) -> "SinkSettings":
         options = {str(key).lower(): value for key, value in dict(options).items()}
         for key in options:
-            if key not in _SINK_OPTIONS and not key.startswith("amqp."):
+            if key not in _SINK_OPTIONS and key not in _SPARK_OPTIONS and not key.startswith("amqp."):
                 raise ValueError(
                     f"unknown option {key!r} for the amqp data source (known: "
-                    f"{', '.join(sorted(_SINK_OPTIONS - {'path'}))}, and amqp.* connection options)"
+                    f"{', '.join(sorted(_SINK_OPTIONS))}, and amqp.* connection options)"
                 )
-        urls = options.get("url") or options.get("path") or DEFAULT_URL
+        urls = options.get("url") or options.get("path") or DEFAULT_URL  # save(url) works too
         url_list = [part.strip() for part in urls.replace(",", " ").split()] if isinstance(urls, str) else list(urls)
         overrides: dict = {}
         connect_kwargs: dict = {}
@@ -306,14 +309,26 @@ else:
     AMQPStreamWriter = AMQPStreamRowWriter  # type: ignore[misc,assignment]
 
 
+def _aware(value: Any) -> Any:
+    """Spark hands timestamps to Python as naive local times: make them aware, so Arrow
+    stores the right instant."""
+    if isinstance(value, datetime.datetime):
+        return value.astimezone(datetime.timezone.utc) if value.tzinfo is None else value
+    if isinstance(value, dict):
+        return {key: _aware(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_aware(item) for item in value]
+    return value
+
+
 def _rows_to_batches(rows: Iterator[Any], schema: StructType, size: int = 10000) -> Iterator[Any]:
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    arrow_schema = to_arrow_schema(schema)
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
     chunk: list = []
     for row in rows:
-        chunk.append(row.asDict(recursive=True))
+        chunk.append(_aware(row.asDict(recursive=True)))
         if len(chunk) >= size:
             yield pa.RecordBatch.from_pylist(chunk, schema=arrow_schema)
             chunk = []

@@ -13,6 +13,8 @@
   connection (kill), for heartbeat and connection-loss tests.
 - ``rabbitmqctl``: runs rabbitmqctl against the local node (skips, visibly, when the
   broker is not local or rabbitmqctl cannot be run).
+- ``spark``: one local SparkSession (local[2,3]: 2 threads, 3 attempts per task) for the
+  whole session, started lazily by the first test that asks for it, stopped at the end.
 
 The client is imported lazily so the codec tests in this folder never depend on it.
 """
@@ -578,3 +580,36 @@ def run(transport, amqp_url, names):
         asyncio.run(main())
 
     return runner
+
+
+# --------------------------------------------------------------------------- Spark
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole run, started on first use only (the tests that
+    do not ask for it never start a JVM) and stopped at the end of the session.
+
+    ``local[2,3]``: two worker threads, and up to 3 attempts per task, so a task that
+    fails (a broker connection closed under it) is retried as on a cluster.  Workers run
+    this interpreter (PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON default to sys.executable)."""
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("amqwire-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
