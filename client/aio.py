@@ -712,6 +712,36 @@ class _ConsumerOpener:
         await self._consumer.cancel()
 
 
+
+class _BatchConfirm:
+    """The confirm token of a publish_encoded batch: answers like a future to the
+    confirm routing, settles its future when the last of ``count`` publishes is acked, or
+    at the first failure."""
+
+    __slots__ = ("future", "pending")
+
+    def __init__(self, future: "asyncio.Future[None]", count: int) -> None:
+        self.future = future
+        self.pending = count
+        if count == 0:
+            future.set_result(None)
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def set_result(self, value: None) -> None:
+        self.pending -= 1
+        if self.pending <= 0 and not self.future.done():
+            self.future.set_result(value)
+
+    def set_exception(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+    def exception(self) -> Optional[BaseException]:
+        return self.future.exception()
+
+
 class Channel(ChannelOperations):
     """An AMQP channel on the asyncio transport."""
 
@@ -878,6 +908,38 @@ class Channel(ChannelOperations):
         core.publish(self.channel_id, exchange, routing_key, body, properties, mandatory, False, future)
         connection._flush_soon()
         return future
+
+    async def publish_encoded(self, frames: Any, count: int) -> "Optional[asyncio.Future[None]]":
+        """Send ``count`` publishes already encoded as frames for this channel (for example
+        by :class:`amqwire.spark.encode.PublishEncoder`), as they are.
+
+        In confirm mode returns one future for all of them: its result is None once the
+        broker acked every one; it fails with the first nack or return (of frames encoded
+        ``mandatory``).  Waits while the confirm window (``max_in_flight``) is full.
+        Without confirm mode returns None.  ``frames`` must stay unchanged until written.
+        """
+        connection = self._connection
+        if self._closed is not None or connection._error is not None:
+            self._check()
+        if not (connection._unblocked.is_set() and connection._writable.is_set() and self._flow.is_set()):
+            await self._wait_publishable()
+        core = connection._core
+        token = None
+        if self._confirm:
+            state = core.channel_state(self.channel_id)
+            if state is not None and state.confirms is not None:
+                slots = state.confirms.slots
+                room = max(self._max_in_flight - count, 0)
+                while slots and len(slots) > room:
+                    await self._wait_confirm_progress()
+            token = _BatchConfirm(connection._loop.create_future(), count)
+        try:
+            core.publish_encoded(self.channel_id, frames, count, token)
+        except InvalidStateError:
+            self._check()
+            raise
+        connection._flush_soon()
+        return None if token is None else token.future
 
     def batch(self) -> contextlib.AbstractContextManager:
         """Publishes are batched by the event loop already; kept for the blocking API's sake."""

@@ -434,3 +434,68 @@ def test_frames_for_another_channel_are_refused(conn):
     future = ch.publish_encoded(enc.encode_frames(pa.array([b"x"])), 1)
     assert future.delivery_tag == 1  # the refused call took no seqno
     assert future.result(10) is None
+
+
+# ------------------------------------------------------------------ asyncio transport
+
+
+def test_aio_publish_encoded_batches_confirmed_returned_and_nacked(amqp_url, names):
+    import asyncio
+
+    from amqwire.client import aio
+
+    queue, capped = names.queue(), names.queue()
+    nowhere = names.unique("nowhere")
+
+    async def scenario():
+        async with aio.connect(amqp_url) as conn:
+            async with conn.channel() as ch:
+                await ch.queue_declare(queue)
+                await ch.queue_declare(capped, arguments={"x-max-length": 2, "x-overflow": "reject-publish"})
+                await ch.confirm_select(max_in_flight=1500)  # smaller than a batch: waits for room
+                enc = PublishEncoder(channel=ch.channel_id, mandatory=True)
+                batches = [
+                    await ch.publish_encoded(
+                        enc.encode_frames(pa.array([b"%d" % (i * 1000 + j) for j in range(1000)]),
+                                          pa.array([queue] * 1000)), 1000)
+                    for i in range(4)
+                ]
+                assert await asyncio.gather(*batches) == [None] * 4
+                assert (await ch.queue_declare(queue, passive=True)).message_count == 4000
+                returned = await ch.publish_encoded(
+                    enc.encode_frames(pa.array([b"a", b"b"]), pa.array([queue, nowhere])), 2)
+                with pytest.raises(MessageReturned) as info:
+                    await returned
+                assert info.value.routing_key == nowhere
+                nacked = await ch.publish_encoded(
+                    enc.encode_frames(pa.array([b"1", b"2", b"3"]), pa.array([capped] * 3)), 3)
+                with pytest.raises(PublishNacked):
+                    await nacked
+                empty = await ch.publish_encoded(b"", 0)
+                assert empty.done() and empty.result() is None
+                message = await ch.basic_get(queue, no_ack=True)
+                assert message.body == b"0"
+
+    asyncio.run(scenario())
+
+
+def test_aio_publish_encoded_without_confirms_returns_none(amqp_url, names):
+    import asyncio
+
+    from amqwire.client import aio
+
+    queue = names.queue()
+
+    async def scenario():
+        async with aio.connect(amqp_url) as conn:
+            async with conn.channel() as ch:
+                await ch.queue_declare(queue)
+                enc = PublishEncoder(channel=ch.channel_id, routing_key=queue)
+                assert await ch.publish_encoded(enc.encode_frames(pa.array([b"x"] * 10)), 10) is None
+                for _ in range(100):
+                    if (await ch.queue_declare(queue, passive=True)).message_count == 10:
+                        return
+                    await asyncio.sleep(0.05)
+                raise AssertionError("the 10 messages did not arrive")
+
+    asyncio.run(scenario())
