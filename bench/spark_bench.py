@@ -55,6 +55,7 @@ AlarmWatch).  A row that fails is reported FAILED and the benchmark goes on (exi
 from __future__ import annotations
 
 import argparse
+import array
 import base64
 import calendar
 import gc
@@ -117,7 +118,7 @@ class SanityError(AssertionError):
 
 
 # =========================================================================== Spark
-def start_spark(driver_memory):
+def start_spark(driver_memory, arrow_batch=None):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -126,8 +127,10 @@ def start_spark(driver_memory):
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.memory", driver_memory)
-             .getOrCreate())
+             .config("spark.driver.memory", driver_memory))
+    if arrow_batch:
+        spark = spark.config("spark.sql.execution.arrow.maxRecordsPerBatch", str(arrow_batch))
+    spark = spark.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -200,12 +203,27 @@ def make_pika_udfs():
 
     pika_arrow.__annotations__ = {"batches": Iterator[Tuple[pa.Array, pa.Array, pa.Array, pa.Array]],
                                   "return": Iterator[pa.Array]}
+    def arrow_floor(batches):
+        # the same four columns in, a binary column of FLOOR_BYTES per row out, no work:
+        # what any Arrow UDF of this shape costs in Spark before it does anything
+        made = {}
+        for body, _rk, _headers, _props in batches:
+            n = len(body)
+            if n not in made:
+                offsets = array.array("i", range(0, (n + 1) * FLOOR_BYTES, FLOOR_BYTES)).tobytes()
+                made[n] = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                                 pa.py_buffer(bytes(n * FLOOR_BYTES))])
+            yield made[n]
+
+    arrow_floor.__annotations__ = dict(pika_arrow.__annotations__)
     udfs = {"plain": F.udf(pika_frames, "binary"),
             "pickled": F.udf(pika_frames, "binary", useArrow=False)}
     udfs["arrow"] = F.arrow_udf(pika_arrow, "binary") if hasattr(F, "arrow_udf") else None
+    udfs["floor"] = F.arrow_udf(arrow_floor, "binary") if hasattr(F, "arrow_udf") else None
     return pika_frames, udfs
 
 
+FLOOR_BYTES = 288  # the average size of a row's frames in this dataset
 ARGS = ("body", "routing_key", "headers", "properties")
 
 
@@ -222,6 +240,7 @@ def encode_columns(udfs):
         "pika plain": lambda: udfs["plain"](*cols),
         "pika pickled": lambda: udfs["pickled"](*cols),
         "pika arrow": (lambda: udfs["arrow"](*cols)) if udfs["arrow"] is not None else None,
+        "floor": (lambda: udfs["floor"](*cols)) if udfs["floor"] is not None else None,
     }
 
 
@@ -447,6 +466,9 @@ def build_rows():
     R = Row
     return [
         R("encode", "scan", "cached scan, no encoding", "df.write.format('noop'): the floor", info=True),
+        R("encode", "floor", "Arrow UDF round trip only",
+          "arrow_udf over the same 4 columns returning %d-byte values, no work" % FLOOR_BYTES,
+          info=True),
         R("encode", "amqwire", "amqwire to_amqp_frames",
           "to_amqp_frames('body', F.col('routing_key'), headers=, properties=) (arrow_udf)"),
         R("encode", "to_json", "Spark to_json (JVM)",
@@ -675,6 +697,8 @@ def main(argv=None):
     ap.add_argument("--url", default=os.environ.get("AMQP_URL") or DEFAULT_URL,
                     help="broker URL (default: $AMQP_URL or %s)" % DEFAULT_URL)
     ap.add_argument("--driver-memory", default="2g", help="spark.driver.memory (default 2g)")
+    ap.add_argument("--arrow-batch", type=int, default=None,
+                    help="spark.sql.execution.arrow.maxRecordsPerBatch (default: Spark's, 10000)")
     ap.add_argument("--json", metavar="PATH", help="write results as JSON to PATH")
     args = ap.parse_args(argv)
     n = args.rows or (50_000 if args.quick else 1_000_000)
@@ -703,7 +727,7 @@ def main(argv=None):
     need_broker = any(r.section == "sink" for r in rows)
 
     t0 = time.perf_counter()
-    spark = start_spark(args.driver_memory)
+    spark = start_spark(args.driver_memory, args.arrow_batch)
     t_spark = time.perf_counter() - t0
     from pyspark.sql import functions as F
     import amqwire.spark as aws
