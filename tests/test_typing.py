@@ -39,6 +39,23 @@ USER_CODE = textwrap.dedent(
                         message.ack()
                 got: Message | None = ch.basic_get("q")
 
+    import pyarrow as pa  # type: ignore[import-untyped]
+    from amqwire.spark import PublishEncoder, RowEncodeError, decode_batch
+
+    def spark_user(conn_frames: bytes) -> None:
+        encoder = PublishEncoder(routing_key="q", frame_max=131072, body_format="raw")
+        frames: bytes = encoder.encode_frames(pa.array([b"x"]))
+        array = encoder.encode(pa.array([b"x"]), headers=None)
+        try:
+            decode_batch(array)
+        except RowEncodeError as exc:
+            row: int = exc.row
+            field: str = exc.field
+        with connect() as conn, conn.channel() as ch:
+            batch = ch.publish_encoded(frames, 1)
+            if batch is not None:
+                batch.result(timeout=1.0)
+
     async def aio_user() -> None:
         async with aio.connect("amqp://guest:guest@127.0.0.1:5672/") as conn:
             async with conn.channel() as ch:
@@ -64,6 +81,12 @@ def test_stubs_ship_with_the_package():
     folder = Path(codec.__file__).parent
     assert (folder / "py.typed").exists()
     for module in ("buffer", "table", "properties", "methods", "writer", "parser"):
+        assert (folder / f"{module}.pyi").exists(), module
+    import amqwire.spark as spark
+
+    folder = Path(spark.__file__).parent
+    assert (folder / "py.typed").exists()
+    for module in ("arrow_view", "encode"):
         assert (folder / f"{module}.pyi").exists(), module
 
 
