@@ -236,7 +236,7 @@ def publish_batches(settings: SinkSettings, batches: Iterator[Any]) -> AMQPCommi
             f"amqp sink: publishing to {settings.describe()} failed after {confirmed} of {rows} "
             f"rows were confirmed: {type(exc).__name__}: {exc}",
             rows_confirmed=confirmed,
-            reply_code=getattr(exc, "reply_code", None),
+            reply_code=_reply_code(exc),
         ) from exc
     finally:
         if conn is not None:
@@ -245,6 +245,16 @@ def publish_batches(settings: SinkSettings, batches: Iterator[Any]) -> AMQPCommi
             except Exception:  # the task's outcome is decided; a failing close adds nothing
                 log.debug("closing the sink's connection failed", exc_info=True)
     return AMQPCommitMessage(rows=rows, bytes=sent_bytes, seconds=time.monotonic() - started)
+
+
+def _reply_code(error: Optional[BaseException]) -> Optional[int]:
+    """The broker's reply code behind an error (a PublishUnconfirmed carries its cause)."""
+    while error is not None:
+        code = getattr(error, "reply_code", None)
+        if code is not None:
+            return int(code)
+        error = getattr(error, "cause", None)
+    return None
 
 
 def _summary(messages: List[Optional[WriterCommitMessage]]) -> tuple:

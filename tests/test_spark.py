@@ -886,3 +886,23 @@ def test_stream_row_writer_timestamp_property(spark, amqp_url, names):
     queue = names.queue()
     declare(amqp_url, queue)
     run_row_writer(amqp_url, queue, 2_000, with_timestamp=True)
+
+
+def test_publish_batches_broker_refusal_names_the_reason(amqp_url):
+    """A refusal by the broker (publishing to an exchange that does not exist closes the
+    channel with 404) fails the task with a SinkError carrying the reply code and text."""
+    import pyarrow as pa
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from amqwire.spark.datasource import SinkSettings, publish_batches
+    from amqwire.spark.errors import SinkError
+
+    schema = StructType([StructField("body", BinaryType())])
+    exchange = f"amqwire-test-missing-{uuid.uuid4().hex[:8]}"
+    settings = SinkSettings.from_options({"url": amqp_url, "exchange": exchange, "routing_key": "k"}, schema)
+    batch = pa.RecordBatch.from_pydict({"body": pa.array([b"x"] * 5000)})
+    with pytest.raises(SinkError) as info:
+        publish_batches(settings, iter([batch, batch, batch]))
+    assert info.value.reply_code == 404
+    assert "NOT_FOUND" in str(info.value) and exchange in str(info.value)
+    assert info.value.rows_confirmed == 0
