@@ -57,11 +57,14 @@ def start_spark(master: str) -> Any:
     # Executors run Python workers: make them this interpreter (and its amqwire).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback" warning
     from pyspark.sql import SparkSession
 
     spark = (
         SparkSession.builder.master(master)
         .appName("amqwire demo")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_quiet_log4j()}")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -69,6 +72,20 @@ def start_spark(master: str) -> Any:
     )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _quiet_log4j() -> str:
+    """A log4j2 configuration that lets only errors through (Spark's default prints its
+    start-up warnings before setLogLevel can act)."""
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), "amqwire-demo-log4j2.properties")
+    with open(path, "w") as f:
+        f.write("rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
+                "appender.console.type = Console\nappender.console.name = console\n"
+                "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
+                "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n\n")
+    return path
 
 
 def generated(spark: Any, rows: int, partitions: int) -> Any:
