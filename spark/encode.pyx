@@ -64,10 +64,6 @@ DEFAULT_FRAME_MAX = 131072
 
 # ---------------------------------------------------------------------------- type checks
 
-cdef str _type_name(ArrowColumn col):
-    return col.format
-
-
 cdef int _check_value_type(ArrowColumn col, str path, int depth, bint for_json) except -1:
     """Every Arrow type a field-table value (or a JSON value) can be made of."""
     cdef ArrowColumn child
@@ -613,10 +609,9 @@ cdef class PublishEncoder:
         """The frames of every row as a pyarrow binary array (large_binary past 2 GiB)."""
         import pyarrow as pa
         cdef int64_t n
-        cdef bytearray ends
         n = self._run(body, routing_key, exchange, headers, properties, True)
         data = self.out.to_bytes()
-        self.out._len = 0
+        self._reset()
         offsets = self._offsets
         self._offsets = None
         if len(data) < 0x7FFFFFFF:
@@ -627,10 +622,14 @@ cdef class PublishEncoder:
         """All rows' frames back to back, as one bytes object ready for one socket write."""
         self._run(body, routing_key, exchange, headers, properties, False)
         data = self.out.to_bytes()
-        self.out._len = 0
-        if self.out._cap > (64 << 20):  # a huge batch: give the memory back
-            self.out = WriteBuffer()
+        self._reset()
         return data
+
+    cdef int _reset(self) except -1:
+        self.out._len = 0
+        if self.out._cap > (64 << 20):  # after a huge batch: give the memory back
+            self.out = WriteBuffer()
+        return 0
 
     cdef int64_t _run(self, body, routing_key, exchange, headers, properties, bint offsets) except -1:
         cdef ArrowColumn body_col = column_of(body, "body")
