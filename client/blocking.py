@@ -894,20 +894,24 @@ class Channel(ChannelOperations):
 
     # ------------------------------------------------------------------ publishing
 
-    def _wait_publishable(self) -> None:
+    def _wait_publishable(self, timeout: Optional[float] = None) -> None:
         connection = self._connection
         if not connection._unblocked.is_set():
             if connection.blocked_action == "raise":
                 raise ConnectionBlockedError(connection._core.blocked or "blocked")
             connection._flush()
-            if not connection._unblocked.wait(connection.blocked_timeout):
+            limit = connection.blocked_timeout
+            if timeout is not None:
+                limit = timeout if limit is None else min(limit, timeout)
+            if not connection._unblocked.wait(limit):
                 raise ConnectionBlockedError(
-                    f"{connection._core.blocked or 'blocked'} (still blocked after {connection.blocked_timeout} s)"
+                    f"{connection._core.blocked or 'blocked'} (still blocked after {limit} s)"
                 )
             connection._check()
         if not self._flow.is_set():
             connection._flush()
-            self._flow.wait()
+            if not self._flow.wait(timeout):
+                raise TimeoutError(f"the broker kept channel {self.channel_id} paused (channel.flow) for {timeout} s")
 
     def basic_publish(
         self,
@@ -982,21 +986,23 @@ class Channel(ChannelOperations):
             connection._flush()
         return future
 
-    def publish_encoded(self, frames: Any, count: int) -> Optional[PublishFuture]:
+    def publish_encoded(self, frames: Any, count: int, *, timeout: Optional[float] = None) -> Optional[PublishFuture]:
         """Send ``count`` publishes already encoded as frames for this channel (for example
         by :class:`amqwire.spark.encode.PublishEncoder`), in one write, without copying.
 
         In confirm mode returns one :class:`PublishFuture` for all of them: it succeeds
         when the broker has acked every one and fails with the first nack or return (of
         frames encoded ``mandatory``).  Waits while the confirm window (``max_in_flight``)
-        is full.  Without confirm mode returns None.
-        ``frames`` must stay unchanged until written (bytes are the safe choice).
+        is full: ``timeout`` bounds that wait (TimeoutError), as well as a wait for the
+        broker to lift ``connection.blocked`` (ConnectionBlockedError).  Without confirm
+        mode returns None.  ``frames`` must stay unchanged until written (bytes are the
+        safe choice).
         """
         connection = self._connection
         if self._closed is not None or connection._error is not None:
             self._check()
         if connection._is_blocked or self._flow_paused:
-            self._wait_publishable()
+            self._wait_publishable(timeout)
         core = connection._core
         future = None
         if self._confirm:
@@ -1004,7 +1010,7 @@ class Channel(ChannelOperations):
             if state is not None and state.confirms is not None and state.confirms.slots \
                     and len(state.confirms.slots) + count > self._max_in_flight:
                 room = max(self._max_in_flight - count, 0)
-                self._wait_confirm(lambda: len(state.confirms.slots) <= room, None)  # type: ignore[union-attr]
+                self._wait_confirm(lambda: len(state.confirms.slots) <= room, timeout)  # type: ignore[union-attr]
             future = PublishFuture(self, count)
             if count == 0:
                 future._state = 1

@@ -194,7 +194,7 @@ def _bool_option(options: dict, key: str, default: bool) -> bool:
 def publish_batches(settings: SinkSettings, batches: Iterator[Any]) -> AMQPCommitMessage:
     """One task's rows: connect on the first non-empty batch, publish each batch as one
     write with pipelined confirms, return once every row is confirmed."""
-    from amqwire.client import AMQPError, connect
+    from amqwire.client import AMQPError, ConnectionBlockedError, connect
 
     started = time.monotonic()
     rows = confirmed = sent_bytes = 0
@@ -212,7 +212,9 @@ def publish_batches(settings: SinkSettings, batches: Iterator[Any]) -> AMQPCommi
                 encoder = settings.encoder(channel.channel_id, conn.frame_max)
             columns = {name: batch.column(index) for index, name in enumerate(batch.schema.names)}
             frames = encoder.encode_frames(**columns)
-            pending.append(channel.publish_encoded(frames, count))
+            # a broker that stops confirming, blocks the connection or pauses the channel
+            # fails the task after confirm_timeout instead of hanging it
+            pending.append(channel.publish_encoded(frames, count, timeout=settings.confirm_timeout))
             rows += count
             sent_bytes += len(frames)
             while pending and pending[0].done():
@@ -225,7 +227,13 @@ def publish_batches(settings: SinkSettings, batches: Iterator[Any]) -> AMQPCommi
             future.result(timeout=max(deadline - time.monotonic(), 0.001))
             pending.popleft()
             confirmed += future.count
-    except TimeoutError:
+    except (TimeoutError, ConnectionBlockedError) as exc:
+        if isinstance(exc, ConnectionBlockedError):
+            raise SinkError(
+                f"amqp sink: the broker blocked publishing ({exc}) after {confirmed} of {rows} rows "
+                f"were confirmed, by {settings.describe()}",
+                rows_confirmed=confirmed,
+            ) from exc
         raise SinkError(
             f"amqp sink: {rows - confirmed} of {rows} rows not confirmed within confirm_timeout "
             f"{settings.confirm_timeout} s by {settings.describe()}",

@@ -906,3 +906,33 @@ def test_publish_batches_broker_refusal_names_the_reason(amqp_url):
     assert info.value.reply_code == 404
     assert "NOT_FOUND" in str(info.value) and exchange in str(info.value)
     assert info.value.rows_confirmed == 0
+
+
+def test_publish_batches_under_a_memory_alarm_fails_instead_of_hanging(amqp_url, names, rabbitmqctl):
+    """A broker that blocks publishers (memory alarm) fails the task with a SinkError once
+    confirm_timeout has passed, rather than hanging it; nothing is lost once it recovers."""
+    import pyarrow as pa
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from amqwire.spark.datasource import SinkSettings, publish_batches
+    from amqwire.spark.errors import SinkError
+
+    queue = names.queue()
+    declare(amqp_url, queue)
+    schema = StructType([StructField("body", BinaryType())])
+    settings = SinkSettings.from_options(
+        {"url": amqp_url, "routing_key": queue, "confirm_timeout": "2", "confirm_window": "1000"}, schema)
+    batch = pa.RecordBatch.from_pydict({"body": pa.array([b"x" * 100] * 800)})
+    out = rabbitmqctl("eval", "vm_memory_monitor:get_vm_memory_high_watermark().").strip()
+    old = out if out[:1].isdigit() else "0.4"
+    rabbitmqctl("set_vm_memory_high_watermark", "0")
+    try:
+        with pytest.raises(SinkError) as info:
+            publish_batches(settings, iter([batch] * 5))
+    finally:
+        rabbitmqctl("set_vm_memory_high_watermark", old)
+    text = str(info.value)
+    assert "blocked" in text or "not confirmed within confirm_timeout 2.0 s" in text, text
+    assert info.value.rows_confirmed < 4000
+    # after the alarm the same write goes through
+    assert publish_batches(settings, iter([batch])).rows == 800
