@@ -8,6 +8,7 @@ cdef list read_array(ReadView *v, int depth)
 cdef object name_error(object exc, str name)
 cdef int64_t datetime_to_epoch(object value, str what) except? -1
 cdef object epoch_to_datetime(int64_t seconds, Py_ssize_t at, str what)
+cdef void civil_from_days(int64_t days, int64_t *year, int *month, int *day) noexcept
 
 
 cdef inline int write_named_table(WriteBuffer buf, object table, const char *name) except -1:

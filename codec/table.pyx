@@ -118,9 +118,24 @@ cdef int64_t datetime_to_epoch(object value, str what) except? -1:
     return seconds
 
 
+cdef void civil_from_days(int64_t days, int64_t *year, int *month, int *day) noexcept:
+    """Days since 1970-01-01 to a proleptic Gregorian date (400-year eras; the divisions
+    below only see non-negative operands, so C truncation is floor)."""
+    cdef int64_t z = days + 719468
+    cdef int64_t era = (z if z >= 0 else z - 146096) // 146097
+    cdef int64_t doe = z - era * 146097
+    cdef int64_t yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    cdef int64_t doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    cdef int64_t mp = (5 * doy + 2) // 153
+    day[0] = <int>(doy - (153 * mp + 2) // 5 + 1)
+    month[0] = <int>(mp + 3 if mp < 10 else mp - 9)
+    year[0] = yoe + era * 400 + (1 if month[0] <= 2 else 0)
+
+
 cdef object epoch_to_datetime(int64_t seconds, Py_ssize_t at, str what):
     """An aware UTC datetime; AMQPSyntaxError naming ``what`` and ``at`` when out of range."""
-    cdef int64_t days, secs, z, era, doe, yoe, y, doy, mp, d, m
+    cdef int64_t days, secs, y
+    cdef int m = 0, d = 0
     # datetime covers years 1..9999: -62135596800 .. 253402300799
     if seconds < -62135596800 or seconds > 253402300799:
         raise AMQPSyntaxError(f"{what}: timestamp {seconds} at offset {at} is out of datetime's range",
@@ -129,16 +144,7 @@ cdef object epoch_to_datetime(int64_t seconds, Py_ssize_t at, str what):
     if days * 86400 > seconds:
         days -= 1
     secs = seconds - days * 86400
-    z = days + 719468
-    era = (z if z >= 0 else z - 146096) // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    y = yoe + era * 400
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    d = doy - (153 * mp + 2) // 5 + 1
-    m = mp + (3 if mp < 10 else -9)
-    y += m <= 2
+    civil_from_days(days, &y, &m, &d)
     return datetime_new(<int>y, <int>m, <int>d, <int>(secs // 3600), <int>((secs // 60) % 60),
                         <int>(secs % 60), 0, _UTC)
 

@@ -76,6 +76,11 @@ cdef enum Kind:
     K_MAP
 
 
+cdef inline int64_t floor_div(int64_t a, int64_t b) noexcept:
+    """a // b rounded toward minus infinity (b > 0), whatever C does with negatives."""
+    return a // b if a >= 0 else -((-a + b - 1) // b)
+
+
 cdef class ArrowColumn:
     cdef readonly str name          # the field name (struct children, map keys/items)
     cdef readonly str format        # the C data interface format string

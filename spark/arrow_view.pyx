@@ -70,9 +70,7 @@ cdef class ArrowColumn:
             unit = 1000
         else:
             return v
-        if v >= 0:
-            return v // unit
-        return -((-v + unit - 1) // unit)
+        return floor_div(v, unit)
 
 
 cdef object _format_kind(bytes fmt, ArrowColumn col):

@@ -18,9 +18,10 @@ from amqwire.codec.buffer cimport (
     WriteBuffer, FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_METHOD, FRAME_OVERHEAD, FRAME_END,
     MAX_NESTING, amqw_pack_u16, amqw_pack_u32, amqw_pack_u64,
 )
+from amqwire.codec.table cimport civil_from_days
 from amqwire.codec.writer cimport check_frame_max, write_body_frames
 from amqwire.spark.arrow_view cimport (
-    ArrowColumn, column_of,
+    ArrowColumn, column_of, floor_div,
     K_NULL, K_BOOL, K_INT8, K_INT16, K_INT32, K_INT64, K_UINT8, K_UINT16, K_UINT32, K_UINT64,
     K_FLOAT32, K_FLOAT64, K_UTF8, K_LARGE_UTF8, K_BINARY, K_LARGE_BINARY, K_DATE32, K_DATE64,
     K_TIMESTAMP, K_DECIMAL128, K_STRUCT, K_LIST, K_LARGE_LIST, K_MAP,
@@ -96,15 +97,12 @@ cdef int _check_string(ArrowColumn col, str what) except -1:
 # ---------------------------------------------------------------------------- errors
 
 cdef int _row_error(int64_t row, str field, str problem) except -1:
-    raise RowEncodeError(f"row {row}: {field}: {problem}", row=row, field=field)
+    raise RowEncodeError(row=row, field=field, problem=problem)
 
 
 cdef int _reraise_for(exc, str field) except -1:
     """A nested value's error, re-raised naming the column it is in (``headers``, ``body``)."""
-    prefix = f"row {exc.row}: "
-    message = str(exc)
-    problem = message[len(prefix):] if message.startswith(prefix) else message
-    raise RowEncodeError(f"{prefix}{field}: {problem}", row=exc.row, field=field) from None
+    raise RowEncodeError(row=exc.row, field=field, problem=exc.problem) from None
 
 
 cdef str _text(const char *p, Py_ssize_t n):
@@ -384,19 +382,10 @@ cdef int _json_base64(WriteBuffer buf, const uint8_t *p, Py_ssize_t n) except -1
 
 
 cdef int _json_int(WriteBuffer buf, int64_t v) except -1:
-    cdef char tmp[24]
-    cdef int i = 24
-    cdef uint64_t u = <uint64_t>v if v >= 0 else <uint64_t>0 - <uint64_t>v
-    while True:
-        i -= 1
-        tmp[i] = <char>(c'0' + u % 10)
-        u //= 10
-        if u == 0:
-            break
-    if v < 0:
-        i -= 1
-        tmp[i] = c'-'
-    return buf.write_raw(tmp + i, 24 - i)
+    if v >= 0:
+        return _json_uint(buf, <uint64_t>v)
+    buf.write_u8(c'-')
+    return _json_uint(buf, <uint64_t>0 - <uint64_t>v)
 
 
 cdef int _json_uint(WriteBuffer buf, uint64_t u) except -1:
@@ -440,23 +429,6 @@ cdef int _json_double(WriteBuffer buf, double v, bint single) except -1:
     return 0
 
 
-cdef void _civil_from_days(int64_t days, int64_t *year, int *month, int *day) noexcept:
-    # Days since 1970-01-01 to a proleptic Gregorian date (era arithmetic, 400-year cycles).
-    cdef int64_t z = days + 719468
-    cdef int64_t era = (z if z >= 0 else z - 146096) // 146097
-    cdef int64_t doe = z - era * 146097
-    cdef int64_t yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    cdef int64_t doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    cdef int64_t mp = (5 * doy + 2) // 153
-    day[0] = <int>(doy - (153 * mp + 2) // 5 + 1)
-    month[0] = <int>(mp + 3 if mp < 10 else mp - 9)
-    year[0] = yoe + era * 400 + (1 if month[0] <= 2 else 0)
-
-
-cdef inline int64_t _floor_div(int64_t a, int64_t b) noexcept:
-    return a // b if a >= 0 else -((-a + b - 1) // b)
-
-
 cdef int _json_date_time(WriteBuffer buf, ArrowColumn col, int64_t slot) except -1:
     cdef int64_t v = col.int_at(slot)
     cdef int64_t unit = 1, secs, frac = 0, days, year
@@ -467,10 +439,10 @@ cdef int _json_date_time(WriteBuffer buf, ArrowColumn col, int64_t slot) except 
         secs = -1
     else:
         unit = 1000 if col.kind == K_DATE64 else col.units_per_second
-        secs = _floor_div(v, unit)
+        secs = floor_div(v, unit)
         frac = v - secs * unit
-        days = _floor_div(secs, 86400)
-    _civil_from_days(days, &year, &month, &day)
+        days = floor_div(secs, 86400)
+    civil_from_days(days, &year, &month, &day)
     if col.kind == K_DATE32:
         text = "%04d-%02d-%02d" % (year, month, day)
     else:

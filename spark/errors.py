@@ -14,20 +14,21 @@ class ArrowTypeError(TypeError):
 
 class RowEncodeError(AMQPSyntaxError):
     """A row that cannot become a publish: a null routing key, a short string over 255
-    bytes, an out-of-range property.  ``row`` is the row's index in its batch and
-    ``field`` the column or property at fault."""
+    bytes, an out-of-range property.  ``row`` is the row's index in its batch, ``field``
+    the column or property at fault and ``problem`` what is wrong with it."""
 
-    def __init__(self, message: str, *, row: int, field: str) -> None:
-        super().__init__(message)
+    def __init__(self, message: Optional[str] = None, *, row: int, field: str, problem: str = "") -> None:
+        super().__init__(message if message is not None else f"row {row}: {field}: {problem}")
         self.row = row
         self.field = field
+        self.problem = problem
 
     def __reduce__(self):  # picklable, so Spark can ship it from a worker
-        return (_rebuild_row_error, (str(self), self.row, self.field))
+        return (_rebuild_row_error, (str(self), self.row, self.field, self.problem))
 
 
-def _rebuild_row_error(message: str, row: int, field: str) -> RowEncodeError:
-    return RowEncodeError(message, row=row, field=field)
+def _rebuild_row_error(message: str, row: int, field: str, problem: str = "") -> RowEncodeError:
+    return RowEncodeError(message, row=row, field=field, problem=problem)
 
 
 class SinkError(RuntimeError):
