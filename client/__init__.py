@@ -28,6 +28,7 @@ from .errors import (
     PublishUnconfirmed,
     ConsumerCancelled,
     ConnectionBlockedError,
+    OperationTimeout,
 )
 from .message import Message, ReturnedMessage
 from .url import ConnectionParameters, parse_url
@@ -63,4 +64,5 @@ __all__ = [
     "PublishUnconfirmed",
     "ConsumerCancelled",
     "ConnectionBlockedError",
+    "OperationTimeout",
 ]

@@ -178,6 +178,35 @@ class PublishUnconfirmed(PublishError):
         return text
 
 
+class OperationTimeout(AMQPError, TimeoutError):
+    """A wait with a ``timeout`` ran out: the reply to a request, a confirm, room in the
+    confirm window, channel.flow.  The channel stays usable (see the README)."""
+
+    def __init__(self, operation: str, timeout: Optional[float], channel: Optional[int] = None,
+                 *, earlier: bool = False) -> None:
+        self.operation = operation
+        self.timeout = timeout
+        self.channel = channel
+        self.earlier = earlier
+        super().__init__(operation, timeout, channel)
+
+    def __str__(self) -> str:
+        where = f" on channel {self.channel}" if self.channel is not None else ""
+        if self.earlier:
+            return (f"{self.operation}{where} not sent: the reply to an earlier request that timed "
+                    f"out or was cancelled did not arrive within {self.timeout} s")
+        if " " in self.operation:  # a wait, not a request
+            return f"waited {self.timeout} s{where} for {self.operation}"
+        return f"no reply to {self.operation}{where} within {self.timeout} s"
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_timeout, (self.operation, self.timeout, self.channel, self.earlier))
+
+
+def _rebuild_timeout(operation: str, timeout: Optional[float], channel: Optional[int], earlier: bool) -> "OperationTimeout":
+    return OperationTimeout(operation, timeout, channel, earlier=earlier)
+
+
 class ConsumerCancelled(AMQPError):
     """The broker cancelled the consumer (its queue was deleted, or the node failed)."""
 
@@ -219,4 +248,5 @@ __all__ = [
     "PublishUnconfirmed",
     "ConsumerCancelled",
     "ConnectionBlockedError",
+    "OperationTimeout",
 ]

@@ -7,17 +7,21 @@ extensions: the handshake, channel 0 control, channel lifecycle, one outstanding
 request per channel, content assembly (in the codec's CommandParser), publisher confirms,
 returns, consumer cancel notifications and channel.flow.
 
-Illegal calls raise ``InvalidStateError`` before anything is queued.  Errors of the peer
+Illegal calls raise ``InvalidStateError`` before anything is queued.  The connection and
+each channel are state machines (``ConnectionState``, ``ChannelStatus``) whose every change is
+checked against ``CONNECTION_TRANSITIONS`` / ``CHANNEL_TRANSITIONS``.  Errors of the peer
 (a malformed frame, a method out of place) raise the codec's error from ``receive_data``
 after queuing a connection.close with its reply code; the connection is then closed.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import platform
 from collections import deque
+from collections.abc import Mapping
 from itertools import repeat
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Final, Optional, TypeVar, Union
 
 from amqwire.codec import (
     AMQPSyntaxError,
@@ -73,6 +77,10 @@ log = logging.getLogger("amqwire.client")
 
 __all__ = [
     "ConnectionProtocol",
+    "ConnectionState",
+    "ChannelStatus",
+    "CONNECTION_TRANSITIONS",
+    "CHANNEL_TRANSITIONS",
     "ConfirmTracker",
     "HeartbeatMonitor",
     "ConnectionOpened",
@@ -175,21 +183,21 @@ class SecretUpdated(_Event):
 
 
 class ChannelOpened(_Event):
-    __slots__ = ("channel",)
+    __slots__ = ("channel_id",)
 
-    def __init__(self, channel: int) -> None:
-        self.channel = channel
+    def __init__(self, channel_id: int) -> None:
+        self.channel_id = channel_id
 
 
 class ChannelClosedEvent(_Event):
     """The channel is closed and its number free again.  ``unconfirmed``: (seqno, token) of
     the publishes the broker never confirmed on it."""
 
-    __slots__ = ("channel", "reply_code", "reply_text", "class_id", "method_id", "by_broker", "unconfirmed")
+    __slots__ = ("channel_id", "reply_code", "reply_text", "class_id", "method_id", "by_broker", "unconfirmed")
 
     def __init__(
         self,
-        channel: int,
+        channel_id: int,
         reply_code: int,
         reply_text: str,
         class_id: int,
@@ -197,7 +205,7 @@ class ChannelClosedEvent(_Event):
         by_broker: bool,
         unconfirmed: Optional[list] = None,
     ) -> None:
-        self.channel = channel
+        self.channel_id = channel_id
         self.unconfirmed = unconfirmed if unconfirmed is not None else []
         self.reply_code = reply_code
         self.reply_text = reply_text
@@ -209,20 +217,20 @@ class ChannelClosedEvent(_Event):
 class MethodReply(_Event):
     """The reply to the channel's outstanding synchronous request."""
 
-    __slots__ = ("channel", "method")
+    __slots__ = ("channel_id", "method")
 
-    def __init__(self, channel: int, method: Any) -> None:
-        self.channel = channel
+    def __init__(self, channel_id: int, method: Any) -> None:
+        self.channel_id = channel_id
         self.method = method
 
 
 class GetResult(_Event):
     """The reply to basic.get: a Message (get-ok) or None (get-empty)."""
 
-    __slots__ = ("channel", "message")
+    __slots__ = ("channel_id", "message")
 
-    def __init__(self, channel: int, message: Optional[Message]) -> None:
-        self.channel = channel
+    def __init__(self, channel_id: int, message: Optional[Message]) -> None:
+        self.channel_id = channel_id
         self.message = message
 
 
@@ -231,10 +239,10 @@ class Confirmed(_Event):
     acked (``ack``) or nacked by the broker.  ``returned`` maps the seqnos among them that
     came back as basic.return first (mandatory, unroutable) to their ReturnedMessage."""
 
-    __slots__ = ("channel", "ack", "seqnos", "tokens", "returned")
+    __slots__ = ("channel_id", "ack", "seqnos", "tokens", "returned")
 
-    def __init__(self, channel: int, ack: bool, seqnos: list, tokens: list, returned: Optional[dict]) -> None:
-        self.channel = channel
+    def __init__(self, channel_id: int, ack: bool, seqnos: list, tokens: list, returned: Optional[dict]) -> None:
+        self.channel_id = channel_id
         self.ack = ack
         self.seqnos = seqnos
         self.tokens = tokens
@@ -244,20 +252,20 @@ class Confirmed(_Event):
 class ConsumerCancelled(_Event):
     """The broker cancelled a consumer (basic.cancel from the server); cancel-ok is sent."""
 
-    __slots__ = ("channel", "consumer_tag")
+    __slots__ = ("channel_id", "consumer_tag")
 
-    def __init__(self, channel: int, consumer_tag: str) -> None:
-        self.channel = channel
+    def __init__(self, channel_id: int, consumer_tag: str) -> None:
+        self.channel_id = channel_id
         self.consumer_tag = consumer_tag
 
 
 class ChannelFlowChanged(_Event):
     """channel.flow from the broker; flow-ok is sent.  Inactive: stop publishing."""
 
-    __slots__ = ("channel", "active")
+    __slots__ = ("channel_id", "active")
 
-    def __init__(self, channel: int, active: bool) -> None:
-        self.channel = channel
+    def __init__(self, channel_id: int, active: bool) -> None:
+        self.channel_id = channel_id
         self.active = active
 
 
@@ -423,19 +431,77 @@ def _text(value: Union[bytes, str]) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
 
 
-# --------------------------------------------------------------------------- the core
+# --------------------------------------------------------------------------- states
 
-_CLOSED, _OPENING, _OPEN, _CLOSING = 0, 1, 2, 3
+
+class ConnectionState(str, enum.Enum):
+    """Where the connection is.  A str enum: ``core.state == "open"`` holds."""
+
+    NEW = "new"  # before initiate()
+    HANDSHAKE = "handshake"  # the protocol header is out; until connection.open-ok
+    OPEN = "open"
+    CLOSING = "closing"  # connection.close is out; until close-ok (or the broker's close)
+    CLOSED = "closed"
+
+    def __str__(self) -> str:
+        # "open", not "ConnectionState.OPEN", in messages and f-strings on every Python
+        return self.value
+
+
+class ChannelStatus(enum.IntEnum):
+    """Where one channel is (``ChannelState.state``)."""
+
+    CLOSED = 0  # closed and released, or its connection is closing or closed
+    OPENING = 1  # channel.open is out; until open-ok
+    OPEN = 2
+    CLOSING = 3  # our channel.close is out; until close-ok
+
+
+# Every state change is checked against these: state -> the states it may go to next.
+CONNECTION_TRANSITIONS: Final[Mapping[ConnectionState, frozenset[ConnectionState]]] = {
+    ConnectionState.NEW: frozenset({ConnectionState.HANDSHAKE, ConnectionState.CLOSED}),
+    ConnectionState.HANDSHAKE: frozenset({ConnectionState.OPEN, ConnectionState.CLOSING, ConnectionState.CLOSED}),
+    ConnectionState.OPEN: frozenset({ConnectionState.CLOSING, ConnectionState.CLOSED}),
+    ConnectionState.CLOSING: frozenset({ConnectionState.CLOSED}),
+    ConnectionState.CLOSED: frozenset(),
+}
+CHANNEL_TRANSITIONS: Final[Mapping[ChannelStatus, frozenset[ChannelStatus]]] = {
+    ChannelStatus.OPENING: frozenset({ChannelStatus.OPEN, ChannelStatus.CLOSING, ChannelStatus.CLOSED}),
+    ChannelStatus.OPEN: frozenset({ChannelStatus.CLOSING, ChannelStatus.CLOSED}),
+    ChannelStatus.CLOSING: frozenset({ChannelStatus.CLOSED}),
+    ChannelStatus.CLOSED: frozenset(),
+}
+
+_StateT = TypeVar("_StateT", ConnectionState, ChannelStatus)
+
+
+def _transition(
+    transitions: Mapping[_StateT, frozenset[_StateT]], current: _StateT, new: _StateT, subject: str
+) -> _StateT:
+    """``new`` if the table lets ``current`` go there, else InvalidStateError."""
+    if new not in transitions[current]:
+        raise InvalidStateError(f"{subject} cannot go from {current.name.lower()} to {new.name.lower()}")
+    return new
+
+
+# The hot paths (publish, deliver, ack) compare against module globals: on Python 3.11
+# reading a member off its enum class (ChannelStatus.OPEN) costs several times the comparison.
+_CHANNEL_OPEN: Final = ChannelStatus.OPEN
+_CHANNEL_CLOSING: Final = ChannelStatus.CLOSING
+_CONNECTION_OPEN: Final = ConnectionState.OPEN
+
+
+# --------------------------------------------------------------------------- the core
 
 
 class ChannelState:
-    """What the core knows about one channel."""
+    """What the core knows about one channel; ``state`` is its ChannelStatus."""
 
     __slots__ = ("id", "state", "pending", "confirms", "tx", "flow_active", "last_delivery_tag", "close_reason")
 
     def __init__(self, channel_id: int) -> None:
         self.id = channel_id
-        self.state = _OPENING
+        self.state = ChannelStatus.OPENING
         self.pending: Any = None  # the outstanding synchronous request (a method object)
         self.confirms: Optional[ConfirmTracker] = None
         self.tx = False
@@ -445,7 +511,10 @@ class ChannelState:
 
     @property
     def is_open(self) -> bool:
-        return self.state == _OPEN
+        return self.state is _CHANNEL_OPEN
+
+    def _set_state(self, new: ChannelStatus) -> None:
+        self.state = _transition(CHANNEL_TRANSITIONS, self.state, new, f"channel {self.id}")
 
 
 class ConnectionProtocol:
@@ -492,7 +561,7 @@ class ConnectionProtocol:
             if caps:
                 props["capabilities"].update(caps)
         self.client_properties = props
-        self.state = "new"
+        self.state = ConnectionState.NEW
         self.server_properties: dict = {}
         self.channel_max = 0
         self.frame_max = 0
@@ -547,37 +616,44 @@ class ConnectionProtocol:
 
     def initiate(self) -> None:
         """Queue the protocol header; the broker answers with connection.start."""
-        if self.state != "new":
+        if self.state is not ConnectionState.NEW:
             raise InvalidStateError(f"the connection was already started (state {self.state})")
         self._writer.protocol_header()
-        self.state = "handshake"
+        self._set_state(ConnectionState.HANDSHAKE)
 
     def _check_open(self) -> None:
-        if self.state != "open":
-            if self.state == "handshake" or self.state == "new":
+        if self.state is not _CONNECTION_OPEN:
+            if self.state is ConnectionState.HANDSHAKE or self.state is ConnectionState.NEW:
                 raise InvalidStateError("the connection is not open yet (handshake not finished)")
             raise InvalidStateError(f"the connection is {self.state}")
 
     def close(self, reply_code: int = _REPLY_SUCCESS, reply_text: str = "Normal shutdown") -> None:
-        """Queue connection.close; ConnectionClosedEvent follows when close-ok arrives."""
-        if self.state in ("closing", "closed"):
-            return
-        if self.state == "new":
-            self.state = "closed"
+        """Queue connection.close; ConnectionClosedEvent follows when close-ok arrives.  Closing
+        a connection that is closing or closed already raises InvalidStateError."""
+        if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+            raise InvalidStateError(f"the connection is already {self.state}")
+        if self.state is ConnectionState.NEW:
+            self._set_state(ConnectionState.CLOSED)
             return
         self._writer.method(0, ConnectionClose(reply_code, reply_text, 0, 0))
         self._local_close = (reply_code, reply_text)
-        self._set_state("closing")
+        self._set_state(ConnectionState.CLOSING)
 
-    def _set_state(self, state: str) -> None:
-        """Connection state; once closing, no channel takes calls any more."""
-        self.state = state
-        if state in ("closing", "closed"):
+    def _set_state(self, new: ConnectionState) -> None:
+        """The one place the connection state changes; once closing, no channel takes calls any more."""
+        self.state = _transition(CONNECTION_TRANSITIONS, self.state, new, "the connection")
+        if new is ConnectionState.CLOSING or new is ConnectionState.CLOSED:
             for channel in self._channels.values():
-                channel.state = _CLOSED
+                if channel.state is not ChannelStatus.CLOSED:
+                    channel._set_state(ChannelStatus.CLOSED)
+
+    def _ensure_closed(self) -> None:
+        """The connection is unusable (a protocol error): closed, whatever it was."""
+        if self.state is not ConnectionState.CLOSED:
+            self._set_state(ConnectionState.CLOSED)
 
     def send_heartbeat(self) -> None:
-        if self.state in ("open", "handshake", "closing"):
+        if self.state in (ConnectionState.OPEN, ConnectionState.HANDSHAKE, ConnectionState.CLOSING):
             self._writer.heartbeat()
 
     def update_secret(self, new_secret: Union[str, bytes], reason: str) -> None:
@@ -595,7 +671,7 @@ class ConnectionProtocol:
         self.server_properties = dict(start.server_properties)
         offered = _text(start.mechanisms).split()
         if self.auth_mechanism not in offered:
-            self.state = "closed"
+            self._set_state(ConnectionState.CLOSED)
             raise AuthenticationError(
                 f"the broker does not offer the {self.auth_mechanism} mechanism (it offers {', '.join(offered) or 'none'})"
             )
@@ -630,7 +706,9 @@ class ConnectionProtocol:
 
     def _on_connection_method(self, method: Any, events: list) -> None:
         cls = type(method)
-        if self.state == "closing":
+        if self.state is ConnectionState.CLOSED:
+            return  # closed earlier in the same read: the rest is moot
+        if self.state is ConnectionState.CLOSING:
             if cls is ConnectionCloseOk:
                 self._finish_close(events, self._local_close_event())
             elif cls is ConnectionClose:
@@ -640,13 +718,13 @@ class ConnectionProtocol:
         if cls is ConnectionClose:
             self._writer.method(0, ConnectionCloseOk())
             self._finish_close(events, self._broker_close_event(method))
-        elif self.state == "handshake":
+        elif self.state is ConnectionState.HANDSHAKE:
             if cls is ConnectionStart and not self._started:
                 self._started = True
                 self._start_ok(method)
             elif cls is ConnectionSecure:
                 if self._on_secure is None:
-                    self.state = "closed"
+                    self._set_state(ConnectionState.CLOSED)
                     raise AuthenticationError(
                         f"the broker sent a {self.auth_mechanism} challenge and no on_secure handler was given"
                     )
@@ -654,7 +732,7 @@ class ConnectionProtocol:
             elif cls is ConnectionTune and self._started:
                 self._tune_ok(method)
             elif cls is ConnectionOpenOk and self.frame_max:
-                self.state = "open"
+                self._set_state(ConnectionState.OPEN)
                 events.append(ConnectionOpened(self.server_properties, self.channel_max, self.frame_max, self.heartbeat))
             else:
                 self._protocol_error(_COMMAND_INVALID, f"unexpected {method.NAME} during the handshake", method)
@@ -671,17 +749,18 @@ class ConnectionProtocol:
             self._protocol_error(_COMMAND_INVALID, f"unexpected {method.NAME} on channel 0", method)
 
     def _broker_close_event(self, method: Any) -> ConnectionClosedEvent:
+        handshake = self.frame_max == 0 or self.state is ConnectionState.HANDSHAKE
         return ConnectionClosedEvent(
-            method.reply_code, method.reply_text, method.class_id, method.method_id, True, self.frame_max == 0 or self.state == "handshake"
+            method.reply_code, method.reply_text, method.class_id, method.method_id, True, handshake
         )
 
     def _local_close_event(self) -> ConnectionClosedEvent:
         return ConnectionClosedEvent(self._local_close[0], self._local_close[1], 0, 0, False)
 
     def _finish_close(self, events: list, event: ConnectionClosedEvent) -> None:
-        handshake = self.state == "handshake"
+        handshake = self.state is ConnectionState.HANDSHAKE
         event.handshake = event.handshake or handshake
-        self._set_state("closed")
+        self._set_state(ConnectionState.CLOSED)
         self.close_reason = event
         events.append(event)
 
@@ -689,9 +768,9 @@ class ConnectionProtocol:
         """The broker broke the protocol: close the connection with reply_code, then raise."""
         class_id = method.CLASS_ID if method is not None else 0
         method_id = method.METHOD_ID if method is not None else 0
-        if self.state not in ("closing", "closed", "new"):
+        if self.state in (ConnectionState.HANDSHAKE, ConnectionState.OPEN):
             self._writer.method(0, ConnectionClose(reply_code, text[:255], class_id, method_id))
-        self._set_state("closed")
+        self._ensure_closed()
         error = UnexpectedFrame(text, offset=0) if reply_code == _UNEXPECTED_FRAME else AMQPSyntaxError(text, offset=0)
         error.reply_code = reply_code
         raise error
@@ -700,7 +779,7 @@ class ConnectionProtocol:
 
     def receive_data(self, data: Any) -> list:
         """Feed bytes from the broker; returns the events they complete, in order."""
-        if self.state == "closed":
+        if self.state is ConnectionState.CLOSED:
             return []
         try:
             items = self._parser.feed(data)
@@ -710,9 +789,10 @@ class ConnectionProtocol:
                 self._handle(exc.parsed or [], events)
             except CodecError:
                 pass  # the parse error below is reported; the connection closes either way
-            if self.state not in ("closing", "closed") and not isinstance(exc, ProtocolHeaderError):
+            closing_already = self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED)
+            if not closing_already and not isinstance(exc, ProtocolHeaderError):
                 self._writer.method(0, ConnectionClose(exc.reply_code, str(exc)[:255], 0, 0))
-            self._set_state("closed")
+            self._ensure_closed()
             exc.events = events  # type: ignore[attr-defined]
             raise
         events = []
@@ -734,7 +814,7 @@ class ConnectionProtocol:
             channel = item.channel
             if type(method) is BasicDeliver:
                 state = channels.get(channel)
-                if state is None or state.state != _OPEN:
+                if state is None or state.state is not _CHANNEL_OPEN:
                     continue  # late delivery to a channel we are closing
                 tag = method.delivery_tag
                 state.last_delivery_tag = tag
@@ -752,9 +832,9 @@ class ConnectionProtocol:
                 )
             elif channel == 0:
                 self._on_connection_method(method, events)
-            elif self.state != "open":
-                if self.state == "closing":
-                    continue
+            elif self.state is not _CONNECTION_OPEN:
+                if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+                    continue  # discarded while closing, and moot once closed earlier in this read
                 self._protocol_error(_COMMAND_INVALID, f"{method.NAME} on channel {channel} before the connection is open", method)
             else:
                 self._on_channel_method(channel, method, item, events)
@@ -765,7 +845,7 @@ class ConnectionProtocol:
         if state is None:
             self._protocol_error(_CHANNEL_ERROR, f"{method.NAME} on channel {channel}, which is not open", method)
             return
-        if state.state == _CLOSING:
+        if state.state is _CHANNEL_CLOSING:
             if cls is ChannelCloseOk:
                 unconfirmed = self._release(channel)
                 code, text, class_id, method_id, by_broker = state.close_reason or (
@@ -832,7 +912,7 @@ class ConnectionProtocol:
             return
         state.pending = None
         if cls is ChannelOpenOk:
-            state.state = _OPEN
+            state._set_state(ChannelStatus.OPEN)
             events.append(ChannelOpened(channel))
         elif cls is BasicGetOk:
             state.last_delivery_tag = method.delivery_tag
@@ -925,35 +1005,38 @@ class ConnectionProtocol:
         state = self._channels.pop(channel, None)
         if channel < self._next_channel:
             self._next_channel = channel
-        if state is None or state.confirms is None:
+        if state is None:
+            return []
+        state._set_state(ChannelStatus.CLOSED)
+        if state.confirms is None:
             return []
         return list(zip(*state.confirms.drain()))
 
     def close_channel(self, channel: int, reply_code: int = _REPLY_SUCCESS, reply_text: str = "Normal shutdown") -> None:
         """Queue channel.close; ChannelClosedEvent follows when close-ok arrives.  A channel the
-        broker closed already is left as it is."""
+        broker closed already is left as it is; closing one that is closing raises InvalidStateError."""
         if channel in self._broker_closed and channel not in self._channels:
             return
         state = self._open_state(channel, allow_opening=True)
-        if state.state == _CLOSING:
-            return
-        state.state = _CLOSING
+        state._set_state(ChannelStatus.CLOSING)
         state.pending = None
         state.close_reason = (reply_code, reply_text, 0, 0, False)
         self._writer.method(channel, ChannelClose(reply_code, reply_text, 0, 0))
 
     def _open_state(self, channel: int, allow_opening: bool = False) -> ChannelState:
         state = self._channels.get(channel)
-        if state is not None and (state.state == _OPEN or (allow_opening and state.state != _CLOSING)):
+        if state is not None and (
+            state.state is _CHANNEL_OPEN or (allow_opening and state.state is ChannelStatus.OPENING)
+        ):
             return state
-        if self.state != "open":
+        if self.state is not _CONNECTION_OPEN:
             self._check_open()
         if state is None:
             reason = self._broker_closed.get(channel)
             if reason is not None:
                 raise channel_closed(*reason, by_broker=True, channel=channel)
             raise InvalidStateError(f"channel {channel} is not open")
-        if state.state == _CLOSING:
+        if state.state is _CHANNEL_CLOSING:
             raise InvalidStateError(f"channel {channel} is closing")
         raise InvalidStateError(f"channel {channel} is still opening (wait for channel.open-ok)")
 
@@ -1017,7 +1100,7 @@ class ConnectionProtocol:
     ) -> int:
         """Queue basic.publish with its content; returns its confirm seqno (0 without confirms)."""
         state = self._channels.get(channel)
-        if state is None or state.state != _OPEN:
+        if state is None or state.state is not _CHANNEL_OPEN:
             self._open_state(channel)
         if type(body) is bytes and len(body) >= ZERO_COPY_THRESHOLD:
             pieces = encode_publish_iov(
@@ -1041,7 +1124,7 @@ class ConnectionProtocol:
         ``amqwire.spark``'s encoder, say), as they are; returns the confirm seqno of the
         first (0 without confirms).  Every one of them is confirmed against ``token``."""
         state = self._channels.get(channel)
-        if state is None or state.state != _OPEN:
+        if state is None or state.state is not _CHANNEL_OPEN:
             self._open_state(channel)
         view = memoryview(frames).cast("B")
         if count < 0 or (count > 0) != (len(view) > 0):
@@ -1063,7 +1146,7 @@ class ConnectionProtocol:
 
     def basic_ack(self, channel: int, delivery_tag: int, multiple: bool = False) -> None:
         state = self._channels.get(channel)
-        if state is None or state.state != _OPEN:
+        if state is None or state.state is not _CHANNEL_OPEN:
             self._open_state(channel)
         if delivery_tag > state.last_delivery_tag:  # type: ignore[union-attr]
             self._check_delivery_tag(state, delivery_tag)  # type: ignore[arg-type]

@@ -88,7 +88,7 @@ def confirm_mode(p, broker, cid):
 
 
 def confirmed(events):
-    return [(e.channel, e.ack, list(e.seqnos), list(e.tokens)) for e in events if isinstance(e, proto.Confirmed)]
+    return [(e.channel_id, e.ack, list(e.seqnos), list(e.tokens)) for e in events if isinstance(e, proto.Confirmed)]
 
 
 def encoded(cid: int, n: int, prefix: str = "m", **encoder_kwargs) -> bytes:

@@ -159,7 +159,7 @@ def open_channel(p, broker, channel_id=None):
     cid = p.open_channel() if channel_id is None else p.open_channel(channel_id)
     assert broker.sent_methods() == [(cid, ChannelOpen())]
     events = broker.send(cid, ChannelOpenOk())
-    assert one(events, proto.ChannelOpened).channel == cid
+    assert one(events, proto.ChannelOpened).channel_id == cid
     return cid
 
 
@@ -173,7 +173,7 @@ def rpc(p, broker, cid, method, reply):
 def confirm_mode(p, broker, cid):
     events = rpc(p, broker, cid, ConfirmSelect(), ConfirmSelectOk())
     reply = one(events, proto.MethodReply)
-    assert reply.channel == cid and reply.method == ConfirmSelectOk()
+    assert reply.channel_id == cid and reply.method == ConfirmSelectOk()
 
 
 def feed_fatal(p, broker, data):
@@ -549,7 +549,7 @@ def test_closed_channel_number_is_reused():
     assert broker.sent_methods() == [(4, ChannelOpen())]
     broker.send(4, ChannelOpenOk())
     event = one(broker.send(2, ChannelCloseOk()), proto.ChannelClosedEvent)
-    assert event.channel == 2 and event.by_broker is False and event.reply_code == 200
+    assert event.channel_id == 2 and event.by_broker is False and event.reply_code == 200
     assert open_channel(p, broker) == 2
     assert open_channel(p, broker) == 5
 
@@ -619,8 +619,8 @@ def test_sync_requests_on_different_channels_are_independent():
     assert broker.sent_methods() == [(c1, QueueDeclare(queue="a")), (c2, QueueDeclare(queue="b"))]
     r2 = one(broker.send(c2, QueueDeclareOk("b", 0, 0)), proto.MethodReply)
     r1 = one(broker.send(c1, QueueDeclareOk("a", 1, 2)), proto.MethodReply)
-    assert (r1.channel, r1.method) == (c1, QueueDeclareOk("a", 1, 2))
-    assert (r2.channel, r2.method) == (c2, QueueDeclareOk("b", 0, 0))
+    assert (r1.channel_id, r1.method) == (c1, QueueDeclareOk("a", 1, 2))
+    assert (r2.channel_id, r2.method) == (c2, QueueDeclareOk("b", 0, 0))
 
 
 def test_nowait_request_expects_no_reply():
@@ -636,7 +636,7 @@ def test_reply_frees_the_channel():
     cid = open_channel(p, broker)
     events = rpc(p, broker, cid, QueueDeclare(queue=""), QueueDeclareOk("amq.gen-1", 0, 0))
     reply = one(events, proto.MethodReply)
-    assert reply.channel == cid
+    assert reply.channel_id == cid
     assert reply.method == QueueDeclareOk("amq.gen-1", 0, 0)
     events = rpc(p, broker, cid, BasicQos(0, 10, False), BasicQosOk())
     assert one(events, proto.MethodReply).method == BasicQosOk()
@@ -708,7 +708,7 @@ PROPS = BasicProperties(
 
 
 def assert_message(msg, channel, body, props=PROPS, **fields):
-    assert msg.channel_id == channel if hasattr(msg, "channel_id") else msg.channel == channel
+    assert msg.channel_id == channel
     assert msg.body == body
     assert isinstance(msg.body, bytes)
     assert msg.properties == props
@@ -750,7 +750,7 @@ def test_get_ok():
     broker.sent()
     events = broker.send_content(cid, BasicGetOk(7, False, "ex", "rk", 3), PROPS, b"payload")
     result = one(events, proto.GetResult)
-    assert result.channel == cid
+    assert result.channel_id == cid
     msg = result.message
     assert_message(msg, cid, b"payload", delivery_tag=7, redelivered=False, exchange="ex", routing_key="rk",
                    message_count=3)
@@ -776,7 +776,7 @@ def test_get_empty():
     cid = open_channel(p, broker)
     events = rpc(p, broker, cid, BasicGet(queue="q"), BasicGetEmpty())
     result = one(events, proto.GetResult)
-    assert result.channel == cid and result.message is None
+    assert result.channel_id == cid and result.message is None
     p.send_method(cid, BasicGet(queue="q"))
 
 
@@ -846,7 +846,7 @@ def published_in_confirm_mode(n, tokens=True):
 
 
 def confirmed(events):
-    return [(e.channel, e.ack, list(e.seqnos), list(e.tokens)) for e in of_type(events, proto.Confirmed)]
+    return [(e.channel_id, e.ack, list(e.seqnos), list(e.tokens)) for e in of_type(events, proto.Confirmed)]
 
 
 def test_single_ack():
@@ -1001,7 +1001,7 @@ def test_consumer_cancel_notification_with_reply():
     cid = open_channel(p, broker)
     rpc(p, broker, cid, BasicConsume(queue="q", consumer_tag="c1"), BasicConsumeOk("c1"))
     event = one(broker.send(cid, BasicCancel("c1", False)), proto.ConsumerCancelled)
-    assert (event.channel, event.consumer_tag) == (cid, "c1")
+    assert (event.channel_id, event.consumer_tag) == (cid, "c1")
     assert broker.sent_methods() == [(cid, BasicCancelOk("c1"))]
 
 
@@ -1011,7 +1011,7 @@ def test_consumer_cancel_notification_nowait():
     cid = open_channel(p, broker)
     rpc(p, broker, cid, BasicConsume(queue="q", consumer_tag="c1"), BasicConsumeOk("c1"))
     event = one(broker.send(cid, BasicCancel("c1", True)), proto.ConsumerCancelled)
-    assert (event.channel, event.consumer_tag) == (cid, "c1")
+    assert (event.channel_id, event.consumer_tag) == (cid, "c1")
     assert broker.sent_methods() == []
 
 
@@ -1044,7 +1044,7 @@ def test_channel_flow_from_broker(active):
     p, broker, _ = connect()
     cid = open_channel(p, broker)
     event = one(broker.send(cid, codec.ChannelFlow(active)), FLOW_EVENT)
-    assert (event.channel, event.active) == (cid, active)
+    assert (event.channel_id, event.active) == (cid, active)
     assert broker.sent_methods() == [(cid, codec.ChannelFlowOk(active))]
 
 
@@ -1083,7 +1083,7 @@ def test_broker_closes_a_channel():
     text = "NOT_FOUND - no queue 'missing' in vhost '/'"
     events = broker.send(c1, ChannelClose(404, text, 50, 10))
     event = one(events, proto.ChannelClosedEvent)
-    assert (event.channel, event.reply_code, event.reply_text, event.class_id, event.method_id, event.by_broker) == (
+    assert (event.channel_id, event.reply_code, event.reply_text, event.class_id, event.method_id, event.by_broker) == (
         c1, 404, text, 50, 10, True)
     assert not of_type(events, proto.MethodReply)
     assert broker.sent_methods() == [(c1, ChannelCloseOk())]
@@ -1097,7 +1097,7 @@ def test_broker_closes_a_channel():
     assert p.data_to_send() == b""
     # other channels are unaffected
     events = rpc(p, broker, c2, QueueDeclare(queue="x"), QueueDeclareOk("x", 0, 0))
-    assert one(events, proto.MethodReply).channel == c2
+    assert one(events, proto.MethodReply).channel_id == c2
     assert p.state == "open"
     # and the number is free again
     assert open_channel(p, broker) == c1
@@ -1120,7 +1120,7 @@ def test_client_closes_a_channel():
     with pytest.raises(InvalidStateError):
         p.publish(cid, "", "q", b"x")
     event = one(broker.send(cid, ChannelCloseOk()), proto.ChannelClosedEvent)
-    assert (event.channel, event.reply_code, event.by_broker) == (cid, 200, False)
+    assert (event.channel_id, event.reply_code, event.by_broker) == (cid, 200, False)
 
 
 def test_client_channel_close_event_carries_the_clients_code_and_text():
@@ -1141,7 +1141,7 @@ def test_close_a_channel_that_is_still_opening():
     assert sent[1][1].reply_code == 200
     events = broker.send(cid, ChannelOpenOk()) + broker.send(cid, ChannelCloseOk())
     assert not of_type(events, proto.ChannelOpened)
-    assert one(events, proto.ChannelClosedEvent).channel == cid
+    assert one(events, proto.ChannelClosedEvent).channel_id == cid
     assert open_channel(p, broker) == cid
 
 
@@ -1302,11 +1302,13 @@ def test_close_twice_or_after_closed():
     p, broker, _ = connect()
     p.close()
     broker.sent()
-    try:
+    with pytest.raises(InvalidStateError, match="already closing"):
         p.close()
-    except InvalidStateError:
-        pass
     assert broker.sent_methods() == []  # never a second connection.close
+    one(broker.send(0, ConnectionCloseOk()), proto.ConnectionClosedEvent)
+    with pytest.raises(InvalidStateError, match="already closed"):
+        p.close()
+    assert broker.sent_methods() == []
 
 
 def test_initiate_twice():
@@ -1314,6 +1316,348 @@ def test_initiate_twice():
     p.initiate()
     with pytest.raises(InvalidStateError):
         p.initiate()
+
+
+# --- state machines: the transition tables ----------------------------------------------------------
+
+ConnectionState = proto.ConnectionState
+ChannelStatus = proto.ChannelStatus
+TABLES = {"connection": proto.CONNECTION_TRANSITIONS, "channel": proto.CHANNEL_TRANSITIONS}
+INITIAL_STATES = {"connection": ConnectionState.NEW, "channel": ChannelStatus.OPENING}
+FINAL_STATES = {"connection": ConnectionState.CLOSED, "channel": ChannelStatus.CLOSED}
+
+
+def test_connection_state_is_a_str_enum_with_the_old_values():
+    assert [state.value for state in ConnectionState] == ["new", "handshake", "open", "closing", "closed"]
+    p, broker, _ = connect()
+    assert p.state is ConnectionState.OPEN
+    assert p.state == "open" and str(p.state) == "open" and f"{p.state}" == "open"
+    assert "ConnectionState" in proto.__all__ and "ChannelStatus" in proto.__all__
+
+
+def test_channel_status_of_the_channel_record():
+    p, broker, _ = connect()
+    cid = p.open_channel()
+    assert p.channel_state(cid).state is ChannelStatus.OPENING
+    broker.send(cid, ChannelOpenOk())
+    assert p.channel_state(cid).state is ChannelStatus.OPEN and p.channel_state(cid).is_open
+
+
+@pytest.mark.parametrize("machine", sorted(TABLES))
+def test_transition_table_has_no_dead_end_but_the_final_closed(machine):
+    table, initial, final = TABLES[machine], INITIAL_STATES[machine], FINAL_STATES[machine]
+    states = set(type(initial))
+    assert set(table) == states, "every state has a row"
+    assert all(targets <= states for targets in table.values())
+    assert [state for state in states if not table[state]] == [final], "only the final state has no way out"
+    assert all(state not in table[state] for state in states), "no state goes to itself"
+
+    def reachable_from(start):
+        seen, todo = {start}, [start]
+        while todo:
+            for target in table[todo.pop()]:
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+        return seen
+
+    assert reachable_from(initial) == states, "no state is unreachable"
+    for state in states:
+        assert final in reachable_from(state), f"{state!r} cannot reach {final!r}"
+
+
+ILLEGAL_TRANSITIONS = [
+    pytest.param(machine, current, new, id=f"{machine}-{current.name}-{new.name}")
+    for machine, table in sorted(TABLES.items())
+    for current in table
+    for new in type(current)
+    if new not in table[current]
+]
+
+
+@pytest.mark.parametrize("machine, current, new", ILLEGAL_TRANSITIONS)
+def test_illegal_transition_raises_naming_both_states(machine, current, new):
+    message = f"{machine} cannot go from {current.name.lower()} to {new.name.lower()}"
+    with pytest.raises(InvalidStateError, match=message):
+        proto._transition(TABLES[machine], current, new, machine)
+
+
+def test_the_core_refuses_an_illegal_state_change_and_keeps_its_state():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    with pytest.raises(InvalidStateError, match="the connection cannot go from open to handshake"):
+        p._set_state(ConnectionState.HANDSHAKE)
+    assert p.state is ConnectionState.OPEN
+    record = p.channel_state(cid)
+    with pytest.raises(InvalidStateError, match=f"channel {cid} cannot go from open to opening"):
+        record._set_state(ChannelStatus.OPENING)
+    assert record.state is ChannelStatus.OPEN
+
+
+# Every state change goes through proto._transition: record the (from, to) pairs it checks.
+@pytest.fixture
+def state_changes(monkeypatch):
+    changes = []
+    check = proto._transition
+
+    def recording(transitions, current, new, subject):
+        result = check(transitions, current, new, subject)
+        changes.append((current, new))
+        return result
+
+    monkeypatch.setattr(proto, "_transition", recording)
+    return changes
+
+
+def initiate():
+    new_protocol().initiate()
+
+
+def close_before_initiate():
+    new_protocol().close()
+
+
+def finish_the_handshake():
+    connect()
+
+
+def close_during_the_handshake():
+    p = new_protocol()
+    broker = Broker(p)
+    start(p, broker)
+    p.close()
+    one(broker.send(0, ConnectionCloseOk()), proto.ConnectionClosedEvent)
+
+
+def broker_refuses_the_login():
+    p = new_protocol()
+    broker = Broker(p)
+    start(p, broker)
+    event = one(broker.send(0, ConnectionClose(403, "ACCESS_REFUSED", 10, 11)), proto.ConnectionClosedEvent)
+    assert event.handshake
+
+
+def client_closes_the_connection():
+    p, broker, _ = connect()
+    p.close()
+    one(broker.send(0, ConnectionCloseOk()), proto.ConnectionClosedEvent)
+
+
+def broker_closes_the_connection():
+    p, broker, _ = connect()
+    one(broker.send(0, ConnectionClose(320, "CONNECTION_FORCED", 0, 0)), proto.ConnectionClosedEvent)
+
+
+def open_a_channel():
+    p, broker, _ = connect()
+    open_channel(p, broker)
+
+
+def close_a_channel_while_opening():
+    p, broker, _ = connect()
+    cid = p.open_channel()
+    p.close_channel(cid)
+    broker.send(cid, ChannelOpenOk())
+    one(broker.send(cid, ChannelCloseOk()), proto.ChannelClosedEvent)
+
+
+def broker_refuses_channel_open():
+    p, broker, _ = connect()
+    cid = p.open_channel()
+    one(broker.send(cid, ChannelClose(530, "NOT_ALLOWED - too many channels", 20, 10)), proto.ChannelClosedEvent)
+
+
+def client_closes_a_channel():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.close_channel(cid)
+    one(broker.send(cid, ChannelCloseOk()), proto.ChannelClosedEvent)
+
+
+def broker_closes_a_channel():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    one(broker.send(cid, ChannelClose(404, "NOT_FOUND", 50, 10)), proto.ChannelClosedEvent)
+
+
+def client_closes_the_connection_under_an_open_channel():
+    p, broker, _ = connect()
+    open_channel(p, broker)
+    p.close()
+    one(broker.send(0, ConnectionCloseOk()), proto.ConnectionClosedEvent)
+
+
+def broker_closes_the_connection_under_closing_and_opening_channels():
+    p, broker, _ = connect()
+    closing = open_channel(p, broker)
+    p.close_channel(closing)
+    p.open_channel()
+    one(broker.send(0, ConnectionClose(320, "CONNECTION_FORCED", 0, 0)), proto.ConnectionClosedEvent)
+
+
+HANDSHAKE = [(ConnectionState.NEW, ConnectionState.HANDSHAKE), (ConnectionState.HANDSHAKE, ConnectionState.OPEN)]
+CHANNEL_OPENS = [(ChannelStatus.OPENING, ChannelStatus.OPEN)]
+# (scenario through the public API, the state changes it makes in order)
+SCENARIOS = [
+    (initiate, [(ConnectionState.NEW, ConnectionState.HANDSHAKE)]),
+    (close_before_initiate, [(ConnectionState.NEW, ConnectionState.CLOSED)]),
+    (finish_the_handshake, HANDSHAKE),
+    (
+        close_during_the_handshake,
+        [
+            (ConnectionState.NEW, ConnectionState.HANDSHAKE),
+            (ConnectionState.HANDSHAKE, ConnectionState.CLOSING),
+            (ConnectionState.CLOSING, ConnectionState.CLOSED),
+        ],
+    ),
+    (
+        broker_refuses_the_login,
+        [(ConnectionState.NEW, ConnectionState.HANDSHAKE), (ConnectionState.HANDSHAKE, ConnectionState.CLOSED)],
+    ),
+    (
+        client_closes_the_connection,
+        HANDSHAKE + [(ConnectionState.OPEN, ConnectionState.CLOSING), (ConnectionState.CLOSING, ConnectionState.CLOSED)],
+    ),
+    (broker_closes_the_connection, HANDSHAKE + [(ConnectionState.OPEN, ConnectionState.CLOSED)]),
+    (open_a_channel, HANDSHAKE + CHANNEL_OPENS),
+    (
+        close_a_channel_while_opening,
+        HANDSHAKE + [(ChannelStatus.OPENING, ChannelStatus.CLOSING), (ChannelStatus.CLOSING, ChannelStatus.CLOSED)],
+    ),
+    (broker_refuses_channel_open, HANDSHAKE + [(ChannelStatus.OPENING, ChannelStatus.CLOSED)]),
+    (
+        client_closes_a_channel,
+        HANDSHAKE
+        + CHANNEL_OPENS
+        + [(ChannelStatus.OPEN, ChannelStatus.CLOSING), (ChannelStatus.CLOSING, ChannelStatus.CLOSED)],
+    ),
+    (broker_closes_a_channel, HANDSHAKE + CHANNEL_OPENS + [(ChannelStatus.OPEN, ChannelStatus.CLOSED)]),
+    (
+        client_closes_the_connection_under_an_open_channel,
+        HANDSHAKE
+        + CHANNEL_OPENS
+        + [
+            (ConnectionState.OPEN, ConnectionState.CLOSING),
+            (ChannelStatus.OPEN, ChannelStatus.CLOSED),
+            (ConnectionState.CLOSING, ConnectionState.CLOSED),
+        ],
+    ),
+    (
+        broker_closes_the_connection_under_closing_and_opening_channels,
+        HANDSHAKE
+        + CHANNEL_OPENS
+        + [
+            (ChannelStatus.OPEN, ChannelStatus.CLOSING),
+            (ConnectionState.OPEN, ConnectionState.CLOSED),
+            (ChannelStatus.CLOSING, ChannelStatus.CLOSED),
+            (ChannelStatus.OPENING, ChannelStatus.CLOSED),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("scenario, expected", [pytest.param(*case, id=case[0].__name__) for case in SCENARIOS])
+def test_state_changes_of_a_scenario(state_changes, scenario, expected):
+    scenario()
+    assert state_changes == expected
+
+
+def test_every_transition_in_the_tables_is_reachable_through_the_public_api(state_changes):
+    for scenario, _ in SCENARIOS:
+        scenario()
+    in_tables = {(current, new) for table in TABLES.values() for current, targets in table.items() for new in targets}
+    assert set(state_changes) == in_tables
+
+
+def test_open_channel_before_the_handshake():
+    p = new_protocol()
+    with pytest.raises(InvalidStateError, match="not open yet"):
+        p.open_channel()
+    broker = Broker(p)
+    start(p, broker)
+    with pytest.raises(InvalidStateError, match="not open yet"):
+        p.open_channel()
+    assert broker.sent() == []
+    assert p.state == "handshake" and p.channels == []
+
+
+def test_second_close_of_a_connection_the_broker_closed():
+    p, broker, _ = connect()
+    broker.send(0, ConnectionClose(320, "CONNECTION_FORCED", 0, 0))
+    broker.sent()
+    with pytest.raises(InvalidStateError, match="already closed"):
+        p.close()
+    assert broker.sent() == []
+
+
+def test_second_close_before_initiate():
+    p = new_protocol()
+    p.close()
+    with pytest.raises(InvalidStateError, match="already closed"):
+        p.close()
+    with pytest.raises(InvalidStateError):
+        p.initiate()
+    assert p.data_to_send() == b""
+
+
+def test_second_close_of_a_channel():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.close_channel(cid)
+    broker.sent()
+    with pytest.raises(InvalidStateError, match=f"channel {cid} is closing"):
+        p.close_channel(cid)
+    assert broker.sent() == []
+    assert p.channel_state(cid).state is ChannelStatus.CLOSING
+    one(broker.send(cid, ChannelCloseOk()), proto.ChannelClosedEvent)
+    with pytest.raises(InvalidStateError, match=f"channel {cid} is not open"):
+        p.close_channel(cid)
+    assert broker.sent() == []
+
+
+def test_calls_on_a_closing_channel():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    broker.send_content(cid, BasicDeliver("c1", 1, False, "", "q"), PROPS, b"x")
+    p.close_channel(cid)
+    broker.sent()
+    calls = [
+        lambda: p.publish(cid, "", "q", b"x"),
+        lambda: p.publish_encoded(cid, b"", 0),
+        lambda: p.basic_ack(cid, 1),
+        lambda: p.basic_nack(cid, 1),
+        lambda: p.send_method(cid, QueueDeclare(queue="x")),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidStateError, match=f"channel {cid} is closing"):
+            call()
+    assert broker.sent() == []
+
+
+def test_channels_are_closed_once_the_connection_is_closing():
+    p, broker, _ = connect()
+    opened, opening = open_channel(p, broker), p.open_channel()
+    p.close()
+    assert [p.channel_state(cid).state for cid in (opened, opening)] == [ChannelStatus.CLOSED, ChannelStatus.CLOSED]
+    with pytest.raises(InvalidStateError, match="the connection is closing"):
+        p.close_channel(opening)
+
+
+def test_nothing_after_the_connection_close_in_the_same_read_is_handled():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.send_method(cid, QueueDeclare(queue="x"))
+    broker.sent()
+    data = (
+        ConnectionClose(320, "CONNECTION_FORCED", 0, 0).encode(0)
+        + ConnectionClose(320, "CONNECTION_FORCED", 0, 0).encode(0)
+        + QueueDeclareOk("x", 0, 0).encode(cid)
+        + broker.content_bytes(cid, BasicDeliver("c1", 1, False, "", "q"), PROPS, b"late")
+    )
+    events = p.receive_data(data)
+    assert [type(event) for event in events] == [proto.ConnectionClosedEvent]
+    assert broker.sent_methods() == [(0, ConnectionCloseOk())]
+    assert p.state == "closed"
 
 
 # --- malformed input from the broker -----------------------------------------------------------------

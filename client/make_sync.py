@@ -1,0 +1,79 @@
+"""Write operations_sync.py from operations_async.py: the blocking twin of the async flows.
+
+    python client/make_sync.py           # rewrite client/operations_sync.py
+    python client/make_sync.py --check   # exit 1 when the committed file drifts
+
+The rewrite works on tokens, so words in strings and comments stay as they are: the
+``async`` keyword before ``def``/``with``/``for`` and every ``await`` are dropped, and the
+names below are renamed.  Everything else is kept byte for byte.
+"""
+from __future__ import annotations
+
+import io
+import sys
+import tokenize
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "operations_async.py"
+TARGET = HERE / "operations_sync.py"
+
+RENAMES = {
+    "AsyncConnection": "SyncConnection",
+    "AsyncChannel": "SyncChannel",
+    "AsyncConsumer": "SyncConsumer",
+    "__aenter__": "__enter__",
+    "__aexit__": "__exit__",
+    "__aiter__": "__iter__",
+    "__anext__": "__next__",
+    "StopAsyncIteration": "StopIteration",
+}
+
+HEADER = (
+    "# GENERATED from operations_async.py by client/make_sync.py: do not edit.\n"
+    "# The blocking transport's flows; tests/test_client_sync.py checks it is up to date.\n"
+)
+
+
+def to_sync(source: str) -> str:
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+
+    def position(row: int, col: int) -> int:
+        return offsets[row - 1] + col
+
+    edits: list[tuple[int, int, str]] = []
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    for index, token in enumerate(tokens):
+        if token.type != tokenize.NAME:
+            continue
+        start = position(*token.start)
+        end = position(*token.end)
+        if token.string == "await" or (
+            token.string == "async" and index + 1 < len(tokens) and tokens[index + 1].string in ("def", "with", "for")
+        ):
+            following = tokens[index + 1]
+            edits.append((start, position(*following.start), ""))  # the keyword and its space
+        elif token.string in RENAMES:
+            edits.append((start, end, RENAMES[token.string]))
+    out = source
+    for start, end, text in reversed(edits):
+        out = out[:start] + text + out[end:]
+    return HEADER + out
+
+
+def main(argv: list[str]) -> int:
+    text = to_sync(SOURCE.read_text())
+    if "--check" in argv:
+        if not TARGET.exists() or TARGET.read_text() != text:
+            print(f"{TARGET} is out of date: run python client/make_sync.py", file=sys.stderr)
+            return 1
+        return 0
+    TARGET.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
