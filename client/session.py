@@ -186,7 +186,7 @@ class ConnectionBase:
         if isinstance(exc, AMQPConnectionError):
             return exc
         params = self.params
-        if self._core.state == "handshake" and not self._core.server_properties:
+        if not self._opened and not self._core.server_properties:  # nothing AMQP came yet
             if isinstance(exc, ProtocolHeaderError) and exc.offered.startswith(b"AMQP"):
                 text = f"{params} does not accept AMQP 0-9-1: {exc}"
             else:

@@ -1,0 +1,42 @@
+"""operations_sync.py is generated from operations_async.py: it must not drift."""
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_generated_sync_operations_are_up_to_date():
+    result = subprocess.run([sys.executable, str(REPO / "client" / "make_sync.py"), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_generator_drops_async_keywords_only_in_code():
+    sys.path.insert(0, str(REPO / "client"))
+    try:
+        import make_sync
+    finally:
+        sys.path.pop(0)
+    source = (
+        'class AsyncChannel:\n'
+        '    async def f(self) -> None:\n'
+        '        """await this; async with that."""\n'
+        '        async with self.lock:  # async for in a comment\n'
+        '            x = await self.g()\n'
+        '        async for y in self.h():\n'
+        '            await y\n'
+        '    async def __aenter__(self): return self\n'
+    )
+    out = make_sync.to_sync(source)
+    body = out.split("\n", 2)[2]  # after the two header lines
+    assert body == (
+        'class SyncChannel:\n'
+        '    def f(self) -> None:\n'
+        '        """await this; async with that."""\n'
+        '        with self.lock:  # async for in a comment\n'
+        '            x = self.g()\n'
+        '        for y in self.h():\n'
+        '            y\n'
+        '    def __enter__(self): return self\n'
+    )
