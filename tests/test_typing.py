@@ -98,3 +98,45 @@ def test_user_code_type_checks_strictly(tmp_path):
 def test_wrong_argument_types_are_caught(tmp_path):
     result = _mypy(tmp_path, WRONG_CODE)
     assert result.returncode == 1 and "arg-type" in result.stdout, result.stdout
+
+
+MISSING_AWAIT = textwrap.dedent(
+    """
+    from amqwire.client import aio
+
+    async def user() -> None:
+        async with aio.connect() as conn:
+            async with conn.channel() as ch:
+                name: str = ch.queue_declare("x").queue
+    """
+)
+
+PRECISE_RESULTS = textwrap.dedent(
+    """
+    from amqwire.client import connect, aio
+
+    def blocking_user() -> None:
+        with connect() as conn, conn.channel() as ch:
+            count: str = ch.queue_declare("x").message_count
+            purged: str = ch.queue_purge("x")
+
+    async def aio_user() -> None:
+        async with aio.connect() as conn:
+            async with conn.channel() as ch:
+                count: str = (await ch.queue_declare("x")).message_count
+                got: int = await ch.basic_get("x")
+    """
+)
+
+
+def test_a_missing_await_is_a_type_error(tmp_path):
+    result = _mypy(tmp_path, MISSING_AWAIT)
+    assert result.returncode == 1, result.stdout
+    assert 'Coroutine' in result.stdout and 'has no attribute "queue"' in result.stdout, result.stdout
+
+
+def test_channel_methods_return_their_concrete_types(tmp_path):
+    result = _mypy(tmp_path, PRECISE_RESULTS)
+    assert result.returncode == 1, result.stdout
+    # each wrong annotation is caught: the results are not Any
+    assert result.stdout.count("[assignment]") == 4, result.stdout
