@@ -24,7 +24,7 @@ import ssl
 import sys
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Generator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generator, Optional, Sequence, Union
 
 from amqwire.codec import BasicProperties
 
@@ -33,9 +33,12 @@ from .connect import make_ssl_context, server_hostname
 from .errors import AMQPConnectionError, HeartbeatTimeout, OperationTimeout
 from .message import Message
 from .operations_async import AsyncChannel, AsyncConnection, AsyncConsumer
-from .recovery import END, RecoveryPolicy
-from .session import DEFAULT_RPC_TIMEOUT
-from .url import ConnectionParameters, ParametersLike, parameters_list
+from .recovery import END
+from .session import ConnectOptions, connection_arguments
+from .url import ConnectionParameters, ParametersLike
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 log = logging.getLogger("amqwire.client")
 
@@ -66,35 +69,13 @@ class _Opener:
 
 
 def connect(
-    url: Union[ParametersLike, Sequence[ParametersLike], None] = None,
-    *,
-    heartbeat: Optional[int] = None,
-    frame_max: Optional[int] = None,
-    channel_max: Optional[int] = None,
-    connection_timeout: Optional[float] = None,
-    ssl_context: Optional[ssl.SSLContext] = None,
-    client_properties: Optional[dict] = None,
-    blocked_action: str = "wait",
-    blocked_timeout: Optional[float] = None,
-    recovery: Union[bool, RecoveryPolicy] = False,
-    on_secure: Optional[Callable[[bytes], bytes]] = None,
-    rpc_timeout: Optional[float] = DEFAULT_RPC_TIMEOUT,
+    url: Union[ParametersLike, Sequence[ParametersLike], None] = None, **options: Unpack[ConnectOptions]
 ) -> _Opener:
     """Open a connection: ``conn = await connect(url)`` or ``async with connect(url) as conn``."""
-    overrides = dict(heartbeat=heartbeat, frame_max=frame_max, channel_max=channel_max, connection_timeout=connection_timeout)
-    parameters = parameters_list(url, **overrides)
+    parameters, connection_options = connection_arguments(url, options)
 
     async def factory() -> Connection:
-        connection = Connection(
-            parameters,
-            ssl_context=ssl_context,
-            client_properties=client_properties,
-            blocked_action=blocked_action,
-            blocked_timeout=blocked_timeout,
-            recovery=recovery,
-            on_secure=on_secure,
-            rpc_timeout=rpc_timeout,
-        )
+        connection = Connection(parameters, **connection_options)
         await connection._connect_any()
         return connection
 

@@ -23,7 +23,8 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, Union
 
 from amqwire.codec import BasicProperties
 
@@ -32,9 +33,12 @@ from .connect import open_socket
 from .errors import AMQPConnectionError, HeartbeatTimeout, InvalidStateError, OperationTimeout
 from .message import Message
 from .operations_sync import SyncChannel, SyncConnection, SyncConsumer
-from .recovery import END, RecoveryPolicy
-from .session import DEFAULT_RPC_TIMEOUT
-from .url import ConnectionParameters, ParametersLike, parameters_list
+from .recovery import END
+from .session import ConnectOptions, connection_arguments
+from .url import ConnectionParameters, ParametersLike
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 log = logging.getLogger("amqwire.client")
 
@@ -84,32 +88,11 @@ class _Slot:
 
 
 def connect(
-    url: Union[ParametersLike, Sequence[ParametersLike], None] = None,
-    *,
-    heartbeat: Optional[int] = None,
-    frame_max: Optional[int] = None,
-    channel_max: Optional[int] = None,
-    connection_timeout: Optional[float] = None,
-    ssl_context: Optional[ssl.SSLContext] = None,
-    client_properties: Optional[dict] = None,
-    blocked_action: str = "wait",
-    blocked_timeout: Optional[float] = None,
-    recovery: Union[bool, RecoveryPolicy] = False,
-    on_secure: Optional[Callable[[bytes], bytes]] = None,
-    rpc_timeout: Optional[float] = DEFAULT_RPC_TIMEOUT,
+    url: Union[ParametersLike, Sequence[ParametersLike], None] = None, **options: Unpack[ConnectOptions]
 ) -> "Connection":
     """Open a connection (the first URL that works, in order) and finish the handshake."""
-    overrides = dict(heartbeat=heartbeat, frame_max=frame_max, channel_max=channel_max, connection_timeout=connection_timeout)
-    connection = Connection(
-        parameters_list(url, **overrides),
-        ssl_context=ssl_context,
-        client_properties=client_properties,
-        blocked_action=blocked_action,
-        blocked_timeout=blocked_timeout,
-        recovery=recovery,
-        on_secure=on_secure,
-        rpc_timeout=rpc_timeout,
-    )
+    parameters, connection_options = connection_arguments(url, options)
+    connection = Connection(parameters, **connection_options)
     connection._connect_any()
     return connection
 
@@ -438,26 +421,51 @@ class Consumer(SyncConsumer):
     def __init__(self, channel: "Channel", queue_name: str, callback: Optional[Callable[[Message], Any]],
                  method: Any) -> None:
         super().__init__(channel, queue_name, callback, method)
+        # The I/O thread hands over the deliveries of one read as one list: one queue
+        # operation and one wake-up of the reading thread per read, not per message.
         self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._pending: list = []  # I/O thread: deliveries of the current read
+        self._buffer: deque = deque()  # reading thread: handed over, not read yet
 
     def _deliver(self, message: Message) -> None:
         if self.callback is None:
-            self._queue.put(message)
+            pending = self._pending
+            if not pending:
+                self.channel._connection._batched.append(self)
+            pending.append(message)
         else:
             self.channel._connection._callbacks.put((self.callback, message))
 
+    def _hand_over(self) -> None:
+        pending = self._pending
+        if pending:
+            self._pending = []
+            self._queue.put(pending)
+
     def _wake(self) -> None:
+        self._hand_over()
         self._queue.put(self._finished)
 
-    def get(self, timeout: Optional[float] = None) -> Optional[Message]:
-        """The next message; None after ``timeout`` seconds or once the consumer is cancelled."""
+    def _next(self, timeout: Optional[float]) -> Any:
+        """The next message, or the end marker (END or an exception), or None on timeout."""
+        buffer = self._buffer
+        if buffer:
+            return buffer.popleft()
         try:
             item = self._queue.get(timeout=timeout)
         except queue.Empty:
             return None
-        if type(item) is Message:
-            return item
+        if type(item) is list:
+            buffer.extend(item)
+            return buffer.popleft()
         self._queue.put(item)  # keep the end visible to later calls
+        return item
+
+    def get(self, timeout: Optional[float] = None) -> Optional[Message]:
+        """The next message; None after ``timeout`` seconds or once the consumer is cancelled."""
+        item = self._next(timeout)
+        if item is None or type(item) is Message:
+            return item  # type: ignore[no-any-return]
         if item is END:
             return None
         raise item
@@ -466,10 +474,12 @@ class Consumer(SyncConsumer):
         return self
 
     def __next__(self) -> Message:
-        item = self._queue.get()
+        buffer = self._buffer
+        if buffer:
+            return buffer.popleft()  # type: ignore[no-any-return]
+        item = self._next(None)
         if type(item) is Message:
             return item  # type: ignore[no-any-return]
-        self._queue.put(item)
         if item is END:
             raise StopIteration
         raise item

@@ -26,8 +26,9 @@ guards the core and the state that the reader and callers share.
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, TypedDict, Union
 
 from amqwire.codec import BasicCancel, BasicConsumeOk, CodecError, ProtocolHeaderError
 
@@ -47,12 +48,48 @@ from .errors import (
 )
 from .message import Message, ReturnedMessage
 from .recovery import END, RecoveryPolicy, Topology, recoverable
-from .url import ConnectionParameters
+from .url import ConnectionParameters, ParametersLike, parameters_list
 
 log = logging.getLogger("amqwire.client")
 
 #: The Java client's default channel RPC timeout: 10 minutes.
 DEFAULT_RPC_TIMEOUT = 600.0
+
+
+class ConnectOptions(TypedDict, total=False):
+    """The keyword options of ``connect()``, the same on both transports.
+
+    ``heartbeat``, ``frame_max``, ``channel_max`` and ``connection_timeout`` override the
+    URL's query; ``rpc_timeout`` is the default ``timeout=`` of every request (the Java
+    client's 10 minutes; None: wait forever); ``recovery``: True or a RecoveryPolicy.
+    """
+
+    heartbeat: Optional[int]
+    frame_max: Optional[int]
+    channel_max: Optional[int]
+    connection_timeout: Optional[float]
+    ssl_context: Optional[ssl.SSLContext]
+    client_properties: Optional[dict]
+    blocked_action: str
+    blocked_timeout: Optional[float]
+    recovery: Union[bool, RecoveryPolicy]
+    on_secure: Optional[Callable[[bytes], bytes]]
+    rpc_timeout: Optional[float]
+
+
+_URL_OVERRIDES = ("heartbeat", "frame_max", "channel_max", "connection_timeout")
+
+
+def connection_arguments(
+    url: Union[ParametersLike, Sequence[ParametersLike], None], options: ConnectOptions
+) -> tuple[list[ConnectionParameters], dict[str, Any]]:
+    """``connect()``'s arguments split into the brokers to try and the Connection's options."""
+    unknown = set(options) - set(ConnectOptions.__annotations__)
+    if unknown:
+        raise TypeError(f"connect() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    rest: dict[str, Any] = dict(options)
+    overrides = {name: rest.pop(name, None) for name in _URL_OVERRIDES}
+    return parameters_list(url, **overrides), rest
 
 
 class ConnectionBase:
@@ -89,6 +126,7 @@ class ConnectionBase:
         self.params = parameters[0]
         self._lock = threading.RLock()
         self._channels = {}
+        self._batched: list = []  # consumers holding deliveries of the current read
         self._core = proto.ConnectionProtocol()
         self._alive = False  # the current socket is up
         self._opened = False  # ... and its handshake finished
@@ -260,7 +298,10 @@ class ConnectionBase:
                 channel = channels.get(event.channel_id)
                 if channel is not None:
                     channel._on_message(event)
-            elif kind is proto.Confirmed:
+                continue
+            if self._batched:  # deliveries before anything else that happens
+                self._hand_over_batches()
+            if kind is proto.Confirmed:
                 channel = channels.get(event.channel_id)
                 if channel is not None:
                     channel._on_confirmed(event)
@@ -318,6 +359,14 @@ class ConnectionBase:
                 else:
                     _settle(self._close_waiter, None)  # close() takes it from here
                 return
+        if self._batched:
+            self._hand_over_batches()
+
+    def _hand_over_batches(self) -> None:
+        """Give consumers that collect deliveries (blocking) what this read brought them."""
+        batched, self._batched = self._batched, []
+        for consumer in batched:
+            consumer._hand_over()
 
     def _set_blocked(self, blocked: bool) -> None:
         self._is_blocked = blocked
