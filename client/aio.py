@@ -26,7 +26,6 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generator, Optional, Sequence, Union
 
-from amqwire.codec import BasicProperties
 
 from . import protocol as proto
 from .connect import make_ssl_context, server_hostname
@@ -423,7 +422,7 @@ class _BatchFuture:
         return self.future.exception()
 
 
-class Channel(AsyncChannel):
+class Channel(AsyncChannel["asyncio.Future[None]", _ConsumerOpener]):
     """An AMQP channel on the asyncio transport."""
 
     _connection: Connection
@@ -471,37 +470,9 @@ class Channel(AsyncChannel):
         error: Optional[BaseException] = token.exception()
         return error
 
-    # publishing (typed for this transport) -------------------------------------------------
-
-    async def publish_async(  # type: ignore[override]
-        self,
-        exchange: str,
-        routing_key: str,
-        body: Union[bytes, bytearray, memoryview, str],
-        properties: Optional[BasicProperties] = None,
-        *,
-        mandatory: bool = False,
-        callback: Optional[Callable[["asyncio.Future[None]"], Any]] = None,
-        timeout: Optional[float] = None,
-    ) -> "asyncio.Future[None]":
-        """Publish in confirm mode; returns a future for the broker's verdict once the message
-        is handed over (waiting only while ``max_in_flight`` publishes are unconfirmed, or
-        under back-pressure; ``timeout`` bounds that wait)."""
-        future: asyncio.Future[None] = await super().publish_async(
-            exchange, routing_key, body, properties, mandatory=mandatory, callback=callback, timeout=timeout
-        )
-        return future
-
-    async def publish_encoded(  # type: ignore[override]
-        self, frames: Any, count: int, *, timeout: Optional[float] = None
-    ) -> "Optional[asyncio.Future[None]]":
-        token = await super().publish_encoded(frames, count, timeout=timeout)
-        if token is None:
-            return None
+    def _future_of(self, token: Any) -> "asyncio.Future[None]":
         future: asyncio.Future[None] = token.future if isinstance(token, _BatchFuture) else token
         return future
-
-    publish_encoded.__doc__ = AsyncChannel.publish_encoded.__doc__
 
     def batch(self) -> contextlib.AbstractContextManager:
         """Publishes are batched by the event loop already; kept for the blocking API's sake."""
@@ -509,20 +480,8 @@ class Channel(AsyncChannel):
 
     # consuming -----------------------------------------------------------------------------
 
-    def consume(
-        self,
-        queue: str,
-        callback: Optional[Callable[[Message], Any]] = None,
-        *,
-        no_ack: bool = False,
-        exclusive: bool = False,
-        consumer_tag: str = "",
-        arguments: Optional[dict] = None,
-        timeout: Optional[float] = None,
-    ) -> _ConsumerOpener:
-        """Subscribe to a queue: ``consumer = await ch.consume(q)`` or ``async with ch.consume(q) as c``.
-        With ``callback``, it is called in the loop for each message (coroutines become tasks)."""
-        method = self._consume_method(queue, no_ack, exclusive, consumer_tag, arguments)
-        return _ConsumerOpener(self, Consumer(self, queue, callback, method), timeout)
+    def _new_consumer(self, queue: str, callback: Optional[Callable[[Message], Any]], method: Any) -> Consumer:
+        return Consumer(self, queue, callback, method)
 
-    basic_consume = consume
+    def _subscription(self, consumer: Consumer, timeout: Optional[float]) -> _ConsumerOpener:
+        return _ConsumerOpener(self, consumer, timeout)

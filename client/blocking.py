@@ -26,7 +26,6 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, Union
 
-from amqwire.codec import BasicProperties
 
 from . import protocol as proto
 from .connect import open_socket
@@ -485,7 +484,7 @@ class Consumer(SyncConsumer):
         raise item
 
 
-class Channel(SyncChannel):
+class Channel(SyncChannel[PublishFuture, Consumer]):
     """An AMQP channel.  A channel is meant for one thread at a time; synchronous calls from
     several threads are serialized."""
 
@@ -535,60 +534,18 @@ class Channel(SyncChannel):
     def _token_error(self, token: PublishFuture) -> Optional[BaseException]:
         return None if token._retrieved else token._error
 
-    # publishing (typed for this transport) -------------------------------------------------
-
-    def publish_async(  # type: ignore[override]
-        self,
-        exchange: str,
-        routing_key: str,
-        body: Union[bytes, bytearray, memoryview, str],
-        properties: Optional[BasicProperties] = None,
-        *,
-        mandatory: bool = False,
-        callback: Optional[Callable[[PublishFuture], Any]] = None,
-        timeout: Optional[float] = None,
-    ) -> PublishFuture:
-        """Publish in confirm mode without waiting for the broker: returns a PublishFuture.
-
-        Waits only while ``max_in_flight`` publishes are unconfirmed (or under
-        back-pressure; ``timeout`` bounds that wait).  ``callback(future)`` runs on the I/O
-        thread once the broker has answered.
-        """
-        future: PublishFuture = super().publish_async(
-            exchange, routing_key, body, properties, mandatory=mandatory, callback=callback, timeout=timeout
-        )
-        return future
-
-    def publish_encoded(self, frames: Any, count: int, *, timeout: Optional[float] = None) -> Optional[PublishFuture]:
-        future: Optional[PublishFuture] = super().publish_encoded(frames, count, timeout=timeout)
-        return future
-
-    publish_encoded.__doc__ = SyncChannel.publish_encoded.__doc__
-
     def batch(self) -> Any:
         """Context manager: publishes inside are written together (few socket writes)."""
         return self._connection.batch()
 
     # consuming -----------------------------------------------------------------------------
 
-    def consume(
-        self,
-        queue: str,
-        callback: Optional[Callable[[Message], Any]] = None,
-        *,
-        no_ack: bool = False,
-        exclusive: bool = False,
-        consumer_tag: str = "",
-        arguments: Optional[dict] = None,
-        timeout: Optional[float] = None,
-    ) -> Consumer:
-        """Subscribe to a queue (basic.consume).  Iterate the Consumer, or pass ``callback``
-        to have it called from ``process_events``/``start_consuming``."""
-        consumer = Consumer(self, queue, callback, self._consume_method(queue, no_ack, exclusive, consumer_tag, arguments))
+    def _new_consumer(self, queue: str, callback: Optional[Callable[[Message], Any]], method: Any) -> Consumer:
+        return Consumer(self, queue, callback, method)
+
+    def _subscription(self, consumer: Consumer, timeout: Optional[float]) -> Consumer:
         self._subscribe(consumer, timeout)
         return consumer
-
-    basic_consume = consume
 
     def start_consuming(self) -> None:
         """Run consumer callbacks in this thread until stop_consuming() or no consumers are left."""

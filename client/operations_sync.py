@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Optional, TypeVar, Union
+from typing import Any, Callable, Generic, Optional, TypeVar, Union
 
 from amqwire.codec import (
     BasicCancel,
@@ -65,6 +65,8 @@ log = logging.getLogger("amqwire.client")
 
 Body = Union[bytes, bytearray, memoryview, str]
 _Self = TypeVar("_Self")
+_Token = TypeVar("_Token")  # a transport's confirm future
+_Subscription = TypeVar("_Subscription")  # what consume() returns on a transport
 
 
 def _deadline(timeout: Optional[float]) -> Optional[float]:
@@ -286,8 +288,9 @@ class SyncConnection(ConnectionBase):
         log.info("connection to %s closed", self.params)
 
 
-class SyncChannel(ChannelBase):
-    """A channel's operations, in AMQP's names, with precise types."""
+class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
+    """A channel's operations, in AMQP's names, with precise types: a transport names its
+    confirm future (``_Token``) and what ``consume()`` gives back (``_Subscription``)."""
 
     _connection: SyncConnection
     _rpc_lock: Any
@@ -304,7 +307,16 @@ class SyncChannel(ChannelBase):
         raise NotImplementedError
 
     def _new_token(self, count: int, callback: Any) -> Any:
-        """A confirm future standing for ``count`` publishes."""
+        """A confirm token standing for ``count`` publishes (see ``session.py``)."""
+        raise NotImplementedError
+
+    def _future_of(self, token: Any) -> _Token:
+        """What the caller gets for a confirm token."""
+        return token  # type: ignore[no-any-return]
+
+    def _subscription(self, consumer: Any, timeout: Optional[float]) -> _Subscription:
+        """consume()'s result: the consumer once subscribed (blocking), or an awaitable
+        and ``async with`` opener (asyncio)."""
         raise NotImplementedError
 
     def _token_error(self, token: Any) -> Optional[BaseException]:
@@ -565,7 +577,9 @@ class SyncChannel(ChannelBase):
         connection = self._connection
         if self._confirm:
             deadline = _deadline(timeout)
-            token = self.publish_async(exchange, routing_key, body, properties, mandatory=mandatory, timeout=timeout)
+            token: Any = self.publish_async(
+                exchange, routing_key, body, properties, mandatory=mandatory, timeout=timeout
+            )
             try:
                 self._wait_progress(token.done, _left(deadline), "the broker's confirm")
             finally:
@@ -597,9 +611,9 @@ class SyncChannel(ChannelBase):
         properties: Optional[BasicProperties] = None,
         *,
         mandatory: bool = False,
-        callback: Optional[Callable[[Any], Any]] = None,
+        callback: Optional[Callable[[_Token], Any]] = None,
         timeout: Optional[float] = None,
-    ) -> Any:
+    ) -> _Token:
         """Publish in confirm mode without waiting for the broker: returns a future of its
         verdict (None when acked; PublishNacked, MessageReturned or PublishUnconfirmed).
 
@@ -631,12 +645,12 @@ class SyncChannel(ChannelBase):
             self._unsettled += 1
         self._tag_token(token, seqno)
         connection._flush_soon()
-        return token
+        return self._future_of(token)
 
     def _tag_token(self, token: Any, seqno: int) -> None:
         """Give the future its delivery tag, where the future type has room for one."""
 
-    def publish_encoded(self, frames: Any, count: int, *, timeout: Optional[float] = None) -> Any:
+    def publish_encoded(self, frames: Any, count: int, *, timeout: Optional[float] = None) -> Optional[_Token]:
         """Send ``count`` publishes already encoded as frames for this channel (for example
         by :class:`amqwire.spark.encode.PublishEncoder`), in one write, without copying.
 
@@ -665,10 +679,11 @@ class SyncChannel(ChannelBase):
                 raise
             if token is not None:
                 self._unsettled += count
-        if token is not None:
-            self._tag_token(token, first)
         connection._flush_soon()
-        return token
+        if token is None:
+            return None
+        self._tag_token(token, first)
+        return self._future_of(token)
 
     def wait_for_confirms(self, timeout: Optional[float] = None) -> None:
         """Wait until the broker has answered every publish; raise the first failure since
@@ -690,10 +705,29 @@ class SyncChannel(ChannelBase):
 
     # consuming -----------------------------------------------------------------------------
 
-    def _consume_method(
-        self, queue: str, no_ack: bool, exclusive: bool, consumer_tag: str, arguments: Optional[dict]
-    ) -> BasicConsume:
-        return BasicConsume(0, queue, consumer_tag, False, no_ack, exclusive, False, arguments)
+    def consume(
+        self,
+        queue: str,
+        callback: Optional[Callable[[Message], Any]] = None,
+        *,
+        no_ack: bool = False,
+        exclusive: bool = False,
+        consumer_tag: str = "",
+        arguments: Optional[dict] = None,
+        timeout: Optional[float] = None,
+    ) -> _Subscription:
+        """Subscribe to a queue (basic.consume).  Blocking: returns the Consumer (iterate
+        it, or pass ``callback`` to have it called from ``process_events`` /
+        ``start_consuming``).  asyncio: ``consumer = await ch.consume(q)`` or ``async with
+        ch.consume(q) as consumer``; ``callback`` is called in the loop (coroutines become
+        tasks)."""
+        method = BasicConsume(0, queue, consumer_tag, False, no_ack, exclusive, False, arguments)
+        return self._subscription(self._new_consumer(queue, callback, method), timeout)
+
+    basic_consume = consume
+
+    def _new_consumer(self, queue: str, callback: Optional[Callable[[Message], Any]], method: BasicConsume) -> Any:
+        raise NotImplementedError
 
     def _subscribe(self, consumer: ConsumerBase, timeout: Optional[float] = None, *, check: bool = True) -> None:
         if check:
