@@ -239,6 +239,8 @@ class SyncConnection(ConnectionBase):
                     self._give_up()
                     return
                 continue
+            if self._closing:
+                break  # close() came during the restore: it wins
             self._recovery_done()
             return
         self._give_up()

@@ -13,6 +13,11 @@
   connection (kill), for heartbeat and connection-loss tests.
 - ``rabbitmqctl``: runs rabbitmqctl against the local node (skips, visibly, when the
   broker is not local or rabbitmqctl cannot be run).
+- ``broker_node``: ``broker_node(**options) -> BrokerNode``, a started PRIVATE RabbitMQ
+  node (tests/broker_node.py) for fault tests that stop, restart, crash, alarm or
+  force-close a broker: never do that to the shared one at AMQP_URL.  Stopped (killed if
+  need be) and removed after the test, whatever its outcome; when the test failed, the
+  node's logs are copied under pytest's basetemp and their tail is printed.
 - ``spark``: one local SparkSession (local[2,3]: 2 threads, 3 attempts per task) for the
   whole session, started lazily by the first test that asks for it, stopped at the end.
 
@@ -25,6 +30,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -234,6 +240,62 @@ def rabbitmqctl(amqp_url):
         return done.stdout
 
     return run
+
+
+# --------------------------------------------------------------------------- private broker
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the item (``item.rep_call``...) for fixtures that act
+    on the outcome (broker_node keeps the logs of a failed test)."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, "rep_" + report.when, report)
+
+
+@pytest.fixture
+def broker_node(request, tmp_path_factory):
+    """``broker_node(plugins=(), config=None, start=True) -> BrokerNode``: a private
+    RabbitMQ node of this test, started (``start=False``: not yet).  See
+    tests/broker_node.py: ``url``/``port``/``name``, ``stop()``, ``kill()``, ``start()``,
+    ``restart()``, ``restart_app()``, ``rabbitmqctl(*args)``, ``close_all_connections()``,
+    ``set_memory_alarm()``/``clear_memory_alarm()``.  Fails (never skips) when RabbitMQ is
+    not installed: tests/ensure_rabbitmq.sh installs it."""
+    from broker_node import BrokerNode, BrokerNodeError
+
+    nodes: list = []
+
+    def make(*, plugins=(), config=None, start: bool = True, **options) -> "BrokerNode":
+        try:
+            node = BrokerNode(plugins=plugins, config=config, **options)
+        except BrokerNodeError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        nodes.append(node)
+        if start:
+            try:
+                node.start()
+            except BrokerNodeError as exc:
+                pytest.fail(f"the private RabbitMQ node did not start: {exc}", pytrace=False)
+        return node
+
+    yield make
+
+    failed = any(
+        getattr(getattr(request.node, "rep_" + when, None), "failed", False) for when in ("setup", "call")
+    )
+    errors = []
+    for node in reversed(nodes):
+        keep = None
+        if failed:
+            keep = tmp_path_factory.mktemp("broker-node-logs") / node.name
+            print(f"\n{node!r}: logs kept in {keep}\n{node.log_tail(30)}", file=sys.stderr)
+        try:
+            node.cleanup(keep_logs=keep)
+        except Exception as exc:  # noqa: BLE001 - report after every node was cleaned up
+            errors.append(f"{node.name}: {exc}")
+    if errors:
+        pytest.fail("private RabbitMQ node teardown: " + "; ".join(errors), pytrace=False)
 
 
 # --------------------------------------------------------------------------- TCP proxy
