@@ -15,9 +15,9 @@
   broker is not local or rabbitmqctl cannot be run).
 - ``broker_node``: ``broker_node(**options) -> BrokerNode``, a started PRIVATE RabbitMQ
   node (tests/broker_node.py) for fault tests that stop, restart, crash, alarm or
-  force-close a broker: never do that to the shared one at AMQP_URL.  Stopped (killed if
-  need be) and removed after the test, whatever its outcome; when the test failed, the
-  node's logs are copied under pytest's basetemp and their tail is printed.
+  force-close a broker: never do that to the shared one at AMQP_URL.  Killed and removed
+  after the test, whatever its outcome; when the test failed, it is stopped cleanly
+  first, its logs are copied under pytest's basetemp and their tail is printed.
 - ``spark``: one local SparkSession (local[2,3]: 2 threads, 3 attempts per task) for the
   whole session, started lazily by the first test that asks for it, stopped at the end.
 
@@ -286,14 +286,14 @@ def broker_node(request, tmp_path_factory):
     )
     errors = []
     for node in reversed(nodes):
-        keep = None
-        if failed:
-            keep = tmp_path_factory.mktemp("broker-node-logs") / node.name
-            print(f"\n{node!r}: logs kept in {keep}\n{node.log_tail(30)}", file=sys.stderr)
+        keep = tmp_path_factory.mktemp("broker-node-logs") / node.name if failed else None
         try:
-            node.cleanup(keep_logs=keep)
+            # passed: SIGKILL (its data goes anyway); failed: a clean stop flushes its log
+            node.cleanup(keep_logs=keep, graceful=failed)
         except Exception as exc:  # noqa: BLE001 - report after every node was cleaned up
             errors.append(f"{node.name}: {exc}")
+        if keep is not None:  # complete now that the node stopped
+            print(f"\n{node.name}: logs kept in {keep}\n{node.log_tail(30, log_dir=keep)}", file=sys.stderr)
     if errors:
         pytest.fail("private RabbitMQ node teardown: " + "; ".join(errors), pytrace=False)
 
