@@ -1227,33 +1227,23 @@ def test_silent_peer_detected_by_heartbeat(run):
 # --------------------------------------------------------------------------- blocked
 
 
-_WATERMARK: list = []
-
-
-def _memory_watermark(rabbitmqctl) -> str:
-    """The broker's vm_memory_high_watermark before any test changed it (read once)."""
-    if not _WATERMARK:
-        out = rabbitmqctl("eval", "vm_memory_monitor:get_vm_memory_high_watermark().").strip()
-        _WATERMARK.append(out if out[:1].isdigit() else "0.4")
-    return _WATERMARK[0]
-
-
-def test_connection_blocked(run, rabbitmqctl):
-    """Memory alarm (watermark 0) -> connection.blocked: blocked_action="raise" raises
-    ConnectionBlockedError, "wait" waits until connection.unblocked."""
+def test_connection_blocked(run, broker_node):
+    """Memory alarm (watermark 0, on a private node) -> connection.blocked:
+    blocked_action="raise" raises ConnectionBlockedError, "wait" waits until
+    connection.unblocked."""
+    node = broker_node()
 
     async def scenario(api):
         E = api.errors
-        conn_raise = await api.connect(blocked_action="raise")
-        conn_wait = await api.connect(blocked_action="wait")
-        conn_timeout = await api.connect(blocked_action="wait", blocked_timeout=0.5)
+        conn_raise = await api.connect(node.url, blocked_action="raise")
+        conn_wait = await api.connect(node.url, blocked_action="wait")
+        conn_timeout = await api.connect(node.url, blocked_action="wait", blocked_timeout=0.5)
         ch_raise = await conn_raise.channel()
         ch_wait = await conn_wait.channel()
         ch_timeout = await conn_timeout.channel()
         q = (await ch_raise.queue_declare("", exclusive=True)).queue
         assert not conn_raise.blocked and not conn_wait.blocked
-        old = await asyncio.to_thread(_memory_watermark, rabbitmqctl)
-        await asyncio.to_thread(rabbitmqctl, "set_vm_memory_high_watermark", "0")
+        await asyncio.to_thread(node.set_memory_alarm)
         pending = None
         try:
             # RabbitMQ sends connection.blocked when a connection publishes during the alarm
@@ -1274,7 +1264,7 @@ def test_connection_blocked(run, rabbitmqctl):
             await asyncio.sleep(0.5)
             assert not pending.done()                                 # waits while blocked
         finally:
-            await asyncio.to_thread(rabbitmqctl, "set_vm_memory_high_watermark", old)
+            await asyncio.to_thread(node.clear_memory_alarm)
         await asyncio.wait_for(pending, 15)
         assert await api.pump(conn_raise, lambda: not conn_raise.blocked, timeout=10)
         assert await api.pump(conn_wait, lambda: not conn_wait.blocked, timeout=10)
@@ -1419,10 +1409,13 @@ def _connection_pid(rabbitmqctl, name):
     return None
 
 
-def test_recovery_after_forced_close(run, rabbitmqctl):
+def test_recovery_after_forced_close(run, broker_node):
+    node = broker_node()
+    rabbitmqctl = node.rabbitmqctl
+
     async def scenario(api):
         tag = "amqwire-recovery-" + uuid.uuid4().hex
-        conn = await api.connect(recovery=True, client_properties={"connection_name": tag})
+        conn = await api.connect(node.url, recovery=True, client_properties={"connection_name": tag})
         ch = await conn.channel()
         ex, q = api.names.exchange(), api.names.queue()
         # auto-delete: both vanish with the connection, so they exist afterwards only if
@@ -1440,7 +1433,7 @@ def test_recovery_after_forced_close(run, rabbitmqctl):
         consumer2 = await ch2.consume(sq)
         await ch2.confirm_select()
 
-        other = await api.connect()
+        other = await api.connect(node.url)
         och = await other.channel()
         await och.confirm_select()
         await och.basic_publish(ex, "rk", b"before", mandatory=True)

@@ -430,3 +430,107 @@ def test_coroutine_callbacks_exceptions_are_logged(amqp_url, names, caplog):
     texts = [str(r.exc_info[1]) for r in caplog.records if r.exc_info]
     assert "return callback failed on purpose" in texts
     assert "consumer callback failed on purpose" in texts
+
+
+# --------------------------------------------------------------------------- a private broker that restarts
+
+
+def test_every_confirmed_publish_survives_a_broker_restart(run, broker_node):
+    """Confirmed publishes (a window of 200) while the broker restarts, with recovery on:
+    every future settles; every publish reported acked is in the queue afterwards; calls
+    made while the connection is down raise connection errors, never InvalidStateError."""
+    node = broker_node()
+
+    async def scenario(api):
+        E = api.errors
+        from amqwire.client import RecoveryPolicy
+
+        conn = await api.connect(node.url, recovery=RecoveryPolicy(initial_delay=0.2, max_delay=1.0))
+        ch = await conn.channel()
+        await ch.queue_declare("survivors", durable=True)
+        await ch.confirm_select(max_in_flight=200)
+        persistent = api.BasicProperties(delivery_mode=2)
+        futures = {}
+        refused = []
+        restart = None
+        deadline = time.monotonic() + 90
+        i = 0
+        after = None  # publish on through the restart, and 500 more after it
+        while after is None or i < after + 500:
+            assert time.monotonic() < deadline, "publishing did not get through the restart"
+            if i == 1000 and restart is None:
+                restart = asyncio.ensure_future(asyncio.to_thread(node.restart_app))
+            if after is None and restart is not None and restart.done():
+                after = i
+            try:
+                futures[i] = await ch.publish_async("", "survivors", b"%d" % i, persistent)
+                i += 1
+            except E.AMQPConnectionError as exc:
+                refused.append(exc)
+                await conn.wait_recovered(30)
+            except Exception as exc:  # noqa: BLE001 - the wrong kind: fail with it
+                pytest.fail(f"publish_async raised {exc!r} while the broker restarted")
+        await asyncio.wait_for(restart, 60)
+        acked, failed = set(), []
+        for n, future in futures.items():
+            try:
+                await api.wait(future, timeout=30)
+                acked.add(n)
+            except E.PublishError as exc:
+                failed.append(exc)
+        assert all(isinstance(exc, E.PublishUnconfirmed) for exc in failed), failed[:3]
+        assert refused or failed, "the restart did not touch the publisher: nothing was tested"
+        assert await conn.wait_recovered(30)
+
+        reader = await api.connect(node.url)
+        rch = await reader.channel()
+        stored = set()
+        while True:
+            message = await rch.basic_get("survivors", no_ack=True)
+            if message is None:
+                break
+            stored.add(int(message.body))
+        missing = acked - stored
+        assert not missing, f"{len(missing)} publishes reported acked are not in the queue: {sorted(missing)[:10]}"
+
+    run(scenario, timeout=180)
+
+
+def test_acks_after_the_broker_force_closes_the_connection(run, broker_node):
+    """rabbitmqctl close_all_connections (320 CONNECTION_FORCED) with recovery on: acks made
+    while the connection recovers raise connection errors; after it, the old delivery's
+    ack is void and its message comes again."""
+    node = broker_node()
+
+    async def scenario(api):
+        E = api.errors
+        from amqwire.client import RecoveryPolicy
+
+        conn = await api.connect(node.url, recovery=RecoveryPolicy(initial_delay=0.8, max_delay=0.8))
+        ch = await conn.channel()
+        await ch.queue_declare("forced", durable=True)
+        await ch.confirm_select()
+        await ch.basic_qos(prefetch_count=1)
+        for n in range(3):
+            await ch.basic_publish("", "forced", b"%d" % n)
+        consumer = await ch.consume("forced")
+        message = await api.next(consumer)
+        await asyncio.to_thread(node.close_all_connections, "amqwire fault test")
+        raised = []
+        deadline = time.monotonic() + 30
+        while not (conn.is_open and raised):
+            try:
+                await message.ack()
+            except Exception as exc:  # noqa: BLE001 - every one is checked below
+                raised.append(exc)
+            assert time.monotonic() < deadline, "no recovery within 30 s"
+            await asyncio.sleep(0.01)
+        wrong = [exc for exc in raised if not isinstance(exc, E.AMQPConnectionError)]
+        assert not wrong, wrong[:3]
+        assert any(isinstance(exc, E.ConnectionClosed) and exc.reply_code == 320 for exc in raised), raised[:3]
+        await message.ack()   # from before the recovery: void
+        again = await api.next(consumer)
+        assert again.body == message.body and again.redelivered
+        await again.ack()
+
+    run(scenario, timeout=120)

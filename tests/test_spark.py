@@ -452,27 +452,21 @@ def test_streaming_three_micro_batches_exactly_once(spark, amqp, amqp_url, names
 
 
 @pytest.fixture
-def vhost(rabbitmqctl, amqp_url):
-    """A throwaway vhost (guest has all permissions), so closing "all" its connections
-    touches nobody else's; deleted with everything in it afterwards."""
-    name = f"amqwire-test-vh-{uuid.uuid4().hex[:12]}"
-    user, _ = url_credentials(amqp_url)
-    rabbitmqctl("add_vhost", name)
-    try:
-        rabbitmqctl("set_permissions", "-p", name, user, ".*", ".*", ".*")
-        yield name, with_path(amqp_url, "/" + name)
-    finally:
-        rabbitmqctl("delete_vhost", name)
+def vhost(broker_node):
+    """A private RabbitMQ node (its vhost "/"), so closing all its connections touches
+    nobody else's: ``(rabbitmqctl, vhost, url)``."""
+    node = broker_node()
+    yield node.rabbitmqctl, "/", node.url
 
 
-def test_connections_closed_mid_write_at_least_once(spark, amqp, vhost, rabbitmqctl, record_property):
+def test_connections_closed_mid_write_at_least_once(spark, amqp, vhost, record_property):
     """The broker closes the sink's connections while 150,000 rows are being written.  With
     up to 3 attempts per task the job succeeds (the failed tasks are retried) and every row
     is in the queue at least once; rows confirmed by a failed attempt come twice.  If the
     job fails anyway, the error names the sink, and a second write completes the rows."""
     from pyspark.sql import functions as F
 
-    name, url = vhost
+    rabbitmqctl, name, url = vhost
     queue = "closed-mid-write"
     declare(url, queue)
     n = 150_000
@@ -908,7 +902,7 @@ def test_publish_batches_broker_refusal_names_the_reason(amqp_url):
     assert info.value.rows_confirmed == 0
 
 
-def test_publish_batches_under_a_memory_alarm_fails_instead_of_hanging(amqp_url, names, rabbitmqctl):
+def test_publish_batches_under_a_memory_alarm_fails_instead_of_hanging(broker_node):
     """A broker that blocks publishers (memory alarm) fails the task with a SinkError once
     confirm_timeout has passed, rather than hanging it; nothing is lost once it recovers."""
     import pyarrow as pa
@@ -917,20 +911,20 @@ def test_publish_batches_under_a_memory_alarm_fails_instead_of_hanging(amqp_url,
     from amqwire.spark.datasource import SinkSettings, publish_batches
     from amqwire.spark.errors import SinkError
 
-    queue = names.queue()
+    node = broker_node()  # a private node: the alarm must not block the shared broker
+    amqp_url = node.url
+    queue = "amqwire-test-alarm"
     declare(amqp_url, queue)
     schema = StructType([StructField("body", BinaryType())])
     settings = SinkSettings.from_options(
         {"url": amqp_url, "routing_key": queue, "confirm_timeout": "2", "confirm_window": "1000"}, schema)
     batch = pa.RecordBatch.from_pydict({"body": pa.array([b"x" * 100] * 800)})
-    out = rabbitmqctl("eval", "vm_memory_monitor:get_vm_memory_high_watermark().").strip()
-    old = out if out[:1].isdigit() else "0.4"
-    rabbitmqctl("set_vm_memory_high_watermark", "0")
+    node.set_memory_alarm()
     try:
         with pytest.raises(SinkError) as info:
             publish_batches(settings, iter([batch] * 5))
     finally:
-        rabbitmqctl("set_vm_memory_high_watermark", old)
+        node.clear_memory_alarm()
     text = str(info.value)
     assert "blocked" in text or "not confirmed within confirm_timeout 2.0 s" in text, text
     assert info.value.rows_confirmed < 4000
