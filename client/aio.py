@@ -113,8 +113,8 @@ class Connection(AsyncConnection):
         self._heartbeat_timer: Optional[asyncio.TimerHandle] = None
         self._monitor = proto.HeartbeatMonitor(0, time.monotonic())
         self._suspect = False
-        self._recovery_task: Optional[asyncio.Task] = None
-        self._tasks: set = set()  # callback tasks, kept until done
+        self._recovery_task: Optional["asyncio.Task[None]"] = None
+        self._tasks: set[Any] = set()  # callback tasks, kept until done
         super().__init__(parameters, **options)
 
     # waiting primitives ------------------------------------------------------------------
@@ -173,7 +173,7 @@ class Connection(AsyncConnection):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._lock:
-            self._transport = transport  # type: ignore[assignment]
+            self._transport = transport
             self._stream = stream
             self._write_paused = False
             self._writable.set()
@@ -299,7 +299,7 @@ class _ChannelOpener:
         self._channel: Optional[Channel] = None
 
     def __await__(self) -> Generator[Any, None, "Channel"]:
-        return self._coro.__await__()  # type: ignore[attr-defined,no-any-return]
+        return self._coro.__await__()
 
     async def __aenter__(self) -> "Channel":
         self._channel = await self._coro
@@ -318,8 +318,8 @@ class Consumer(AsyncConsumer):
     def __init__(self, channel: "Channel", queue_name: str, callback: Optional[Callable[[Message], Any]],
                  method: Any) -> None:
         super().__init__(channel, queue_name, callback, method)
-        self._buffer: deque = deque()
-        self._waiter: Optional[asyncio.Future] = None
+        self._buffer: deque[Any] = deque()
+        self._waiter: Optional["asyncio.Future[None]"] = None
         self._is_coroutine = asyncio.iscoroutinefunction(callback)
 
     def _deliver(self, message: Message) -> None:
@@ -430,7 +430,7 @@ class Channel(AsyncChannel["asyncio.Future[None]", _ConsumerOpener]):
     def __init__(self, connection: Connection, channel_id: int) -> None:
         super().__init__(connection, channel_id)
         self._rpc_lock = asyncio.Lock()
-        self._progress: Optional[asyncio.Future] = None
+        self._progress: Optional["asyncio.Future[None]"] = None
 
     # primitives ----------------------------------------------------------------------------
 
@@ -474,7 +474,7 @@ class Channel(AsyncChannel["asyncio.Future[None]", _ConsumerOpener]):
         future: asyncio.Future[None] = token.future if isinstance(token, _BatchFuture) else token
         return future
 
-    def batch(self) -> contextlib.AbstractContextManager:
+    def batch(self) -> contextlib.AbstractContextManager[None]:
         """Publishes are batched by the event loop already; kept for the blocking API's sake."""
         return contextlib.nullcontext()
 

@@ -190,7 +190,7 @@ class Connection(SyncConnection):
 
     _flush_acks = _flush_soon
 
-    def _write(self, sock: Any, pieces: list) -> None:
+    def _write(self, sock: Any, pieces: list[Any]) -> None:
         try:
             if len(pieces) == 1 or self._tls:
                 for piece in pieces:
@@ -217,7 +217,7 @@ class Connection(SyncConnection):
                 continue
             view = view[sent:]
 
-    def _write_vectored(self, sock: socket.socket, pieces: list) -> None:
+    def _write_vectored(self, sock: socket.socket, pieces: list[Any]) -> None:
         # sendmsg sends the body slices straight from the caller's buffer (no copy).
         views = [memoryview(piece) for piece in pieces]
         while views:
@@ -358,7 +358,7 @@ class PublishFuture:
         self._pending = count
         self._state = 0 if count else 1  # 0 pending, 1 acked, 2 failed
         self._error: Optional[BaseException] = None
-        self._callbacks: Optional[list] = None
+        self._callbacks: Optional[list[Any]] = None
         self._retrieved = False  # a failure seen through result() is not reported again
 
     def done(self) -> bool:
@@ -423,8 +423,8 @@ class Consumer(SyncConsumer):
         # The I/O thread hands over the deliveries of one read as one list: one queue
         # operation and one wake-up of the reading thread per read, not per message.
         self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-        self._pending: list = []  # I/O thread: deliveries of the current read
-        self._buffer: deque = deque()  # reading thread: handed over, not read yet
+        self._pending: list[Any] = []  # I/O thread: deliveries of the current read
+        self._buffer: deque[Any] = deque()  # reading thread: handed over, not read yet
 
     def _deliver(self, message: Message) -> None:
         if self.callback is None:
@@ -464,7 +464,7 @@ class Consumer(SyncConsumer):
         """The next message; None after ``timeout`` seconds or once the consumer is cancelled."""
         item = self._next(timeout)
         if item is None or type(item) is Message:
-            return item  # type: ignore[no-any-return]
+            return item
         if item is END:
             return None
         raise item
@@ -478,7 +478,7 @@ class Consumer(SyncConsumer):
             return buffer.popleft()  # type: ignore[no-any-return]
         item = self._next(None)
         if type(item) is Message:
-            return item  # type: ignore[no-any-return]
+            return item
         if item is END:
             raise StopIteration
         raise item

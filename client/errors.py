@@ -131,7 +131,7 @@ class PublishError(AMQPError):
 
 
 class PublishNacked(PublishError):
-    def __init__(self, delivery_tag: int, failures: Optional[list] = None) -> None:
+    def __init__(self, delivery_tag: int, failures: Optional[list[Any]] = None) -> None:
         self.delivery_tag = delivery_tag
         self.failures = failures if failures is not None else []
         super().__init__(delivery_tag)
@@ -146,7 +146,7 @@ class PublishNacked(PublishError):
 class MessageReturned(PublishError):
     """A mandatory publish could not be routed (312 NO_ROUTE) and came back."""
 
-    def __init__(self, message: Any, delivery_tag: int = 0, failures: Optional[list] = None) -> None:
+    def __init__(self, message: Any, delivery_tag: int = 0, failures: Optional[list[Any]] = None) -> None:
         self.message = message
         self.reply_code = message.reply_code
         self.reply_text = message.reply_text

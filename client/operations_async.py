@@ -377,7 +377,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         durable: bool = False,
         auto_delete: bool = False,
         internal: bool = False,
-        arguments: Optional[dict] = None,
+        arguments: Optional[dict[str, Any]] = None,
         timeout: Optional[float] = None,
     ) -> None:
         """Declare an exchange (``passive``: only check that it exists; 404 if not)."""
@@ -388,14 +388,14 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         await self._rpc(ExchangeDelete(0, exchange, if_unused, False), timeout)
 
     async def exchange_bind(
-        self, destination: str, source: str, routing_key: str = "", arguments: Optional[dict] = None,
+        self, destination: str, source: str, routing_key: str = "", arguments: Optional[dict[str, Any]] = None,
         *, timeout: Optional[float] = None,
     ) -> None:
         """Route messages from exchange ``source`` to exchange ``destination`` (RabbitMQ extension)."""
         await self._rpc(ExchangeBind(0, destination, source, routing_key, False, arguments), timeout)
 
     async def exchange_unbind(
-        self, destination: str, source: str, routing_key: str = "", arguments: Optional[dict] = None,
+        self, destination: str, source: str, routing_key: str = "", arguments: Optional[dict[str, Any]] = None,
         *, timeout: Optional[float] = None,
     ) -> None:
         await self._rpc(ExchangeUnbind(0, destination, source, routing_key, False, arguments), timeout)
@@ -410,7 +410,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         durable: bool = False,
         exclusive: bool = False,
         auto_delete: bool = False,
-        arguments: Optional[dict] = None,
+        arguments: Optional[dict[str, Any]] = None,
         timeout: Optional[float] = None,
     ) -> QueueDeclareOk:
         """Declare a queue; returns QueueDeclareOk (``.queue``, ``.message_count``, ``.consumer_count``).
@@ -423,13 +423,13 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         return reply
 
     async def queue_bind(
-        self, queue: str, exchange: str, routing_key: str = "", arguments: Optional[dict] = None,
+        self, queue: str, exchange: str, routing_key: str = "", arguments: Optional[dict[str, Any]] = None,
         *, timeout: Optional[float] = None,
     ) -> None:
         await self._rpc(QueueBind(0, queue, exchange, routing_key, False, arguments), timeout)
 
     async def queue_unbind(
-        self, queue: str, exchange: str, routing_key: str = "", arguments: Optional[dict] = None,
+        self, queue: str, exchange: str, routing_key: str = "", arguments: Optional[dict[str, Any]] = None,
         *, timeout: Optional[float] = None,
     ) -> None:
         await self._rpc(QueueUnbind(0, queue, exchange, routing_key, arguments), timeout)
@@ -713,7 +713,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         no_ack: bool = False,
         exclusive: bool = False,
         consumer_tag: str = "",
-        arguments: Optional[dict] = None,
+        arguments: Optional[dict[str, Any]] = None,
         timeout: Optional[float] = None,
     ) -> _Subscription:
         """Subscribe to a queue (basic.consume).  Blocking: returns the Consumer (iterate
@@ -808,7 +808,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
 class AsyncConsumer(ConsumerBase):
     """A subscription's operations."""
 
-    channel: AsyncChannel
+    channel: AsyncChannel[Any, Any]
 
     async def cancel(self) -> None:
         """Stop the subscription; messages already received can still be read."""

@@ -379,7 +379,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         durable: bool = False,
         auto_delete: bool = False,
         internal: bool = False,
-        arguments: Optional[dict] = None,
+        arguments: Optional[dict[str, Any]] = None,
         timeout: Optional[float] = None,
     ) -> None:
         """Declare an exchange (``passive``: only check that it exists; 404 if not)."""
@@ -390,14 +390,14 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         self._rpc(ExchangeDelete(0, exchange, if_unused, False), timeout)
 
     def exchange_bind(
-        self, destination: str, source: str, routing_key: str = "", arguments: Optional[dict] = None,
+        self, destination: str, source: str, routing_key: str = "", arguments: Optional[dict[str, Any]] = None,
         *, timeout: Optional[float] = None,
     ) -> None:
         """Route messages from exchange ``source`` to exchange ``destination`` (RabbitMQ extension)."""
         self._rpc(ExchangeBind(0, destination, source, routing_key, False, arguments), timeout)
 
     def exchange_unbind(
-        self, destination: str, source: str, routing_key: str = "", arguments: Optional[dict] = None,
+        self, destination: str, source: str, routing_key: str = "", arguments: Optional[dict[str, Any]] = None,
         *, timeout: Optional[float] = None,
     ) -> None:
         self._rpc(ExchangeUnbind(0, destination, source, routing_key, False, arguments), timeout)
@@ -412,7 +412,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         durable: bool = False,
         exclusive: bool = False,
         auto_delete: bool = False,
-        arguments: Optional[dict] = None,
+        arguments: Optional[dict[str, Any]] = None,
         timeout: Optional[float] = None,
     ) -> QueueDeclareOk:
         """Declare a queue; returns QueueDeclareOk (``.queue``, ``.message_count``, ``.consumer_count``).
@@ -425,13 +425,13 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         return reply
 
     def queue_bind(
-        self, queue: str, exchange: str, routing_key: str = "", arguments: Optional[dict] = None,
+        self, queue: str, exchange: str, routing_key: str = "", arguments: Optional[dict[str, Any]] = None,
         *, timeout: Optional[float] = None,
     ) -> None:
         self._rpc(QueueBind(0, queue, exchange, routing_key, False, arguments), timeout)
 
     def queue_unbind(
-        self, queue: str, exchange: str, routing_key: str = "", arguments: Optional[dict] = None,
+        self, queue: str, exchange: str, routing_key: str = "", arguments: Optional[dict[str, Any]] = None,
         *, timeout: Optional[float] = None,
     ) -> None:
         self._rpc(QueueUnbind(0, queue, exchange, routing_key, arguments), timeout)
@@ -715,7 +715,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         no_ack: bool = False,
         exclusive: bool = False,
         consumer_tag: str = "",
-        arguments: Optional[dict] = None,
+        arguments: Optional[dict[str, Any]] = None,
         timeout: Optional[float] = None,
     ) -> _Subscription:
         """Subscribe to a queue (basic.consume).  Blocking: returns the Consumer (iterate
@@ -810,7 +810,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
 class SyncConsumer(ConsumerBase):
     """A subscription's operations."""
 
-    channel: SyncChannel
+    channel: SyncChannel[Any, Any]
 
     def cancel(self) -> None:
         """Stop the subscription; messages already received can still be read."""

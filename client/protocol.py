@@ -130,7 +130,7 @@ class _Event:
     __slots__ = ()
 
     def __repr__(self) -> str:
-        names: tuple[str, ...] = self.__slots__  # type: ignore[assignment]
+        names: tuple[str, ...] = self.__slots__
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in names)
         return f"{type(self).__name__}({fields})"
 
@@ -140,7 +140,7 @@ class ConnectionOpened(_Event):
 
     __slots__ = ("server_properties", "channel_max", "frame_max", "heartbeat")
 
-    def __init__(self, server_properties: dict, channel_max: int, frame_max: int, heartbeat: int) -> None:
+    def __init__(self, server_properties: dict[str, Any], channel_max: int, frame_max: int, heartbeat: int) -> None:
         self.server_properties = server_properties
         self.channel_max = channel_max
         self.frame_max = frame_max
@@ -203,7 +203,7 @@ class ChannelClosedEvent(_Event):
         class_id: int,
         method_id: int,
         by_broker: bool,
-        unconfirmed: Optional[list] = None,
+        unconfirmed: Optional[list[Any]] = None,
     ) -> None:
         self.channel_id = channel_id
         self.unconfirmed = unconfirmed if unconfirmed is not None else []
@@ -241,7 +241,7 @@ class Confirmed(_Event):
 
     __slots__ = ("channel_id", "ack", "seqnos", "tokens", "returned")
 
-    def __init__(self, channel_id: int, ack: bool, seqnos: list, tokens: list, returned: Optional[dict]) -> None:
+    def __init__(self, channel_id: int, ack: bool, seqnos: list[Any], tokens: list[Any], returned: Optional[dict[str, Any]]) -> None:
         self.channel_id = channel_id
         self.ack = ack
         self.seqnos = seqnos
@@ -303,10 +303,10 @@ class ConfirmTracker:
 
     def __init__(self) -> None:
         self.base = 1
-        self.slots: deque = deque()
+        self.slots: deque[Any] = deque()
         # seqno -> (exchange, routing_key, body, properties) of unconfirmed mandatory
         # publishes, in order: a basic.return names none of them, so it is matched on these
-        self.mandatory: dict[int, tuple] = {}
+        self.mandatory: dict[int, tuple[Any, ...]] = {}
         self.returned: dict[int, ReturnedMessage] = {}
         # A return matching no recorded publish (publish_encoded sends none): RabbitMQ
         # follows a basic.return with the basic.ack of the same message, so it belongs to
@@ -326,12 +326,12 @@ class ConfirmTracker:
         self.slots.append(token)
         return self.base + len(self.slots) - 1
 
-    def resolve(self, delivery_tag: int, multiple: bool) -> tuple[list, list]:
+    def resolve(self, delivery_tag: int, multiple: bool) -> tuple[list[Any], list[Any]]:
         """Seqnos and tokens settled by an ack/nack; unknown tags settle nothing."""
         slots = self.slots
         done = self._DONE
-        seqnos: list = []
-        tokens: list = []
+        seqnos: list[Any] = []
+        tokens: list[Any] = []
         if multiple:
             base = self.base
             while slots and base <= delivery_tag:
@@ -360,7 +360,7 @@ class ConfirmTracker:
             slots[index] = done
         return seqnos, tokens
 
-    def drain(self) -> tuple[list, list]:
+    def drain(self) -> tuple[list[Any], list[Any]]:
         """Everything unresolved (the channel or connection is gone)."""
         done = self._DONE
         seqnos = []
@@ -507,7 +507,7 @@ class ChannelState:
         self.tx = False
         self.flow_active = True
         self.last_delivery_tag = 0
-        self.close_reason: Optional[tuple] = None
+        self.close_reason: Optional[tuple[Any, ...]] = None
 
     @property
     def is_open(self) -> bool:
@@ -530,7 +530,7 @@ class ConnectionProtocol:
         channel_max: int = 2047,
         frame_max: int = 131072,
         heartbeat: int = 60,
-        client_properties: Optional[dict] = None,
+        client_properties: Optional[dict[str, Any]] = None,
         locale: str = "en_US",
         on_secure: Optional[Callable[[bytes], bytes]] = None,
     ) -> None:
@@ -562,7 +562,7 @@ class ConnectionProtocol:
                 props["capabilities"].update(caps)
         self.client_properties = props
         self.state = ConnectionState.NEW
-        self.server_properties: dict = {}
+        self.server_properties: dict[str, Any] = {}
         self.channel_max = 0
         self.frame_max = 0
         self.heartbeat = 0
@@ -570,15 +570,15 @@ class ConnectionProtocol:
         self.close_reason: Optional[ConnectionClosedEvent] = None
         self._parser = CommandParser(max(frame_max or 131072, 4096) if frame_max else 131072)
         self._writer = FrameWriter(max(frame_max, 4096) if frame_max else 131072)
-        self._iov: list = []
+        self._iov: list[Any] = []
         self._channels: dict[int, ChannelState] = {}
         self._next_channel = 1
         self._secret_pending = False
         self._started = False  # connection.start seen
         # channel -> (code, text, class, method) of channels the broker closed, until the
         # number is reused: later calls on them raise that error, not a generic one
-        self._broker_closed: dict[int, tuple] = {}
-        self._local_close: tuple = (_REPLY_SUCCESS, "Normal shutdown")
+        self._broker_closed: dict[int, tuple[Any, ...]] = {}
+        self._local_close: tuple[Any, ...] = (_REPLY_SUCCESS, "Normal shutdown")
 
     def __repr__(self) -> str:
         return f"<ConnectionProtocol {self.state} user={self._username!r} vhost={self.vhost!r} channels={len(self._channels)}>"
@@ -591,7 +591,7 @@ class ConnectionProtocol:
             return b"".join(self.buffers_to_send())
         return self._writer.take()
 
-    def buffers_to_send(self) -> list:
+    def buffers_to_send(self) -> list[Any]:
         """All output queued so far as a list of buffers for ``socket.sendmsg``: big bodies
         are memoryview slices of the caller's body, not copies."""
         if self._iov:
@@ -704,7 +704,7 @@ class ConnectionProtocol:
         self._writer.method(0, ConnectionTuneOk(self.channel_max, frame_max, heartbeat))
         self._writer.method(0, ConnectionOpen(self.vhost))
 
-    def _on_connection_method(self, method: Any, events: list) -> None:
+    def _on_connection_method(self, method: Any, events: list[Any]) -> None:
         cls = type(method)
         if self.state is ConnectionState.CLOSED:
             return  # closed earlier in the same read: the rest is moot
@@ -757,7 +757,7 @@ class ConnectionProtocol:
     def _local_close_event(self) -> ConnectionClosedEvent:
         return ConnectionClosedEvent(self._local_close[0], self._local_close[1], 0, 0, False)
 
-    def _finish_close(self, events: list, event: ConnectionClosedEvent) -> None:
+    def _finish_close(self, events: list[Any], event: ConnectionClosedEvent) -> None:
         handshake = self.state is ConnectionState.HANDSHAKE
         event.handshake = event.handshake or handshake
         self._set_state(ConnectionState.CLOSED)
@@ -777,14 +777,14 @@ class ConnectionProtocol:
 
     # ------------------------------------------------------------------ input
 
-    def receive_data(self, data: Any) -> list:
+    def receive_data(self, data: Any) -> list[Any]:
         """Feed bytes from the broker; returns the events they complete, in order."""
         if self.state is ConnectionState.CLOSED:
             return []
         try:
             items = self._parser.feed(data)
         except CodecError as exc:
-            events: list = []
+            events: list[Any] = []
             try:
                 self._handle(exc.parsed or [], events)
             except CodecError:
@@ -803,7 +803,7 @@ class ConnectionProtocol:
             raise
         return events
 
-    def _handle(self, items: list, events: list) -> None:
+    def _handle(self, items: list[Any], events: list[Any]) -> None:
         channels = self._channels
         for item in items:
             if type(item) is not Command:
@@ -839,7 +839,7 @@ class ConnectionProtocol:
             else:
                 self._on_channel_method(channel, method, item, events)
 
-    def _on_channel_method(self, channel: int, method: Any, command: Any, events: list) -> None:
+    def _on_channel_method(self, channel: int, method: Any, command: Any, events: list[Any]) -> None:
         state = self._channels.get(channel)
         cls = type(method)
         if state is None:
@@ -933,7 +933,7 @@ class ConnectionProtocol:
         else:
             events.append(MethodReply(channel, method))
 
-    def _on_confirm(self, state: ChannelState, method: Any, ack: bool, events: list) -> None:
+    def _on_confirm(self, state: ChannelState, method: Any, ack: bool, events: list[Any]) -> None:
         confirms = state.confirms
         if confirms is None:
             self._protocol_error(
@@ -1000,7 +1000,7 @@ class ConnectionProtocol:
         self._next_channel = candidate + 1 if candidate < self.channel_max else 1
         return candidate
 
-    def _release(self, channel: int) -> list:
+    def _release(self, channel: int) -> list[Any]:
         """Free the channel number; returns (seqno, token) of its unconfirmed publishes."""
         state = self._channels.pop(channel, None)
         if channel < self._next_channel:
@@ -1158,7 +1158,7 @@ class ConnectionProtocol:
     def basic_reject(self, channel: int, delivery_tag: int, requeue: bool = True) -> None:
         self.send_method(channel, BasicReject(delivery_tag, requeue))
 
-    def drain_unconfirmed(self) -> dict[int, list]:
+    def drain_unconfirmed(self) -> dict[int, list[Any]]:
         """Once the connection is gone: channel -> (seqno, token) of the publishes never confirmed."""
         result = {}
         for channel, state in self._channels.items():

@@ -51,7 +51,7 @@ def recoverable(error: BaseException) -> bool:
     return isinstance(error, ConnectionLost)
 
 
-def _frozen(arguments: Optional[dict]) -> Any:
+def _frozen(arguments: Optional[dict[str, Any]]) -> Any:
     return tuple(sorted(arguments.items(), key=lambda kv: kv[0])) if arguments else None
 
 
@@ -61,7 +61,7 @@ class Topology:
     def __init__(self) -> None:
         self.exchanges: dict[str, ExchangeDeclare] = {}
         self.queues: dict[str, tuple[QueueDeclare, bool]] = {}  # name -> (declare, server-named)
-        self.bindings: dict[tuple, None] = {}  # (kind, destination, source, key, arguments), in order
+        self.bindings: dict[tuple[Any, ...], None] = {}  # (kind, destination, source, key, arguments), in order
         self.renamed: dict[str, str] = {}  # server-named queues: old name -> new name
 
     def record(self, method: Any, reply: Any) -> None:
@@ -104,7 +104,7 @@ class Topology:
         for name, new in renamed.items():
             self.queues[new] = self.queues.pop(name)
         self.renamed.update(renamed)
-        bindings: dict[tuple, None] = {}
+        bindings: dict[tuple[Any, ...], None] = {}
         for kind, destination, source, key, arguments in list(self.bindings):
             destination = renamed.get(destination, destination)
             args = dict(arguments) if arguments else None

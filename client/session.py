@@ -69,7 +69,7 @@ class ConnectOptions(TypedDict, total=False):
     channel_max: Optional[int]
     connection_timeout: Optional[float]
     ssl_context: Optional[ssl.SSLContext]
-    client_properties: Optional[dict]
+    client_properties: Optional[dict[str, Any]]
     blocked_action: str
     blocked_timeout: Optional[float]
     recovery: Union[bool, RecoveryPolicy]
@@ -95,14 +95,14 @@ def connection_arguments(
 class ConnectionBase:
     """State and event routing of one logical connection (it survives recoveries)."""
 
-    _channels: dict
+    _channels: dict[int, Any]
 
     def __init__(
         self,
         parameters: list[ConnectionParameters],
         *,
         ssl_context: Any = None,
-        client_properties: Optional[dict] = None,
+        client_properties: Optional[dict[str, Any]] = None,
         blocked_action: str = "wait",
         blocked_timeout: Optional[float] = None,
         recovery: Union[bool, RecoveryPolicy] = False,
@@ -126,7 +126,7 @@ class ConnectionBase:
         self.params = parameters[0]
         self._lock = threading.RLock()
         self._channels = {}
-        self._batched: list = []  # consumers holding deliveries of the current read
+        self._batched: list[Any] = []  # consumers holding deliveries of the current read
         self._core = proto.ConnectionProtocol()
         self._alive = False  # the current socket is up
         self._opened = False  # ... and its handshake finished
@@ -147,7 +147,7 @@ class ConnectionBase:
         self._close_waiter: Any = None
         self._secret_waiter: Any = None
         self._topology = None if self.recovery is None else Topology()
-        self.server_properties: dict = {}
+        self.server_properties: dict[str, Any] = {}
         self.channel_max = 0
         self.frame_max = 0
         self.heartbeat = 0
@@ -276,7 +276,7 @@ class ConnectionBase:
         except (OSError, AMQPConnectionError, InvalidStateError) as exc:
             log.debug("flush: %s", exc)
 
-    def _detach_closed_channels(self, events: list) -> Optional[dict]:
+    def _detach_closed_channels(self, events: list[Any]) -> Optional[dict[int, Any]]:
         """Under ``_lock``, with the core's state: forget channels the broker just closed, so
         a channel opened right after with the same number is never mistaken for the old one."""
         if proto.ChannelClosedEvent not in map(type, events):
@@ -290,7 +290,7 @@ class ConnectionBase:
                     closed[id(event)] = channel
         return closed
 
-    def _dispatch(self, events: list, closed: Optional[dict] = None) -> None:
+    def _dispatch(self, events: list[Any], closed: Optional[dict[int, Any]] = None) -> None:
         channels = self._channels
         for event in events:
             kind = type(event)
@@ -445,17 +445,17 @@ class ChannelBase:
         self._closed: Optional[BaseException] = None
         self._consumers: dict[str, Any] = {}
         self._pending_consumer: Any = None
-        self._return_callbacks: list = []
+        self._return_callbacks: list[Any] = []
         self._confirm = False
         self._max_in_flight = 0
         self._unsettled = 0  # confirm-mode publishes whose futures are not settled yet
-        self._failures: list = []  # failed confirm tokens not reported by wait_for_confirms yet
+        self._failures: list[Any] = []  # failed confirm tokens not reported by wait_for_confirms yet
         self._flow_paused = False  # the broker sent channel.flow(active=False)
         self._flow = connection._new_flag()
         self._flow.set()
         self._tag_offset = 0
         self._tag_before_recovery = 0
-        self._qos: Optional[tuple] = None
+        self._qos: Optional[tuple[Any, ...]] = None
 
     def __repr__(self) -> str:
         module = type(self).__module__.replace("amqwire.client.blocking", "amqwire.client")

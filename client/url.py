@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 FRAME_MIN_SIZE = 4096
@@ -108,7 +108,7 @@ def _parse_float(key: str, value: str) -> float:
     return number
 
 
-_QUERY_OPTIONS = {
+_QUERY_OPTIONS: dict[str, Callable[[str, str], Any]] = {
     "heartbeat": _parse_int,
     "frame_max": _parse_int,
     "channel_max": _parse_int,

@@ -140,3 +140,11 @@ def test_channel_methods_return_their_concrete_types(tmp_path):
     assert result.returncode == 1, result.stdout
     # each wrong annotation is caught: the results are not Any
     assert result.stdout.count("[assignment]") == 4, result.stdout
+
+
+def test_the_client_itself_type_checks_strictly(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "-p", "amqwire.client"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
