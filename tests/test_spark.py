@@ -537,7 +537,7 @@ def test_connections_closed_mid_write_at_least_once(spark, amqp, vhost, record_p
         assert m.body == b"r%d" % m.properties.headers["seq"]
 
 
-def test_publish_batches_connection_closed_says_why(vhost, rabbitmqctl):
+def test_publish_batches_connection_closed_says_why(vhost):
     """publish_batches (one task's work, here on the driver) while the broker closes its
     connection: a SinkError that names the sink and carries the broker's reason (320
     CONNECTION_FORCED), with rows_confirmed at most what was sent -- also when the close
@@ -548,7 +548,7 @@ def test_publish_batches_connection_closed_says_why(vhost, rabbitmqctl):
     from amqwire.spark.datasource import SinkSettings, publish_batches
     from amqwire.spark.errors import SinkError
 
-    name, url = vhost
+    rabbitmqctl, name, url = vhost
     declare(url, "q")
     schema = StructType([StructField("body", BinaryType())])
     settings = SinkSettings.from_options({"url": url, "routing_key": "q", "confirm_window": "200"}, schema)
