@@ -33,7 +33,7 @@ from .errors import AMQPConnectionError, HeartbeatTimeout, OperationTimeout
 from .message import Message
 from .operations_async import AsyncChannel, AsyncConnection, AsyncConsumer
 from .recovery import END
-from .session import ConnectOptions, connection_arguments
+from .session import FLUSH_AT, ConnectOptions, connection_arguments
 from .url import ConnectionParameters, ParametersLike
 
 if TYPE_CHECKING:
@@ -43,7 +43,6 @@ log = logging.getLogger("amqwire.client")
 
 __all__ = ["connect", "Connection", "Channel", "Consumer"]
 
-_FLUSH_AT = 256 * 1024
 # Python 3.12's selector transport sends writelines() pieces with sendmsg; before, it joins them.
 _VECTORED_WRITELINES = sys.version_info >= (3, 12)
 
@@ -102,6 +101,19 @@ class _StreamProtocol(asyncio.Protocol):
         self.connection._writable.set()
 
 
+class _Unlocked:
+    """The asyncio transport's ``_lock``: everything runs in the loop's thread, so the
+    shared layer's critical sections need no lock here."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
 class Connection(AsyncConnection):
     """An asyncio AMQP connection.  ``async with``, or ``await close()``."""
 
@@ -109,7 +121,6 @@ class Connection(AsyncConnection):
         self._loop = asyncio.get_running_loop()
         self._transport: Optional[asyncio.Transport] = None
         self._stream: Optional[_StreamProtocol] = None
-        self._flush_scheduled = False
         self._heartbeat_timer: Optional[asyncio.TimerHandle] = None
         self._monitor = proto.HeartbeatMonitor(0, time.monotonic())
         self._suspect = False
@@ -118,6 +129,9 @@ class Connection(AsyncConnection):
         super().__init__(parameters, **options)
 
     # waiting primitives ------------------------------------------------------------------
+
+    def _new_lock(self) -> _Unlocked:
+        return _Unlocked()
 
     def _new_waiter(self) -> "asyncio.Future[Any]":
         return self._loop.create_future()
@@ -234,7 +248,7 @@ class Connection(AsyncConnection):
     # writing -------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        self._flush_scheduled = False
+        self._flush_later = False
         transport = self._transport
         if transport is None or not self._alive:
             return
@@ -250,10 +264,10 @@ class Connection(AsyncConnection):
                 transport.write(piece)
 
     def _flush_soon(self) -> None:
-        if self._core.pending_output >= _FLUSH_AT:
+        if self._core.pending_output >= FLUSH_AT:
             self._flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
+        elif not self._flush_later:
+            self._flush_later = True
             self._loop.call_soon(self._flush)
 
     _flush_acks = _flush
@@ -470,8 +484,8 @@ class Channel(AsyncChannel["asyncio.Future[None]", _ConsumerOpener]):
         error: Optional[BaseException] = token.exception()
         return error
 
-    def _future_of(self, token: Any) -> "asyncio.Future[None]":
-        future: asyncio.Future[None] = token.future if isinstance(token, _BatchFuture) else token
+    def _issued(self, token: Any, seqno: int) -> "asyncio.Future[None]":
+        future: asyncio.Future[None] = token.future if type(token) is _BatchFuture else token
         return future
 
     def batch(self) -> contextlib.AbstractContextManager[None]:

@@ -33,7 +33,7 @@ from .errors import AMQPConnectionError, HeartbeatTimeout, InvalidStateError, Op
 from .message import Message
 from .operations_sync import SyncChannel, SyncConnection, SyncConsumer
 from .recovery import END
-from .session import ConnectOptions, connection_arguments
+from .session import FLUSH_AT, ConnectOptions, connection_arguments
 from .url import ConnectionParameters, ParametersLike
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ log = logging.getLogger("amqwire.client")
 __all__ = ["connect", "Connection", "Channel", "Consumer", "PublishFuture"]
 
 _RECV_SIZE = 256 * 1024
-_CORK_LIMIT = 256 * 1024  # inside batch(): flush once this much is queued
 
 
 class _Slot:
@@ -102,7 +101,6 @@ class Connection(SyncConnection):
     def __init__(self, parameters: list[ConnectionParameters], **options: Any) -> None:
         self._write_lock = threading.Lock()
         self._callbacks: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-        self._cork = 0
         self._sock: Any = None
         self._tls = False
         self._io_thread: Optional[threading.Thread] = None
@@ -184,11 +182,11 @@ class Connection(SyncConnection):
                     raise self._error or InvalidStateError("the connection is closed")
                 self._write(sock, pieces)
 
-    def _flush_soon(self) -> None:
-        if not self._cork or self._core.pending_output >= _CORK_LIMIT:
-            self._flush()
+    _flush_soon = _flush  # publishes check _flush_later (the batch() depth) themselves
 
-    _flush_acks = _flush_soon
+    def _flush_acks(self) -> None:
+        if not self._flush_later or self._core.pending_output >= FLUSH_AT:
+            self._flush()
 
     def _write(self, sock: Any, pieces: list[Any]) -> None:
         try:
@@ -245,12 +243,12 @@ class Connection(SyncConnection):
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
         """Buffer what is published inside; write it in few big socket writes at the end."""
-        self._cork += 1
+        self._flush_later += 1
         try:
             yield
         finally:
-            self._cork -= 1
-            if not self._cork and self._alive:
+            self._flush_later -= 1
+            if not self._flush_later and self._alive:
                 self._flush()
 
     # the I/O thread ------------------------------------------------------------------------
@@ -522,14 +520,24 @@ class Channel(SyncChannel[PublishFuture, Consumer]):
             with self._progress:
                 self._progress.notify_all()
 
+    def _acked(self, tokens: list[PublishFuture]) -> None:
+        for future in tokens:  # PublishFuture.set_result inlined: one call per ack frame
+            future._pending -= 1
+            if future._pending == 0 and future._state == 0:
+                if future._callbacks is None:
+                    future._state = 1
+                else:
+                    future._settle(None)
+
     def _new_token(self, count: int, callback: Any) -> PublishFuture:
         future = PublishFuture(self, count)
         if callback is not None:
             future._callbacks = [callback]
         return future
 
-    def _tag_token(self, token: PublishFuture, seqno: int) -> None:
+    def _issued(self, token: PublishFuture, seqno: int) -> PublishFuture:
         token.delivery_tag = seqno
+        return token
 
     def _token_error(self, token: PublishFuture) -> Optional[BaseException]:
         return None if token._retrieved else token._error

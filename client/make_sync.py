@@ -4,8 +4,10 @@
     python client/make_sync.py --check   # exit 1 when the committed file drifts
 
 The rewrite works on tokens, so words in strings and comments stay as they are: the
-``async`` keyword before ``def``/``with``/``for`` and every ``await`` are dropped, and the
-names below are renamed.  Everything else is kept byte for byte.
+``async`` keyword before ``def``/``with``/``for`` and every ``await`` are dropped, the
+names below are renamed, and ``if _LOCKED_SECTION:`` becomes ``with connection._lock:``
+(a section that asyncio runs in one thread, and the blocking transport under its lock).
+Everything else is kept byte for byte.
 """
 from __future__ import annotations
 
@@ -56,6 +58,9 @@ def to_sync(source: str) -> str:
         ):
             following = tokens[index + 1]
             edits.append((start, position(*following.start), ""))  # the keyword and its space
+        elif (token.string == "if" and index + 2 < len(tokens) and tokens[index + 1].string == "_LOCKED_SECTION"
+              and tokens[index + 2].string == ":"):
+            edits.append((start, position(*tokens[index + 1].end), "with connection._lock"))
         elif token.string in RENAMES:
             edits.append((start, end, RENAMES[token.string]))
     out = source

@@ -58,12 +58,19 @@ from .errors import (
 )
 from .message import Message
 from .recovery import END, Topology
-from .session import ChannelBase, ConnectionBase, ConsumerBase
+from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
 
 log = logging.getLogger("amqwire.client")
 
 Body = Union[bytes, bytearray, memoryview, str]
+
+# The hot sections below (publishing, acks) run in the blocking twin under
+# ``connection._lock``, which its reader thread and other calling threads share: the
+# generator turns ``if _LOCKED_SECTION:`` into ``with connection._lock:``.  On asyncio one
+# thread runs everything and a section without an await cannot be interleaved, so it
+# takes no lock: a ``with`` costs more than the rest of an unconfirmed publish's bookkeeping.
+_LOCKED_SECTION = True
 _Self = TypeVar("_Self")
 _Token = TypeVar("_Token")  # a transport's confirm future
 _Subscription = TypeVar("_Subscription")  # what consume() returns on a transport
@@ -312,9 +319,9 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         """A confirm token standing for ``count`` publishes (see ``session.py``)."""
         raise NotImplementedError
 
-    def _future_of(self, token: Any) -> _Token:
-        """What the caller gets for a confirm token."""
-        return token  # type: ignore[no-any-return]
+    def _issued(self, token: Any, seqno: int) -> _Token:
+        """What the caller gets for a confirm token whose first publish has ``seqno``."""
+        raise NotImplementedError
 
     def _subscription(self, consumer: Any, timeout: Optional[float]) -> _Subscription:
         """consume()'s result: the consumer once subscribed (blocking), or an awaitable
@@ -591,8 +598,6 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             if error is not None:
                 raise error
             return
-        if self._closed is not None or connection._error is not None:
-            self._check()
         if connection._is_blocked or connection._write_paused or self._flow_paused:
             self._wait_publishable(_deadline(timeout))
         with connection._lock:
@@ -603,7 +608,8 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             except InvalidStateError:
                 self._check()  # the connection or channel went away meanwhile: say why
                 raise
-        connection._flush_soon()
+        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+            connection._flush_soon()
 
     def publish_async(
         self,
@@ -626,8 +632,6 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         if not self._confirm:
             raise InvalidStateError("publish_async needs confirm mode: call confirm_select() first")
         connection = self._connection
-        if self._closed is not None or connection._error is not None:
-            self._check()
         if (connection._is_blocked or connection._write_paused or self._flow_paused
                 or self._unsettled >= self._max_in_flight):
             self._wait_for_room(1, _deadline(timeout))
@@ -645,12 +649,9 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                 self._check()
                 raise
             self._unsettled += 1
-        self._tag_token(token, seqno)
-        connection._flush_soon()
-        return self._future_of(token)
-
-    def _tag_token(self, token: Any, seqno: int) -> None:
-        """Give the future its delivery tag, where the future type has room for one."""
+        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+            connection._flush_soon()
+        return self._issued(token, seqno)
 
     def publish_encoded(self, frames: Any, count: int, *, timeout: Optional[float] = None) -> Optional[_Token]:
         """Send ``count`` publishes already encoded as frames for this channel (for example
@@ -681,11 +682,11 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                 raise
             if token is not None:
                 self._unsettled += count
-        connection._flush_soon()
+        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+            connection._flush_soon()
         if token is None:
             return None
-        self._tag_token(token, first)
-        return self._future_of(token)
+        return self._issued(token, first)
 
     def wait_for_confirms(self, timeout: Optional[float] = None) -> None:
         """Wait until the broker has answered every publish; raise the first failure since

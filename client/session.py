@@ -14,14 +14,17 @@ A transport supplies the I/O and these primitives, with the same names on both:
   (a ``threading``-based slot, or an ``asyncio.Future``);
 - ``_new_flag()``: an event with ``set()``, ``clear()``, ``is_set()``;
 - ``_flush()`` (write what the core queued, now), ``_flush_soon()`` (write it now, or once
-  the current batch or loop pass ends), ``_flush_acks()``;
+  the current batch or loop pass ends), ``_flush_acks()``; ``_flush_later`` is true while
+  a flush is certain to come anyway (inside ``batch()``; a flush scheduled on the loop),
+  so a publish then only checks that no more than ``FLUSH_AT`` bytes wait;
 - ``_stop_io()`` (abort the socket and the heartbeat timer), ``_begin_recovery()``,
   ``_run_callback(fn, arg)`` (a user callback: queued for ``process_events``, or run in
   the loop with coroutines kept as tasks), ``_closed_for_good()``;
 - on channels: ``_notify_progress()`` (confirms moved: wake publishers waiting for room).
 
-``_lock`` (an RLock on both: uncontended on asyncio, where it costs next to nothing)
-guards the core and the state that the reader and callers share.
+``_lock`` (``_new_lock()``) guards the core and the state that the reader and callers
+share: an RLock on the blocking transport, a no-op on asyncio, where everything runs in
+the loop's thread.
 """
 from __future__ import annotations
 
@@ -54,6 +57,8 @@ log = logging.getLogger("amqwire.client")
 
 #: The Java client's default channel RPC timeout: 10 minutes.
 DEFAULT_RPC_TIMEOUT = 600.0
+#: Publishes are written together until this much is queued (a batch, a loop pass).
+FLUSH_AT = 256 * 1024
 
 
 class ConnectOptions(TypedDict, total=False):
@@ -124,9 +129,10 @@ class ConnectionBase:
         self.rpc_timeout = rpc_timeout
         self.recovery: Optional[RecoveryPolicy] = RecoveryPolicy() if recovery is True else (recovery or None)
         self.params = parameters[0]
-        self._lock = threading.RLock()
+        self._lock = self._new_lock()
         self._channels = {}
         self._batched: list[Any] = []  # consumers holding deliveries of the current read
+        self._flush_later: Any = False
         self._core = proto.ConnectionProtocol()
         self._alive = False  # the current socket is up
         self._opened = False  # ... and its handshake finished
@@ -153,6 +159,10 @@ class ConnectionBase:
         self.heartbeat = 0
 
     # transport primitives -------------------------------------------------------------
+
+    def _new_lock(self) -> Any:
+        """The lock of the core and the shared state (a context manager)."""
+        return threading.RLock()
 
     def _new_waiter(self) -> Any:
         raise NotImplementedError
@@ -528,9 +538,7 @@ class ChannelBase:
     def _on_confirmed(self, event: proto.Confirmed) -> None:
         tokens = event.tokens
         if event.ack and event.returned is None:
-            for token in tokens:
-                if not token.done():
-                    token.set_result(None)
+            self._acked(tokens)
         else:
             returned = event.returned or {}
             for seqno, token in zip(event.seqnos, tokens):
@@ -551,6 +559,12 @@ class ChannelBase:
         with self._connection._lock:
             self._unsettled -= len(tokens)
         self._notify_progress()
+
+    def _acked(self, tokens: list[Any]) -> None:
+        """Settle the tokens of publishes the broker acked (the hot path of confirms)."""
+        for token in tokens:
+            if not token.done():
+                token.set_result(None)
 
     def _notify_progress(self) -> None:
         raise NotImplementedError

@@ -27,6 +27,9 @@ def test_the_generator_drops_async_keywords_only_in_code():
         '        async for y in self.h():\n'
         '            await y\n'
         '    async def __aenter__(self): return self\n'
+        '    async def g(self, connection):\n'
+        '        if _LOCKED_SECTION:\n'
+        '            connection.x = 1\n'
     )
     out = make_sync.to_sync(source)
     body = out.split("\n", 2)[2]  # after the two header lines
@@ -39,4 +42,7 @@ def test_the_generator_drops_async_keywords_only_in_code():
         '        for y in self.h():\n'
         '            y\n'
         '    def __enter__(self): return self\n'
+        '    def g(self, connection):\n'
+        '        with connection._lock:\n'
+        '            connection.x = 1\n'
     )
