@@ -93,12 +93,10 @@ class _StreamProtocol(asyncio.Protocol):
         self.connection._transport_lost(self, exc)
 
     def pause_writing(self) -> None:
-        self.connection._write_paused = True
-        self.connection._writable.clear()
+        self.connection._set_write_paused(True)
 
     def resume_writing(self) -> None:
-        self.connection._write_paused = False
-        self.connection._writable.set()
+        self.connection._set_write_paused(False)
 
 
 class _Unlocked:
@@ -189,8 +187,7 @@ class Connection(AsyncConnection):
         with self._lock:
             self._transport = transport
             self._stream = stream
-            self._write_paused = False
-            self._writable.set()
+            self._set_write_paused(False)
             self._monitor = proto.HeartbeatMonitor(0, time.monotonic())
             self._alive = True
 
@@ -207,8 +204,7 @@ class Connection(AsyncConnection):
         transport = self._transport
         if transport is not None:
             transport.abort()
-        self._write_paused = False
-        self._writable.set()
+        self._set_write_paused(False)
 
     def _transport_lost(self, stream: _StreamProtocol, exc: Optional[Exception]) -> None:
         if stream is self._stream:

@@ -556,7 +556,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
 
     async def _wait_for_room(self, count: int, deadline: Optional[float]) -> None:
         connection = self._connection
-        if connection._is_blocked or connection._write_paused or self._flow_paused:
+        if connection._held or self._flow_paused:
             await self._wait_publishable(deadline)
         window = self._max_in_flight
         if self._unsettled and self._unsettled + count > window:
@@ -596,7 +596,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             if error is not None:
                 raise error
             return
-        if connection._is_blocked or connection._write_paused or self._flow_paused:
+        if connection._held or self._flow_paused:
             await self._wait_publishable(_deadline(timeout))
         if _LOCKED_SECTION:
             if self._closed is not None or connection._error is not None:
@@ -630,8 +630,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         if not self._confirm:
             raise InvalidStateError("publish_async needs confirm mode: call confirm_select() first")
         connection = self._connection
-        if (connection._is_blocked or connection._write_paused or self._flow_paused
-                or self._unsettled >= self._max_in_flight):
+        if connection._held or self._flow_paused or self._unsettled >= self._max_in_flight:
             await self._wait_for_room(1, _deadline(timeout))
         token = self._new_token(1, callback)
         if _LOCKED_SECTION:
@@ -667,7 +666,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         if self._closed is not None or connection._error is not None:
             self._check()
         deadline = _deadline(timeout)
-        if connection._is_blocked or connection._write_paused or self._flow_paused or self._confirm:
+        if connection._held or self._flow_paused or self._confirm:
             await self._wait_for_room(count if self._confirm else 0, deadline)
         token = self._new_token(count, None) if self._confirm else None
         if _LOCKED_SECTION:

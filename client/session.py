@@ -141,8 +141,9 @@ class ConnectionBase:
         # Why calls fail: set when the connection is lost or closed, kept through a
         # recovery until the channels, topology and consumers are back.
         self._error: Optional[BaseException] = None
-        self._is_blocked = False  # the broker sent connection.blocked (read on every publish)
+        self._is_blocked = False  # the broker sent connection.blocked
         self._write_paused = False  # the socket's write buffer is full (asyncio's pause_writing)
+        self._held = False  # either of the two: the one flag a publish reads
         self._writable = self._new_flag()
         self._writable.set()
         self._unblocked = self._new_flag()
@@ -380,12 +381,21 @@ class ConnectionBase:
 
     def _set_blocked(self, blocked: bool) -> None:
         self._is_blocked = blocked
+        self._held = blocked or self._write_paused
         if blocked:
             self._unblocked.clear()
         else:
             self._unblocked.set()
 
     # losing the connection ----------------------------------------------------------
+
+    def _set_write_paused(self, paused: bool) -> None:
+        self._write_paused = paused
+        self._held = paused or self._is_blocked
+        if paused:
+            self._writable.clear()
+        else:
+            self._writable.set()
 
     def _on_lost(self, error: BaseException) -> None:
         """The socket is gone: fail every waiter and every unconfirmed publish; recover
