@@ -336,7 +336,11 @@ class Consumer(AsyncConsumer):
         callback = self.callback
         if callback is None:
             self._buffer.append(message)
-            self._wake()
+            waiter = self._waiter  # _wake(), inlined: this runs for every delivery
+            if waiter is not None:
+                self._waiter = None
+                if not waiter.done():
+                    waiter.set_result(None)
         elif self._is_coroutine:
             self.channel._connection._spawn(callback(message), callback)
         else:

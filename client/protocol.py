@@ -578,6 +578,8 @@ class ConnectionProtocol:
         # channel -> (code, text, class, method) of channels the broker closed, until the
         # number is reused: later calls on them raise that error, not a generic one
         self._broker_closed: dict[int, tuple[Any, ...]] = {}
+        # Counts ChannelClosedEvents: a transport reads it to skip looking for one.
+        self.channels_released = 0
         self._local_close: tuple[Any, ...] = (_REPLY_SUCCESS, "Normal shutdown")
 
     def __repr__(self) -> str:
@@ -1002,6 +1004,7 @@ class ConnectionProtocol:
 
     def _release(self, channel: int) -> list[Any]:
         """Free the channel number; returns (seqno, token) of its unconfirmed publishes."""
+        self.channels_released += 1
         state = self._channels.pop(channel, None)
         if channel < self._next_channel:
             self._next_channel = channel

@@ -268,12 +268,13 @@ class ConnectionBase:
         core = self._core
         error = None
         with self._lock:
+            released = core.channels_released
             try:
                 events = core.receive_data(data)
             except (CodecError, AMQPConnectionError) as exc:
                 events = getattr(exc, "events", None) or []
                 error = self._fault(exc, data)
-            closed = self._detach_closed_channels(events) if events else None
+            closed = self._detach_closed_channels(events) if core.channels_released != released else None
         if core.pending_output:
             self._flush_quietly()
         if events:
@@ -290,8 +291,6 @@ class ConnectionBase:
     def _detach_closed_channels(self, events: list[Any]) -> Optional[dict[int, Any]]:
         """Under ``_lock``, with the core's state: forget channels the broker just closed, so
         a channel opened right after with the same number is never mistaken for the old one."""
-        if proto.ChannelClosedEvent not in map(type, events):
-            return None
         closed = {}
         for event in events:
             if type(event) is proto.ChannelClosedEvent:
