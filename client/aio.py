@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-import ssl
 import sys
 import time
 from collections import deque

@@ -306,7 +306,9 @@ class TCPProxy:
 
     ``freeze()`` makes every connection open at that moment silent in both directions
     (bytes are read and dropped, sockets stay open); connections accepted later forward
-    normally.  ``kill()`` closes every open connection abruptly.
+    normally.  ``hold()`` keeps every byte of the open connections (both ways) and
+    ``release()`` sends them on, in order: a broker that answers late.  ``kill()`` closes
+    every open connection abruptly.
     """
 
     def __init__(self, host: str, port: int):
@@ -334,7 +336,7 @@ class TCPProxy:
             except OSError:
                 client.close()
                 continue
-            pair = {"socks": (client, upstream), "frozen": False}
+            pair = {"socks": (client, upstream), "frozen": False, "held": None, "hold_lock": threading.Lock()}
             with self.lock:
                 self.pairs.append(pair)
                 self.accepted += 1
@@ -349,6 +351,10 @@ class TCPProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                with pair["hold_lock"]:
+                    if pair["held"] is not None:
+                        pair["held"].append((dst, data))
+                        continue
                 if not pair["frozen"]:
                     dst.sendall(data)
         except OSError:
@@ -364,6 +370,25 @@ class TCPProxy:
         with self.lock:
             for pair in self.pairs:
                 pair["frozen"] = True
+
+    def hold(self):
+        with self.lock:
+            for pair in self.pairs:
+                with pair["hold_lock"]:
+                    if pair["held"] is None:
+                        pair["held"] = []
+
+    def release(self):
+        with self.lock:
+            pairs = list(self.pairs)
+        for pair in pairs:
+            with pair["hold_lock"]:
+                held, pair["held"] = pair["held"] or [], None
+                for dst, data in held:
+                    try:
+                        dst.sendall(data)
+                    except OSError:
+                        pass
 
     def kill(self):
         with self.lock:

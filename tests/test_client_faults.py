@@ -19,55 +19,9 @@ import pytest
 
 from conftest import TCPProxy
 
-_HOLD_LOCK = threading.Lock()
-
-
-class HoldingProxy(TCPProxy):
-    """A TCPProxy that can hold every byte (both ways) and later release them in order:
-    a broker that answers late."""
-
-    def hold(self):
-        with _HOLD_LOCK:
-            for pair in self.pairs:
-                pair["held"] = True
-
-    def release(self):
-        with _HOLD_LOCK:
-            for pair in self.pairs:
-                pair["held"] = False
-                for dst, data in pair.pop("buffered", []):
-                    try:
-                        dst.sendall(data)
-                    except OSError:
-                        pass
-
-    @staticmethod
-    def _pump(pair, src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                with _HOLD_LOCK:
-                    if pair.get("held"):
-                        pair.setdefault("buffered", []).append((dst, data))
-                        continue
-                if not pair["frozen"]:
-                    dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in pair["socks"]:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-
-def holding_proxy(api) -> HoldingProxy:
-    proxy = HoldingProxy(api.host, api.port)
-    api._proxies.append(proxy)
-    return proxy
+def holding_proxy(api) -> TCPProxy:
+    """A proxy to the shared broker that can hold (delay) every byte: ``hold()``/``release()``."""
+    return api.proxy()
 
 
 async def declare_directly(api, queue: str) -> None:
@@ -76,6 +30,21 @@ async def declare_directly(api, queue: str) -> None:
     ch = await conn.channel()
     await ch.queue_declare(queue)
     await conn.close()
+
+
+async def ack_until_recovered(api, conn, message, timeout: float = 30) -> list:
+    """Ack ``message`` every 10 ms until the connection is back (and at least one ack was
+    refused while it was down); returns what the refused acks raised."""
+    raised = []
+    deadline = time.monotonic() + timeout
+    while not (conn.is_open and raised):
+        try:
+            await message.ack()
+        except Exception as exc:  # noqa: BLE001 - the caller checks every one
+            raised.append(exc)
+        assert time.monotonic() < deadline, f"no recovery within {timeout} s"
+        await asyncio.sleep(0.01)
+    return raised
 
 
 # --------------------------------------------------------------------------- timeouts
@@ -155,7 +124,7 @@ def test_a_cancelled_request_leaves_the_channel_usable():
 
     async def main():
         host, port = url_host_port(DEFAULT_URL)
-        proxy = HoldingProxy(host, port)
+        proxy = TCPProxy(host, port)
         names = Names()
         try:
             async with aio.connect(with_netloc(DEFAULT_URL, "127.0.0.1", proxy.port)) as conn:
@@ -230,15 +199,7 @@ def test_acks_during_a_recovery_raise_connection_errors(run):
         consumer = await ch.consume(q)
         message = await api.next(consumer)
         proxy.kill()
-        raised = []
-        deadline = time.monotonic() + 20
-        while not (conn.is_open and raised):
-            try:
-                await message.ack()
-            except Exception as exc:  # noqa: BLE001 - every one is checked below
-                raised.append(exc)
-            assert time.monotonic() < deadline, "no recovery within 20 s"
-            await asyncio.sleep(0.01)
+        raised = await ack_until_recovered(api, conn, message, timeout=20)
         assert raised, "no ack was refused while the connection was down"
         wrong = [exc for exc in raised if not isinstance(exc, E.AMQPConnectionError)]
         assert not wrong, wrong[:3]
@@ -516,15 +477,7 @@ def test_acks_after_the_broker_force_closes_the_connection(run, broker_node):
         consumer = await ch.consume("forced")
         message = await api.next(consumer)
         await asyncio.to_thread(node.close_all_connections, "amqwire fault test")
-        raised = []
-        deadline = time.monotonic() + 30
-        while not (conn.is_open and raised):
-            try:
-                await message.ack()
-            except Exception as exc:  # noqa: BLE001 - every one is checked below
-                raised.append(exc)
-            assert time.monotonic() < deadline, "no recovery within 30 s"
-            await asyncio.sleep(0.01)
+        raised = await ack_until_recovered(api, conn, message)
         wrong = [exc for exc in raised if not isinstance(exc, E.AMQPConnectionError)]
         assert not wrong, wrong[:3]
         assert any(isinstance(exc, E.ConnectionClosed) and exc.reply_code == 320 for exc in raised), raised[:3]
