@@ -237,14 +237,19 @@ class Confirmed(_Event):
     acked (``ack``) or nacked by the broker.  ``returned`` maps the seqnos among them that
     came back as basic.return first (mandatory, unroutable) to their ReturnedMessage."""
 
-    __slots__ = ("channel_id", "ack", "seqnos", "tokens", "returned")
+    __slots__ = ("channel_id", "ack", "seqnos", "tokens", "returned", "delivery_tag", "multiple")
 
-    def __init__(self, channel_id: int, ack: bool, seqnos: list[Any], tokens: list[Any], returned: Optional[dict[str, Any]]) -> None:
+    def __init__(
+        self, channel_id: int, ack: bool, seqnos: list[Any], tokens: list[Any], returned: Optional[dict[str, Any]],
+        delivery_tag: int = 0, multiple: bool = False,
+    ) -> None:
         self.channel_id = channel_id
         self.ack = ack
         self.seqnos = seqnos
         self.tokens = tokens
         self.returned = returned
+        self.delivery_tag = delivery_tag  # of the broker's ack/nack, as it came
+        self.multiple = multiple
 
 
 class ConsumerCancelled(_Event):
@@ -378,34 +383,53 @@ class ConfirmTracker:
 class HeartbeatMonitor:
     """When to send a heartbeat and when the peer counts as dead, given the clock.
 
-    A heartbeat goes out every interval/2 (what RabbitMQ does itself); the peer is dead
-    when nothing at all arrived for two intervals.  The caller passes ``now`` in.
+    A heartbeat goes out only when nothing else was written for a whole interval (what the
+    Java client does): the transport consults ``send_due`` at least every interval/2,
+    passing the core's ``bytes_sent``, and any growth of it since the last look counts as
+    traffic.  So under steady traffic no heartbeat is sent, and the longest silence the
+    broker sees is 1.5 intervals, under its limit of two.  The peer is dead when nothing at
+    all arrived for two intervals.  The caller passes ``now`` in.
     """
 
-    __slots__ = ("interval", "last_received", "last_sent")
+    __slots__ = ("interval", "last_received", "last_sent", "last_check", "written")
 
     def __init__(self, interval: float, now: float) -> None:
         self.interval = interval
         self.last_received = now
-        self.last_sent = now
+        self.last_sent = now  # when we last wrote anything, as far as we have looked
+        self.last_check = now
+        self.written = 0  # the core's bytes_sent at the last look
 
     def received(self, now: float) -> None:
         self.last_received = now
 
-    def sent(self, now: float) -> None:
+    def sent(self, now: float, written: Optional[int] = None) -> None:
         self.last_sent = now
+        if written is not None:
+            self.written = written
 
-    def send_due(self, now: float) -> bool:
-        return bool(self.interval) and now - self.last_sent >= self.interval / 2
+    def send_due(self, now: float, written: Optional[int] = None) -> bool:
+        """True when nothing was written for an interval.  ``written``: the core's
+        ``bytes_sent`` (None: only heartbeats count as writes, as ``sent`` reports them)."""
+        if not self.interval:
+            return False
+        self.last_check = now
+        if written is not None and written != self.written:
+            self.written = written
+            self.last_sent = now
+            return False
+        return now - self.last_sent >= self.interval
 
     def timed_out(self, now: float) -> bool:
         return bool(self.interval) and now - self.last_received > 2 * self.interval
 
     def next_deadline(self, now: float) -> Optional[float]:
-        """Seconds until something is due (None when heartbeats are off)."""
+        """Seconds until the monitor wants to be consulted (None when heartbeats are off):
+        the next look for traffic (every interval/2), a due heartbeat, or the peer's deadline."""
         if not self.interval:
             return None
-        due = min(self.last_sent + self.interval / 2, self.last_received + 2 * self.interval)
+        due = min(self.last_check + self.interval / 2, self.last_sent + self.interval,
+                  self.last_received + 2 * self.interval)
         return max(0.0, due - now)
 
 
@@ -579,6 +603,11 @@ class ConnectionProtocol:
         # Counts ChannelClosedEvents: a transport reads it to skip looking for one.
         self.channels_released = 0
         self._local_close: tuple[Any, ...] = (_REPLY_SUCCESS, "Normal shutdown")
+        # Bytes handed to the transport and fed by it; heartbeat frames queued.  Read by the
+        # heartbeat monitor (was anything written lately?) and the metrics.
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.heartbeats_sent = 0
 
     def __repr__(self) -> str:
         return f"<ConnectionProtocol {self.state} user={self._username!r} vhost={self.vhost!r} channels={len(self._channels)}>"
@@ -589,7 +618,9 @@ class ConnectionProtocol:
         """All bytes queued so far, as one bytes object (joins big bodies: a copy)."""
         if self._iov:
             return b"".join(self.buffers_to_send())
-        return self._writer.take()
+        data = self._writer.take()
+        self.bytes_sent += len(data)
+        return data
 
     def buffers_to_send(self) -> list[Any]:
         """All output queued so far as a list of buffers for ``socket.sendmsg``: big bodies
@@ -597,9 +628,13 @@ class ConnectionProtocol:
         if self._iov:
             self._spill_writer()
             pieces, self._iov = self._iov, []
+            self.bytes_sent += sum(len(piece) for piece in pieces)
             return pieces
         data = self._writer.take()
-        return [data] if data else []
+        if not data:
+            return []
+        self.bytes_sent += len(data)
+        return [data]
 
     @property
     def pending_output(self) -> int:
@@ -639,6 +674,11 @@ class ConnectionProtocol:
         self._local_close = (reply_code, reply_text)
         self._set_state(ConnectionState.CLOSING)
 
+    def close_reason_sent(self) -> tuple[int, str]:
+        """Reply code and text of the connection.close we sent (200 until one was)."""
+        code, text = self._local_close
+        return int(code), str(text)
+
     def _set_state(self, new: ConnectionState) -> None:
         """The one place the connection state changes; once closing, no channel takes calls any more."""
         self.state = _transition(CONNECTION_TRANSITIONS, self.state, new, "the connection")
@@ -655,6 +695,7 @@ class ConnectionProtocol:
     def send_heartbeat(self) -> None:
         if self.state in (ConnectionState.OPEN, ConnectionState.HANDSHAKE, ConnectionState.CLOSING):
             self._writer.heartbeat()
+            self.heartbeats_sent += 1
 
     def update_secret(self, new_secret: Union[str, bytes], reason: str) -> None:
         self._check_open()
@@ -781,6 +822,7 @@ class ConnectionProtocol:
         """Feed bytes from the broker; returns the events they complete, in order."""
         if self.state is ConnectionState.CLOSED:
             return []
+        self.bytes_received += len(data)
         try:
             items = self._parser.feed(data)
         except CodecError as exc:
@@ -815,6 +857,8 @@ class ConnectionProtocol:
             if type(method) is BasicDeliver:
                 state = channels.get(channel)
                 if state is None or state.state is not _CHANNEL_OPEN:
+                    if channel == 0:
+                        self._channel_zero(method)
                     continue  # late delivery to a channel we are closing
                 tag = method.delivery_tag
                 state.last_delivery_tag = tag
@@ -831,6 +875,8 @@ class ConnectionProtocol:
                     )
                 )
             elif channel == 0:
+                if method.CLASS_ID != 10:
+                    self._channel_zero(method)
                 self._on_connection_method(method, events)
             elif self.state is not _CONNECTION_OPEN:
                 if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
@@ -838,6 +884,17 @@ class ConnectionProtocol:
                 self._protocol_error(_COMMAND_INVALID, f"{method.NAME} on channel {channel} before the connection is open", method)
             else:
                 self._on_channel_method(channel, method, item, events)
+
+    def _channel_zero(self, method: Any) -> None:
+        """Channel 0 carries the connection's methods only: a channel-class method there, with
+        or without content, is a 504 CHANNEL_ERROR (RabbitMQ closes the connection for it too).
+        A content frame that follows no content method is the parser's 505 on any channel."""
+        self._protocol_error(
+            _CHANNEL_ERROR,
+            f"{method.NAME} on channel 0, which carries connection methods only"
+            + (" (with content)" if method.HAS_CONTENT else ""),
+            method,
+        )
 
     def _on_channel_method(self, channel: int, method: Any, command: Any, events: list[Any]) -> None:
         state = self._channels.get(channel)
@@ -963,7 +1020,7 @@ class ConnectionProtocol:
                     if returned is None:
                         returned = {}
                     returned[seqno] = confirms.returned.pop(seqno)
-        events.append(Confirmed(state.id, ack, seqnos, tokens, returned))
+        events.append(Confirmed(state.id, ack, seqnos, tokens, returned, tag, method.multiple))
 
     # ------------------------------------------------------------------ channels
 

@@ -1764,14 +1764,41 @@ def test_repr_never_shows_the_password():
 Monitor = proto.HeartbeatMonitor
 
 
-def test_heartbeat_send_due_every_half_interval():
+def test_heartbeat_only_after_a_silent_interval():
+    """Without any write, one heartbeat per interval (not every half interval)."""
     m = Monitor(60, now=1000.0)
-    assert not m.send_due(1000.0)
-    assert not m.send_due(1029.9)
-    assert m.send_due(1030.0)
-    m.sent(1030.0)
-    assert not m.send_due(1059.0)
-    assert m.send_due(1060.0)
+    assert not m.send_due(1000.0, 0)
+    assert not m.send_due(1030.0, 0)
+    assert not m.send_due(1059.9, 0)
+    assert m.send_due(1060.0, 0)
+    m.sent(1060.0, 8)  # the heartbeat frame itself is 8 bytes
+    assert not m.send_due(1090.0, 8)
+    assert m.send_due(1120.0, 8)
+
+
+def test_no_heartbeat_while_anything_else_is_written():
+    """Every look (at least each half interval) that sees the byte count grow counts as
+    traffic: under steady writes no heartbeat ever goes out."""
+    m = Monitor(10, now=0.0)
+    written = 0
+    for step in range(1, 100):
+        written += 100  # something was written in each half interval
+        assert not m.send_due(step * 5.0, written)
+    # silence from here: due one interval after the last look that saw traffic
+    assert not m.send_due(500.0, written)
+    assert m.send_due(505.0, written)
+
+
+def test_heartbeat_silence_never_reaches_two_intervals():
+    """A write right after a look is seen at the next look (half an interval later): the
+    broker sees at most 1.5 intervals without bytes, under its two-interval limit."""
+    m = Monitor(10, now=0.0)
+    assert not m.send_due(5.0, 0)
+    written = 100  # written at 5.0 + epsilon
+    assert not m.send_due(10.0, written)  # seen at 10.0
+    assert not m.send_due(15.0, written)
+    assert m.send_due(20.0, written)  # 15 s after the write at 5.0 + epsilon
+    assert m.next_deadline(20.0) == 0.0
 
 
 def test_heartbeat_dead_after_two_silent_intervals():
@@ -1786,12 +1813,13 @@ def test_heartbeat_dead_after_two_silent_intervals():
 
 def test_heartbeat_next_deadline():
     m = Monitor(10, now=0.0)
-    assert m.next_deadline(0.0) == pytest.approx(5.0)
-    m.sent(5.0)
-    assert m.next_deadline(6.0) == pytest.approx(4.0)
-    m.sent(15.0)
-    m.sent(19.5)
-    assert m.next_deadline(19.5) == pytest.approx(0.5)  # silence deadline at 20 comes first
+    assert m.next_deadline(0.0) == pytest.approx(5.0)  # the next look for traffic
+    assert not m.send_due(5.0, 0)
+    assert m.next_deadline(5.0) == pytest.approx(5.0)  # the heartbeat due at 10 (no traffic)
+    assert not m.send_due(6.0, 10)  # traffic seen at 6.0
+    assert m.next_deadline(6.0) == pytest.approx(5.0)  # look again at 11.0
+    m.received(0.0)
+    assert m.next_deadline(19.5) == 0.0  # overdue: a look, then the silence deadline at 20
     assert m.next_deadline(100.0) == 0.0
 
 
@@ -1800,3 +1828,58 @@ def test_heartbeat_disabled():
     assert not m.send_due(1e9)
     assert not m.timed_out(1e9)
     assert m.next_deadline(0.0) is None
+
+
+# --- channel 0 carries connection methods only ---------------------------------------------------
+
+
+def test_channel_method_on_channel_zero_is_a_channel_error():
+    p, broker, _ = connect()
+    exc, _, close = assert_connection_error(p, broker, BasicQosOk().encode(0), (504,))
+    assert "channel 0" in str(exc) and close.class_id == 60
+
+
+def test_publish_on_channel_zero_is_a_channel_error():
+    """The peer sends basic.publish with content on channel 0 (a client-to-server method):
+    504 CHANNEL_ERROR, as RabbitMQ answers a client that does it."""
+    p, broker, _ = connect()
+    data = broker.content_bytes(0, BasicPublish(0, "", "q"), BasicProperties(), b"body")
+    exc, _, close = assert_connection_error(p, broker, data, (504,))
+    assert "basic.publish on channel 0" in str(exc) and "content" in str(exc)
+
+
+def test_delivery_on_channel_zero_is_a_channel_error():
+    p, broker, _ = connect()
+    open_channel(p, broker)
+    data = broker.content_bytes(0, BasicDeliver("ctag", 1, False, "", "q"), BasicProperties(), b"x")
+    exc, events, close = assert_connection_error(p, broker, data, (504,))
+    assert not of_type(events, proto.Message)
+
+
+def test_content_frame_without_a_method_on_channel_zero():
+    """A content header that follows no content method is a framing error (the parser's 505)."""
+    p, broker, _ = connect()
+    data = broker.content_bytes(0, BasicDeliver("ctag", 1, False, "", "q"), BasicProperties(), b"x")
+    header_and_body = data[len(BasicDeliver("ctag", 1, False, "", "q").encode(0)):]
+    assert_connection_error(p, broker, header_and_body, (505, 504))
+
+
+def test_the_client_never_sends_channel_methods_on_channel_zero():
+    p, broker, _ = connect()
+    with pytest.raises(InvalidStateError, match="channel 0"):
+        p.publish(0, "", "q", b"x")
+    with pytest.raises(InvalidStateError, match="channel 0"):
+        p.send_method(0, BasicQos(0, 1, False))
+    assert broker.sent() == []
+
+
+def test_heartbeats_and_bytes_are_counted():
+    p, broker, _ = connect()
+    sent_before = p.bytes_sent
+    p.send_heartbeat()
+    p.send_heartbeat()
+    assert p.heartbeats_sent == 2
+    assert len(p.data_to_send()) == 16 and p.bytes_sent == sent_before + 16
+    received = p.bytes_received
+    p.receive_data(b"\x08\x00\x00\x00\x00\x00\x00\xce")
+    assert p.bytes_received == received + 8
