@@ -7,9 +7,9 @@ forced once 256 KiB are queued); when the socket's write buffer is full, or the 
 blocks the connection, publishing waits.
 
 Cancellation: a cancelled request (``asyncio.wait_for(ch.queue_declare(...), 1)``) leaves
-the channel usable; its late reply is discarded.  Callbacks may be coroutine functions:
-they run as tasks that the connection keeps until they finish, and their exceptions are
-logged, never lost.
+the channel usable; its late reply is discarded.  Callbacks and listeners may be
+coroutine functions: they run as tasks that the connection keeps until they finish, and
+their exceptions go to the connection's exception handler (default: logged), never lost.
 
 Heartbeats are sent by a loop timer: code that blocks the event loop for longer than a
 heartbeat interval stops them, as with any asyncio library (use ``asyncio.to_thread``).
@@ -114,7 +114,12 @@ class _Unlocked:
 class Connection(AsyncConnection):
     """An asyncio AMQP connection.  ``async with``, or ``await close()``."""
 
-    def __init__(self, parameters: list[ConnectionParameters], **options: Any) -> None:
+    def __init__(self, parameters: list[ConnectionParameters], *, consumer_workers: int = 0, **options: Any) -> None:
+        if consumer_workers:
+            raise ValueError(
+                "consumer_workers is for the blocking transport: asyncio runs callbacks in the loop "
+                "(make them coroutines, or use asyncio.to_thread for blocking work)"
+            )
         self._loop = asyncio.get_running_loop()
         self._transport: Optional[asyncio.Transport] = None
         self._stream: Optional[_StreamProtocol] = None
@@ -192,7 +197,7 @@ class Connection(AsyncConnection):
 
     def _started(self) -> None:
         self._monitor.interval = self.heartbeat
-        self._monitor.last_received = self._monitor.last_sent = time.monotonic()
+        self._monitor.last_received = self._monitor.last_sent = self._monitor.last_check = time.monotonic()
         if self.heartbeat:
             self._heartbeat_timer = self._loop.call_later(self.heartbeat / 2, self._on_heartbeat_timer)
 
@@ -221,24 +226,20 @@ class Connection(AsyncConnection):
         if self._transport is not None:
             self._transport.close()
 
-    def _run_callback(self, fn: Callable[[Any], Any], arg: Any) -> None:
-        try:
-            result = fn(arg)
-        except Exception:
-            log.exception("callback %r failed", fn)
-            return
-        if asyncio.iscoroutine(result):
-            self._spawn(result, fn)
+    def _run_callback(self, fn: Callable[[Any], Any], arg: Any, where: str = "consumer", channel: Any = None) -> None:
+        self._call_user(fn, arg, where, channel)
 
-    def _spawn(self, coroutine: Any, fn: Any) -> None:
-        task = self._loop.create_task(coroutine)
+    def _spawn(self, awaitable: Any, fn: Any, where: str = "consumer", channel: Any = None, arg: Any = None) -> None:
+        task = self._loop.create_task(awaitable) if asyncio.iscoroutine(awaitable) else asyncio.ensure_future(awaitable)
         self._tasks.add(task)
-        task.add_done_callback(lambda done: self._task_done(done, fn))
+        task.add_done_callback(lambda done: self._task_done(done, fn, where, channel, arg))
 
-    def _task_done(self, task: "asyncio.Task[Any]", fn: Any) -> None:
+    def _task_done(self, task: "asyncio.Future[Any]", fn: Any, where: str, channel: Any, arg: Any) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("callback %r failed", fn, exc_info=task.exception())
+        if not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                self._callback_failed(error, fn, where, channel, arg)
 
     # writing -------------------------------------------------------------------------------
 
@@ -247,7 +248,7 @@ class Connection(AsyncConnection):
         transport = self._transport
         if transport is None or not self._alive:
             return
-        pieces = self._core.buffers_to_send()
+        pieces = self._take_output()
         if not pieces:
             return
         if len(pieces) == 1:
@@ -288,10 +289,10 @@ class Connection(AsyncConnection):
             self._on_lost(HeartbeatTimeout(f"no data from {self.params} for {2 * self.heartbeat} s (two heartbeat intervals)"))
             return
         self._suspect = False
-        if monitor.send_due(now):
+        if monitor.send_due(now, self._core.bytes_sent):
             self._core.send_heartbeat()
             self._flush()
-            monitor.sent(now)
+            monitor.sent(now, self._core.bytes_sent)
         delay = monitor.next_deadline(now)
         self._heartbeat_timer = self._loop.call_later(max(delay or 0.0, 0.01), self._on_heartbeat_timer)
 
@@ -341,12 +342,12 @@ class Consumer(AsyncConsumer):
                 if not waiter.done():
                     waiter.set_result(None)
         elif self._is_coroutine:
-            self.channel._connection._spawn(callback(message), callback)
+            self.channel._connection._spawn(callback(message), callback, "consumer", self.channel, message)
         else:
             try:
                 callback(message)
-            except Exception:
-                log.exception("consumer callback %r failed", callback)
+            except Exception as exc:
+                self.channel._connection._callback_failed(exc, callback, "consumer", self.channel, message)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -476,12 +477,21 @@ class Channel(AsyncChannel["asyncio.Future[None]", _ConsumerOpener]):
     def _new_token(self, count: int, callback: Any) -> Any:
         future = self._connection._loop.create_future()
         if callback is not None:
-            future.add_done_callback(callback)
+            future.add_done_callback(self._guarded(callback))
         return future if count == 1 else _BatchFuture(future, count)
 
     def _token_error(self, token: Any) -> Optional[BaseException]:
         error: Optional[BaseException] = token.exception()
         return error
+
+    def _guarded(self, callback: Callable[[Any], Any]) -> Callable[[Any], None]:
+        """A publish-future callback whose exception (or coroutine) the connection handles."""
+        connection = self._connection
+
+        def run(future: Any) -> None:
+            connection._call_user(callback, future, "publish", self)
+
+        return run
 
     def _issued(self, token: Any, seqno: int) -> "asyncio.Future[None]":
         future: asyncio.Future[None] = token.future if type(token) is _BatchFuture else token

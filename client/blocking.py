@@ -9,9 +9,11 @@ then flushes them under ``_write_lock``, which keeps the byte stream in order wh
 thread writes.  What waits (RPCs, publishing, closing, recovery) is written once in
 ``operations_async.py``; this module runs its generated blocking twin.
 
-Callbacks: publish-future callbacks run on the I/O thread (keep them short, never wait on
-the connection there); consumer and return callbacks run in the thread that calls
-``Connection.process_events`` or ``Channel.start_consuming``.
+Callbacks: publish-future callbacks and listeners run on the I/O thread (keep them short,
+never wait on the connection there); consumer, default-consumer and return callbacks run
+in the thread that calls ``Connection.process_events`` or ``Channel.start_consuming``, or
+with ``connect(..., consumer_workers=N)`` on a pool of N threads, in order per channel
+(``workpool.py``).  Their exceptions go to the connection's exception handler.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from .operations_sync import SyncChannel, SyncConnection, SyncConsumer
 from .recovery import END
 from .session import FLUSH_AT, ConnectOptions, connection_arguments
 from .url import ConnectionParameters, ParametersLike
+from .workpool import WorkPool
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -91,14 +94,22 @@ def connect(
     """Open a connection (the first URL that works, in order) and finish the handshake."""
     parameters, connection_options = connection_arguments(url, options)
     connection = Connection(parameters, **connection_options)
-    connection._connect_any()
+    try:
+        connection._connect_any()
+    except BaseException:
+        if connection._pool is not None:
+            connection._pool.stop()
+        raise
     return connection
 
 
 class Connection(SyncConnection):
     """A blocking AMQP connection.  Use as a context manager, or call ``close()``."""
 
-    def __init__(self, parameters: list[ConnectionParameters], **options: Any) -> None:
+    def __init__(self, parameters: list[ConnectionParameters], *, consumer_workers: int = 0, **options: Any) -> None:
+        self._pool: Optional[WorkPool] = None
+        if consumer_workers:
+            self._pool = WorkPool(consumer_workers, self._run_queued, f"amqwire-worker {parameters[0].host}")
         self._write_lock = threading.Lock()
         self._callbacks: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._sock: Any = None
@@ -158,14 +169,33 @@ class Connection(SyncConnection):
 
     def _closed_for_good(self) -> None:
         self._callbacks.put(END)
+        if self._pool is not None:
+            self._pool.stop()  # what is queued still runs
 
     def _after_close(self) -> None:
         thread = self._io_thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(self.params.connection_timeout)
 
-    def _run_callback(self, fn: Callable[[Any], Any], arg: Any) -> None:
-        self._callbacks.put((fn, arg))
+    def _run_callback(self, fn: Callable[[Any], Any], arg: Any, where: str = "consumer", channel: Any = None) -> None:
+        """A consumer, default-consumer or return callback: to the work pool (in order per
+        channel) or to ``process_events``."""
+        pool = self._pool
+        if pool is None:
+            self._callbacks.put((fn, arg, where, channel))
+        else:
+            pool.submit(channel.channel_id if channel is not None else 0, fn, arg, where, channel)
+
+    def _run_queued(self, fn: Callable[[Any], Any], arg: Any, where: str, channel: Any) -> None:
+        try:
+            fn(arg)
+        except Exception as exc:
+            self._callback_failed(exc, fn, where, channel, arg)
+
+    @property
+    def consumer_workers(self) -> int:
+        """Threads of the consumer work pool (0: callbacks run in ``process_events``)."""
+        return 0 if self._pool is None else self._pool.size
 
     # writing -------------------------------------------------------------------------------
 
@@ -174,7 +204,7 @@ class Connection(SyncConnection):
         with self._write_lock:
             while True:
                 with self._lock:
-                    pieces = self._core.buffers_to_send()
+                    pieces = self._take_output()
                     sock = self._sock if self._alive else None
                 if not pieces:
                     return
@@ -282,16 +312,16 @@ class Connection(SyncConnection):
                     if size > 0:
                         monitor.received(now)
                         self._data_received(view[:size])
-                if monitor.send_due(now):
+                if monitor.send_due(now, self._core.bytes_sent):
                     if self._write_lock.acquire(blocking=False):
                         try:
                             with self._lock:
                                 self._core.send_heartbeat()
-                                pieces = self._core.buffers_to_send()
+                                pieces = self._take_output()
                             self._write(sock, pieces)
                         finally:
                             self._write_lock.release()
-                    monitor.sent(now)
+                    monitor.sent(now, self._core.bytes_sent)  # a writer holding the lock writes now
                 if monitor.timed_out(now):
                     self._on_lost(HeartbeatTimeout(
                         f"no data from {self.params} for {2 * self.heartbeat} s (two heartbeat intervals)"
@@ -318,7 +348,10 @@ class Connection(SyncConnection):
     def process_events(self, timeout: Optional[float] = 0.0) -> int:
         """Run queued consumer and return callbacks in this thread; returns how many ran.
 
-        Waits up to ``timeout`` seconds for the first one (None: until one arrives).
+        Waits up to ``timeout`` seconds for the first one (None: until one arrives).  A
+        callback's exception goes to the exception handler (``connect(exception_handler=)``,
+        default: logged), and the next callbacks run.  With ``consumer_workers`` the pool
+        runs them instead, and this only waits (and raises when the connection is lost).
         """
         ran = 0
         try:
@@ -331,8 +364,11 @@ class Connection(SyncConnection):
                 self._callbacks.put(END)
                 self._raise_if_lost()
                 return ran
-            fn, arg = item
-            fn(arg)
+            fn, arg, where, channel = item
+            try:
+                fn(arg)
+            except Exception as exc:
+                self._callback_failed(exc, fn, where, channel, arg)
             ran += 1
             try:
                 item = self._callbacks.get_nowait()
@@ -350,7 +386,7 @@ class PublishFuture:
     __slots__ = ("_channel", "delivery_tag", "count", "_pending", "_state", "_error", "_callbacks", "_retrieved")
 
     def __init__(self, channel: "Channel", count: int = 1) -> None:
-        self._channel = channel
+        self._channel: Channel = channel
         self.delivery_tag = 0
         self.count = count  # publishes it stands for (publish_encoded: a whole batch)
         self._pending = count
@@ -378,7 +414,10 @@ class PublishFuture:
 
     def add_done_callback(self, fn: Callable[["PublishFuture"], Any]) -> None:
         if self._state != 0:
-            fn(self)
+            try:
+                fn(self)
+            except Exception as exc:
+                self._channel._connection._callback_failed(exc, fn, "publish", self._channel, self)
             return
         if self._callbacks is None:
             self._callbacks = [fn]
@@ -399,11 +438,12 @@ class PublishFuture:
         self._error = error
         self._state = 2 if error is not None else 1
         if self._callbacks is not None:
+            channel = self._channel
             for fn in self._callbacks:
                 try:
                     fn(self)
-                except Exception:
-                    log.exception("publish callback %r failed", fn)
+                except Exception as exc:
+                    channel._connection._callback_failed(exc, fn, "publish", channel, self)
 
     def __repr__(self) -> str:
         state = ("pending", "acked", "failed")[self._state]
@@ -431,7 +471,7 @@ class Consumer(SyncConsumer):
                 self.channel._connection._batched.append(self)
             pending.append(message)
         else:
-            self.channel._connection._callbacks.put((self.callback, message))
+            self.channel._connection._run_callback(self.callback, message, "consumer", self.channel)
 
     def _hand_over(self) -> None:
         pending = self._pending

@@ -47,6 +47,7 @@ from amqwire.codec import (
     TxSelect,
 )
 
+from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
     AMQPConnectionError,
     AMQPError,
@@ -168,6 +169,8 @@ class SyncConnection(ConnectionBase):
         self.frame_max = opened.frame_max
         self.heartbeat = opened.heartbeat
         self._started()
+        if self._metrics is not None:
+            self._metrics.connection_opened()
         log.info("connected to %s (frame_max %d, heartbeat %d)", params, self.frame_max, self.heartbeat)
 
     # channels ----------------------------------------------------------------------------
@@ -241,14 +244,17 @@ class SyncConnection(ConnectionBase):
             except Exception as exc:  # keep trying until the policy gives up
                 log.warning("recovery attempt %d failed: %r", attempt, exc)
                 self._on_lost(ConnectionLost(f"recovery attempt {attempt} failed: {exc}"))
-                if policy.max_attempts and attempt >= policy.max_attempts:
+                final = bool(policy.max_attempts and attempt >= policy.max_attempts)
+                if self._recovery_failed_listeners:
+                    self._emit(self._recovery_failed_listeners, RecoveryEvent(attempt, exc, final))
+                if final:
                     log.error("recovery gave up after %d attempts", attempt)
                     self._give_up()
                     return
                 continue
             if self._closing:
                 break  # close() came during the restore: it wins
-            self._recovery_done()
+            self._recovery_done(attempt)
             return
         self._give_up()
 
@@ -366,10 +372,10 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             try:
                 reply = connection._wait(waiter, _left(deadline))
             except TimeoutError:
-                self._abandon(waiter)
+                self._abandon(waiter, method)
                 raise OperationTimeout(method.NAME, limit, self.channel_id) from None
             except BaseException:
-                self._abandon(waiter)
+                self._abandon(waiter, method)
                 raise
         if record and connection._topology is not None:
             connection._topology.record(method, reply)
@@ -467,9 +473,12 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
     def basic_recover(self, requeue: bool = True, *, timeout: Optional[float] = None) -> None:
         """Redeliver the unacknowledged messages of this channel."""
         self._rpc(BasicRecover(requeue), timeout)
+        for consumer in list(self._consumers.values()):
+            self._consumer_event(ConsumerEventKind.RECOVER_OK, consumer)
 
     def basic_get(self, queue: str, *, no_ack: bool = False, timeout: Optional[float] = None) -> Optional[Message]:
         """One message from the queue, or None if it is empty (``message_count``: how many remain)."""
+        self._get_no_ack = no_ack
         message: Optional[Message] = self._rpc(BasicGet(0, queue, no_ack), timeout, record=False)
         return message
 
@@ -480,6 +489,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         self._consumers.pop(consumer_tag, None)
         if consumer is not None:
             consumer._finish(END)
+            self._consumer_event(ConsumerEventKind.CANCEL_OK, consumer)
 
     def basic_ack(self, delivery_tag: int, multiple: bool = False) -> None:
         self._answer_delivery("basic_ack", delivery_tag, multiple)
@@ -505,6 +515,9 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             except InvalidStateError:
                 self._check()
                 raise
+            if connection._metrics is not None:
+                self._count_settled(connection._metrics, core_method, delivery_tag,
+                                    core_method != "basic_reject" and args[0])
         # At once: a consumer busy with its buffered messages would otherwise hold back
         # the acks that let the broker send more.
         connection._flush_acks()
@@ -608,6 +621,8 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             except InvalidStateError:
                 self._check()  # the connection or channel went away meanwhile: say why
                 raise
+            if connection._metrics is not None:
+                connection._unreported_publishes += 1
         if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
             connection._flush_soon()
 
@@ -648,6 +663,9 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                 self._check()
                 raise
             self._unsettled += 1
+            if connection._metrics is not None:
+                connection._unreported_publishes += 1
+                self._stamp_publishes(seqno, 1)
         if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
             connection._flush_soon()
         return self._issued(token, seqno)
@@ -681,6 +699,10 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                 raise
             if token is not None:
                 self._unsettled += count
+            if connection._metrics is not None:
+                connection._unreported_publishes += count
+                if token is not None and count:
+                    self._stamp_publishes(first, count)
         if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
             connection._flush_soon()
         if token is None:
@@ -737,6 +759,8 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         # The consumer must be findable before basic.consume-ok arrives: deliveries may
         # follow it at once, in the same read.
         tag = consumer._method.consumer_tag
+        if consumer._method.no_ack:
+            self._no_ack_consumers += 1  # metrics: its deliveries need no settling
         if tag:
             self._consumers[tag] = consumer
         self._pending_consumer = consumer
@@ -749,6 +773,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             self._pending_consumer = None
         consumer.consumer_tag = reply.consumer_tag
         self._consumers[reply.consumer_tag] = consumer
+        self._consumer_event(ConsumerEventKind.CONSUME_OK, consumer)
 
     # closing -------------------------------------------------------------------------------
 
@@ -784,6 +809,8 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             self._waiter = waiter
             self._stale = None
             self._unsettled = 0  # nothing can be in flight: publishing waits for the recovery
+            self._unsettled_tags.clear()
+            self._settled.clear()
             connection._channels[self.channel_id] = self
         connection._flush()
         connection._wait(waiter, connection.params.connection_timeout)

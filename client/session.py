@@ -28,10 +28,13 @@ the loop's thread.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import ssl
 import threading
-from typing import Any, Callable, Optional, Sequence, TypedDict, Union
+import time
+from collections import deque
+from typing import Any, Callable, Optional, Sequence, TypedDict, TypeVar, Union
 
 from amqwire.codec import BasicCancel, BasicConsumeOk, CodecError, ProtocolHeaderError
 
@@ -49,11 +52,26 @@ from .errors import (
     PublishUnconfirmed,
     channel_closed,
 )
+from .listeners import (
+    BlockedEvent,
+    CallbackError,
+    ConfirmEvent,
+    ConsumerEvent,
+    ConsumerEventKind,
+    ExceptionHandler,
+    FlowEvent,
+    RecoveryEvent,
+    ShutdownEvent,
+    UnblockedEvent,
+    log_callback_error,
+)
 from .message import Message, ReturnedMessage
+from .metrics import MetricsCollector
 from .recovery import END, RecoveryPolicy, Topology, recoverable
 from .url import ConnectionParameters, ParametersLike, parameters_list
 
 log = logging.getLogger("amqwire.client")
+_E = TypeVar("_E")
 
 #: The Java client's default channel RPC timeout: 10 minutes.
 DEFAULT_RPC_TIMEOUT = 600.0
@@ -66,7 +84,11 @@ class ConnectOptions(TypedDict, total=False):
 
     ``heartbeat``, ``frame_max``, ``channel_max`` and ``connection_timeout`` override the
     URL's query; ``rpc_timeout`` is the default ``timeout=`` of every request (the Java
-    client's 10 minutes; None: wait forever); ``recovery``: True or a RecoveryPolicy.
+    client's 10 minutes; None: wait forever); ``recovery``: True or a RecoveryPolicy;
+    ``exception_handler``: called with a CallbackError for exceptions of user callbacks
+    (default: log them); ``metrics``: a MetricsCollector (default: none, nothing counted);
+    ``consumer_workers`` (blocking only): run consumer and return callbacks on that many
+    worker threads, in order per channel, instead of in ``process_events``.
     """
 
     heartbeat: Optional[int]
@@ -80,6 +102,9 @@ class ConnectOptions(TypedDict, total=False):
     recovery: Union[bool, RecoveryPolicy]
     on_secure: Optional[Callable[[bytes], bytes]]
     rpc_timeout: Optional[float]
+    exception_handler: Optional[ExceptionHandler]
+    metrics: Optional[MetricsCollector]
+    consumer_workers: int
 
 
 _URL_OVERRIDES = ("heartbeat", "frame_max", "channel_max", "connection_timeout")
@@ -113,6 +138,8 @@ class ConnectionBase:
         recovery: Union[bool, RecoveryPolicy] = False,
         on_secure: Optional[Callable[[bytes], bytes]] = None,
         rpc_timeout: Optional[float] = DEFAULT_RPC_TIMEOUT,
+        exception_handler: Optional[ExceptionHandler] = None,
+        metrics: Optional[MetricsCollector] = None,
     ) -> None:
         if blocked_action not in ("wait", "raise"):
             raise ValueError(f"blocked_action must be 'wait' or 'raise', not {blocked_action!r}")
@@ -158,6 +185,127 @@ class ConnectionBase:
         self.channel_max = 0
         self.frame_max = 0
         self.heartbeat = 0
+        self.exception_handler: ExceptionHandler = exception_handler or log_callback_error
+        # None: nothing is counted, and the hot paths check only this attribute
+        self._metrics = metrics
+        self._unreported_publishes = 0  # written since the last report to _metrics
+        self._close_listeners: list[Callable[[ShutdownEvent], Any]] = []
+        self._blocked_listeners: list[Callable[[BlockedEvent], Any]] = []
+        self._unblocked_listeners: list[Callable[[UnblockedEvent], Any]] = []
+        self._recovery_started_listeners: list[Callable[[RecoveryEvent], Any]] = []
+        self._recovery_succeeded_listeners: list[Callable[[RecoveryEvent], Any]] = []
+        self._recovery_failed_listeners: list[Callable[[RecoveryEvent], Any]] = []
+
+    # listeners (see listeners.py) ------------------------------------------------------
+
+    def add_close_listener(self, fn: Callable[[ShutdownEvent], Any]) -> None:
+        """``fn(ShutdownEvent)`` whenever the connection closes or is lost (also before each
+        recovery: ``event.recovering``)."""
+        self._close_listeners.append(fn)
+
+    def remove_close_listener(self, fn: Callable[[ShutdownEvent], Any]) -> None:
+        _remove(self._close_listeners, fn)
+
+    def add_blocked_listener(self, fn: Callable[[BlockedEvent], Any]) -> None:
+        """``fn(BlockedEvent)`` when the broker blocks publishing (connection.blocked)."""
+        self._blocked_listeners.append(fn)
+
+    def remove_blocked_listener(self, fn: Callable[[BlockedEvent], Any]) -> None:
+        _remove(self._blocked_listeners, fn)
+
+    def add_unblocked_listener(self, fn: Callable[[UnblockedEvent], Any]) -> None:
+        """``fn(UnblockedEvent)`` when the broker lifts the block (connection.unblocked)."""
+        self._unblocked_listeners.append(fn)
+
+    def remove_unblocked_listener(self, fn: Callable[[UnblockedEvent], Any]) -> None:
+        _remove(self._unblocked_listeners, fn)
+
+    def add_recovery_started_listener(self, fn: Callable[[RecoveryEvent], Any]) -> None:
+        """``fn(RecoveryEvent)`` when a recovery begins (attempt 0; ``error``: the loss)."""
+        self._recovery_started_listeners.append(fn)
+
+    def remove_recovery_started_listener(self, fn: Callable[[RecoveryEvent], Any]) -> None:
+        _remove(self._recovery_started_listeners, fn)
+
+    def add_recovery_succeeded_listener(self, fn: Callable[[RecoveryEvent], Any]) -> None:
+        """``fn(RecoveryEvent)`` once channels, topology and consumers are back."""
+        self._recovery_succeeded_listeners.append(fn)
+
+    def remove_recovery_succeeded_listener(self, fn: Callable[[RecoveryEvent], Any]) -> None:
+        _remove(self._recovery_succeeded_listeners, fn)
+
+    def add_recovery_failed_listener(self, fn: Callable[[RecoveryEvent], Any]) -> None:
+        """``fn(RecoveryEvent)`` for every attempt that failed (``final``: no more attempts)."""
+        self._recovery_failed_listeners.append(fn)
+
+    def remove_recovery_failed_listener(self, fn: Callable[[RecoveryEvent], Any]) -> None:
+        _remove(self._recovery_failed_listeners, fn)
+
+    def _emit(self, listeners: list[Callable[[_E], Any]], event: _E, channel: Any = None) -> None:
+        for fn in tuple(listeners):
+            self._call_user(fn, event, "listener", channel)
+
+    def _call_user(self, fn: Callable[[Any], Any], arg: Any, where: str, channel: Any = None) -> None:
+        """Call user code now, in this thread; its exception (or, on asyncio, its coroutine's)
+        goes to the exception handler."""
+        try:
+            result = fn(arg)
+        except Exception as exc:
+            self._callback_failed(exc, fn, where, channel, arg)
+            return
+        if result is not None and inspect.isawaitable(result):
+            self._spawn(result, fn, where, channel, arg)
+
+    def _spawn(self, awaitable: Any, fn: Any, where: str, channel: Any, arg: Any) -> None:
+        """Run a callback's coroutine (asyncio); the blocking transport has no loop to run it."""
+        close = getattr(awaitable, "close", None)
+        if close is not None:
+            close()
+        self._callback_failed(
+            TypeError(f"{where} callback {fn!r} returned an awaitable: the blocking transport calls plain functions"),
+            fn, where, channel, arg,
+        )
+
+    def _callback_failed(self, error: BaseException, fn: Any, where: str, channel: Any, arg: Any) -> None:
+        try:
+            self.exception_handler(CallbackError(error, fn, where, self, channel, arg))
+        except Exception:
+            log.exception("the exception handler %r failed on an error of %r", self.exception_handler, fn)
+
+    # metrics ---------------------------------------------------------------------------
+
+    def _take_output(self) -> list[Any]:
+        """The core's queued output, for the transport to write (under ``_lock``)."""
+        pieces = self._core.buffers_to_send()
+        metrics = self._metrics
+        if metrics is not None and pieces:
+            metrics.bytes_sent(sum(len(piece) for piece in pieces))
+            if self._unreported_publishes:
+                count, self._unreported_publishes = self._unreported_publishes, 0
+                metrics.published(count)
+        return pieces
+
+    def _count_input(self, metrics: MetricsCollector, data: Any, events: list[Any]) -> None:
+        metrics.bytes_received(len(data))
+        delivered = 0
+        for event in events:
+            kind = type(event)
+            if kind is Message:
+                delivered += 1
+                channel = self._channels.get(event.channel_id)
+                if channel is not None:
+                    if channel._no_ack_consumers:
+                        consumer = channel._consumers.get(event.consumer_tag) or channel._pending_consumer
+                        if consumer is not None and consumer._method.no_ack:
+                            continue  # settled on delivery
+                    channel._unsettled_tags.append(event.delivery_tag)
+            elif kind is proto.GetResult and event.message is not None:
+                delivered += 1
+                channel = self._channels.get(event.channel_id)
+                if channel is not None and not channel._get_no_ack:
+                    channel._unsettled_tags.append(event.message.delivery_tag)
+        if delivered:
+            metrics.delivered(delivered)
 
     # transport primitives -------------------------------------------------------------
 
@@ -275,6 +423,8 @@ class ConnectionBase:
                 events = getattr(exc, "events", None) or []
                 error = self._fault(exc, data)
             closed = self._detach_closed_channels(events) if core.channels_released != released else None
+            if self._metrics is not None:
+                self._count_input(self._metrics, data, events)
         if core.pending_output:
             self._flush_quietly()
         if events:
@@ -347,12 +497,18 @@ class ConnectionBase:
                 channel = channels.get(event.channel_id)
                 if channel is not None:
                     channel._set_flow(event.active)
+                    if channel._flow_listeners:
+                        self._emit(channel._flow_listeners, FlowEvent(event.channel_id, event.active), channel)
             elif kind is proto.ConnectionBlocked:
                 log.warning("the broker blocked the connection: %s", event.reason)
                 self._set_blocked(True)
+                if self._blocked_listeners:
+                    self._emit(self._blocked_listeners, BlockedEvent(event.reason))
             elif kind is proto.ConnectionUnblocked:
                 log.info("the broker unblocked the connection")
                 self._set_blocked(False)
+                if self._unblocked_listeners:
+                    self._emit(self._unblocked_listeners, UnblockedEvent())
             elif kind is proto.SecretUpdated:
                 _settle(self._secret_waiter, None)
             elif kind is proto.ConnectionOpened:
@@ -425,13 +581,26 @@ class ConnectionBase:
         recovering = self._recovering or (self.recovery is not None and not self._closing and recoverable(error))
         for channel_id, channel in list(self._channels.items()):
             channel._on_connection_lost(error, unconfirmed.get(channel_id, ()), recovering)
+        if self._close_listeners:
+            self._emit(self._close_listeners, self._shutdown_event(error, recovering))
         if recovering:
             if not self._recovering:
                 self._recovering = True
                 self._recovered.clear()
+                if self._recovery_started_listeners:
+                    self._emit(self._recovery_started_listeners, RecoveryEvent(0, error))
                 self._begin_recovery()
             return
         self._give_up()
+
+    def _shutdown_event(self, error: BaseException, recovering: bool) -> ShutdownEvent:
+        if self._closing:
+            code, text = self._core.close_reason_sent()
+            return ShutdownEvent(0, True, False, code, text, None, False)
+        if isinstance(error, ConnectionClosed):
+            return ShutdownEvent(0, False, True, error.reply_code, error.reply_text, error, recovering)
+        code = getattr(error.__cause__, "reply_code", 0) or 0  # a protocol error we closed with
+        return ShutdownEvent(0, False, False, code, str(error), error, recovering)
 
     def _give_up(self) -> None:
         """No recovery: the channels are closed for good."""
@@ -443,12 +612,16 @@ class ConnectionBase:
         self._recovered.set()
         self._closed_for_good()
 
-    def _recovery_done(self) -> None:
+    def _recovery_done(self, attempt: int) -> None:
         with self._lock:
             self._error = None
         self._recovering = False
         self._recovered.set()
         log.info("recovery: connection to %s restored", self.params)
+        if self._metrics is not None:
+            self._metrics.connection_recovered()
+        if self._recovery_succeeded_listeners:
+            self._emit(self._recovery_succeeded_listeners, RecoveryEvent(attempt))
 
 
 class ChannelBase:
@@ -475,6 +648,99 @@ class ChannelBase:
         self._tag_offset = 0
         self._tag_before_recovery = 0
         self._qos: Optional[tuple[Any, ...]] = None
+        self._default_consumer: Optional[Callable[[Message], Any]] = None
+        self._unknown_logged = False
+        # consumer tags whose deliveries must not be nacked: no_ack consumers abandoned
+        # before their consume-ok (a nack of an unacked-mode tag would close the channel)
+        self._no_ack_orphans: set[str] = set()
+        self._stale_method: Any = None
+        self._close_listeners: list[Callable[[ShutdownEvent], Any]] = []
+        self._flow_listeners: list[Callable[[FlowEvent], Any]] = []
+        self._confirm_listeners: list[Callable[[ConfirmEvent], Any]] = []
+        self._consumer_listeners: list[Callable[[ConsumerEvent], Any]] = []
+        # metrics (only with a collector): when each confirm-mode publish was made, from
+        # seqno _sent_base on; the delivery tags (the core's) waiting for an ack, nack or
+        # reject, in order, and those of them settled out of order; no_ack consumers here
+        self._sent_at: deque[float] = deque()
+        self._sent_base = 1
+        self._unsettled_tags: deque[int] = deque()
+        self._settled: set[int] = set()
+        self._no_ack_consumers = 0
+        self._get_no_ack = False
+
+    # listeners (see listeners.py) ------------------------------------------------------
+
+    def add_close_listener(self, fn: Callable[[ShutdownEvent], Any]) -> None:
+        """``fn(ShutdownEvent)`` when the channel closes (by ``close()``, by the broker, or
+        with its connection: ``event.recovering`` when it comes back)."""
+        self._close_listeners.append(fn)
+
+    def remove_close_listener(self, fn: Callable[[ShutdownEvent], Any]) -> None:
+        _remove(self._close_listeners, fn)
+
+    def add_flow_listener(self, fn: Callable[[FlowEvent], Any]) -> None:
+        """``fn(FlowEvent)`` when the broker pauses (``active`` False) or resumes the channel."""
+        self._flow_listeners.append(fn)
+
+    def remove_flow_listener(self, fn: Callable[[FlowEvent], Any]) -> None:
+        _remove(self._flow_listeners, fn)
+
+    def add_confirm_listener(self, fn: Callable[[ConfirmEvent], Any]) -> None:
+        """``fn(ConfirmEvent)`` for every basic.ack and basic.nack of publisher confirms,
+        beside the per-publish futures."""
+        self._confirm_listeners.append(fn)
+
+    def remove_confirm_listener(self, fn: Callable[[ConfirmEvent], Any]) -> None:
+        _remove(self._confirm_listeners, fn)
+
+    def add_consumer_listener(self, fn: Callable[[ConsumerEvent], Any]) -> None:
+        """``fn(ConsumerEvent)`` for the lifecycle of this channel's consumers: consume-ok,
+        cancel-ok, cancelled by the broker, channel closed, connection lost, recover-ok."""
+        self._consumer_listeners.append(fn)
+
+    def remove_consumer_listener(self, fn: Callable[[ConsumerEvent], Any]) -> None:
+        _remove(self._consumer_listeners, fn)
+
+    def remove_on_return_callback(self, fn: Callable[[ReturnedMessage], Any]) -> None:
+        _remove(self._return_callbacks, fn)
+
+    def _consumer_event(self, kind: ConsumerEventKind, consumer: Any, error: Optional[BaseException] = None,
+                        recovering: bool = False) -> None:
+        if self._consumer_listeners:
+            event = ConsumerEvent(kind, self.channel_id, consumer.consumer_tag, consumer.queue, error, recovering)
+            self._connection._emit(self._consumer_listeners, event, self)
+
+    def _emit_close(self, error: BaseException, by_broker: bool, code: int, text: str, recovering: bool) -> None:
+        if self._close_listeners:
+            by_application = not by_broker and not isinstance(error, AMQPConnectionError)
+            cause = None if by_application else error
+            event = ShutdownEvent(self.channel_id, by_application, by_broker, code, text, cause, recovering)
+            self._connection._emit(self._close_listeners, event, self)
+
+    # the default consumer --------------------------------------------------------------
+
+    @property
+    def default_consumer(self) -> Optional[Callable[[Message], Any]]:
+        """Called with deliveries for consumer tags this channel does not know (None: they
+        are nacked back to their queue, and logged once)."""
+        return self._default_consumer
+
+    def set_default_consumer(self, callback: Optional[Callable[[Message], Any]]) -> None:
+        self._default_consumer = callback
+
+    def _close_soon(self, reply_code: int, reply_text: str) -> None:
+        """Queue channel.close without waiting for close-ok (from the connection's threads)."""
+        connection = self._connection
+        with connection._lock:
+            try:
+                connection._core.close_channel(self.channel_id, reply_code, reply_text)
+            except InvalidStateError:
+                return
+            waiter = self._waiter
+            self._waiter = None
+            self._stale = None
+        _fail(waiter, InvalidStateError(f"channel {self.channel_id} was closed"))
+        connection._flush_quietly()
 
     def __repr__(self) -> str:
         module = type(self).__module__.replace("amqwire.client.blocking", "amqwire.client")
@@ -528,12 +794,14 @@ class ChannelBase:
             if type(value) is Message:  # a basic.get nobody takes: back to the queue
                 connection._core.basic_reject(self.channel_id, value.delivery_tag - self._tag_offset, True)
             elif type(value) is BasicConsumeOk:  # a consumer nobody reads
+                if getattr(self._stale_method, "no_ack", False):
+                    self._no_ack_orphans.add(value.consumer_tag)
                 connection._core.send_method(self.channel_id, BasicCancel(value.consumer_tag, True))
             else:
                 return
         connection._flush_quietly()
 
-    def _abandon(self, waiter: Any) -> None:
+    def _abandon(self, waiter: Any, method: Any = None) -> None:
         """An RPC stopped waiting (timeout, cancellation): its reply may still come, and the
         next request must not mistake it for its own."""
         with self._connection._lock:
@@ -541,11 +809,19 @@ class ChannelBase:
                 return
             stale = self._connection._new_waiter()
             self._waiter = self._stale = stale
+            self._stale_method = method
 
     # confirms --------------------------------------------------------------------------
 
     def _on_confirmed(self, event: proto.Confirmed) -> None:
         tokens = event.tokens
+        metrics = self._connection._metrics
+        if metrics is not None:
+            self._count_confirms(metrics, event)
+        if self._confirm_listeners:
+            self._connection._emit(
+                self._confirm_listeners, ConfirmEvent(self.channel_id, event.ack, event.delivery_tag, event.multiple), self
+            )
         if event.ack and event.returned is None:
             self._acked(tokens)
         else:
@@ -569,6 +845,67 @@ class ChannelBase:
             self._unsettled -= len(tokens)
         self._notify_progress()
 
+    def _count_confirms(self, metrics: MetricsCollector, event: proto.Confirmed) -> None:
+        seqnos = event.seqnos
+        returned = len(event.returned) if event.returned else 0
+        if event.ack:
+            metrics.publish_confirmed(len(seqnos) - returned)
+        else:
+            metrics.publish_nacked(len(seqnos) - returned)
+        if returned:
+            metrics.publish_returned(returned)
+        times = self._sent_at
+        if not times:
+            return
+        now = time.monotonic()
+        base = self._sent_base
+        end = base + len(times)
+        metrics.confirm_latencies([now - times[seqno - base] for seqno in seqnos if base <= seqno < end])
+        state = self._connection._core.channel_state(self.channel_id)
+        resolved = state.confirms.base if state is not None and state.confirms is not None else end
+        while times and self._sent_base < resolved:
+            times.popleft()
+            self._sent_base += 1
+
+    def _stamp_publishes(self, seqno: int, count: int) -> None:
+        """Metrics on: when confirm-mode publishes ``seqno``... were made."""
+        times = self._sent_at
+        if seqno != self._sent_base + len(times):  # a new run of seqnos (a reopened channel)
+            times.clear()
+            self._sent_base = seqno
+        now = time.monotonic()
+        if count == 1:
+            times.append(now)
+        else:
+            times.extend([now] * count)
+
+    def _count_settled(self, metrics: MetricsCollector, core_method: str, delivery_tag: int, multiple: bool) -> None:
+        """Metrics on: how many deliveries an ack, nack or reject settles (``multiple``: every
+        unsettled one up to its tag)."""
+        tags = self._unsettled_tags
+        settled = self._settled
+        if multiple:
+            count = 0
+            while tags and tags[0] <= delivery_tag:
+                tag = tags.popleft()
+                if tag in settled:
+                    settled.discard(tag)
+                else:
+                    count += 1
+        else:
+            count = 1
+            if tags and tags[0] == delivery_tag:
+                tags.popleft()
+                while tags and tags[0] in settled:
+                    settled.discard(tags.popleft())
+            elif tags and tags[0] < delivery_tag:
+                settled.add(delivery_tag)
+        if count:
+            if core_method == "basic_ack":
+                metrics.acked(count)
+            else:
+                metrics.rejected(count)
+
     def _acked(self, tokens: list[Any]) -> None:
         """Settle the tokens of publishes the broker acked (the hot path of confirms)."""
         for token in tokens:
@@ -587,7 +924,7 @@ class ChannelBase:
 
     def _on_return(self, message: ReturnedMessage) -> None:
         for fn in self._return_callbacks:
-            self._connection._run_callback(fn, message)
+            self._connection._run_callback(fn, message, "return", self)
 
     def add_on_return_callback(self, fn: Callable[[ReturnedMessage], Any]) -> None:
         """``fn(returned)`` for every message the broker returns (blocking: run by
@@ -604,16 +941,40 @@ class ChannelBase:
         if consumer is None:
             consumer = self._pending_consumer
             if consumer is None:
-                log.warning("channel %d: delivery for unknown consumer %r dropped", self.channel_id, message.consumer_tag)
+                self._on_unknown_delivery(message)
                 return
             self._consumers[message.consumer_tag] = consumer  # type: ignore[index]
         consumer._deliver(message)
+
+    def _on_unknown_delivery(self, message: Message) -> None:
+        """A delivery for a consumer tag this channel does not know: to the default consumer,
+        or back to its queue (nack, requeue), logged once per channel."""
+        if self._default_consumer is not None:
+            self._connection._run_callback(self._default_consumer, message, "default_consumer", self)
+            return
+        if not self._unknown_logged:
+            self._unknown_logged = True
+            log.warning(
+                "channel %d: delivery for unknown consumer %r nacked back to its queue (no default consumer set; "
+                "not logged again for this channel)", self.channel_id, message.consumer_tag,
+            )
+        if message.consumer_tag in self._no_ack_orphans:
+            return  # delivered settled already: nothing to give back
+        connection = self._connection
+        with connection._lock:
+            try:
+                connection._core.basic_nack(self.channel_id, message.delivery_tag - self._tag_offset, False, True)
+            except InvalidStateError:
+                return  # the channel is going: the broker requeues it anyway
+        connection._flush_quietly()
 
     def _on_consumer_cancelled(self, consumer_tag: str) -> None:
         consumer = self._consumers.pop(consumer_tag, None)
         log.warning("channel %d: the broker cancelled consumer %r", self.channel_id, consumer_tag)
         if consumer is not None:
-            consumer._finish(ConsumerCancelled(consumer_tag))
+            error = ConsumerCancelled(consumer_tag)
+            consumer._finish(error)
+            self._consumer_event(ConsumerEventKind.CANCELLED, consumer, error)
 
     def _core_tag(self, delivery_tag: int) -> int:
         """The delivery tag on the current connection; 0 for a delivery from before a
@@ -632,6 +993,9 @@ class ChannelBase:
         if event.by_broker:
             log.info("%s", error)  # also raised to the caller: not a warning by itself
         self._closed = error
+        # listeners first: whoever waits on the channel wakes up with them done
+        self._emit_close(error, event.by_broker, event.reply_code, event.reply_text, False)
+        self._consumer_events(ConsumerEventKind.CHANNEL_CLOSED, error, False)
         if not event.by_broker:  # our close() is waiting for this
             with self._connection._lock:
                 waiter = self._waiter
@@ -640,11 +1004,24 @@ class ChannelBase:
         self._fail_everything(error, event.unconfirmed, False)
 
     def _on_connection_lost(self, error: BaseException, unconfirmed: Any, recovering: bool) -> None:
+        was_closed = self._closed is not None
         if not recovering:
             self._closed = self._closed or error
+        if not was_closed:
+            code = getattr(error, "reply_code", 0) or 0
+            self._emit_close(error, isinstance(error, ConnectionClosed), code, str(error), recovering)
+        self._consumer_events(ConsumerEventKind.CONNECTION_LOST, error, recovering)
         self._fail_everything(error, unconfirmed, recovering)
 
+    def _consumer_events(self, kind: ConsumerEventKind, error: BaseException, recovering: bool) -> None:
+        if self._consumer_listeners:
+            for consumer in list(self._consumers.values()):
+                if consumer._active:
+                    self._consumer_event(kind, consumer, error, recovering)
+
     def _fail_everything(self, error: BaseException, unconfirmed: Any, recovering: bool) -> None:
+        self._unsettled_tags.clear()  # the broker requeued them: nothing left to settle
+        self._settled.clear()
         with self._connection._lock:
             waiter = self._waiter
             self._waiter = None
@@ -697,6 +1074,14 @@ class ConsumerBase:
 
     def __repr__(self) -> str:
         return f"<Consumer {self.consumer_tag!r} on {self.queue!r}{'' if self._active else ' (ended)'}>"
+
+
+def _remove(listeners: list[Any], fn: Any) -> None:
+    """Remove a listener; ValueError naming it when it was never added."""
+    try:
+        listeners.remove(fn)
+    except ValueError:
+        raise ValueError(f"{fn!r} is not a registered listener") from None
 
 
 def _settle(waiter: Any, value: Any) -> None:

@@ -464,7 +464,11 @@ async def in_thread(fn, *args, **kwargs):
 
 
 # Methods of the blocking objects that do not wait: called directly, not in a thread.
-_SYNC_METHODS = {"done", "add_done_callback", "add_on_return_callback", "cancelled", "exception"}
+_SYNC_METHODS = {"done", "add_done_callback", "add_on_return_callback", "cancelled", "exception",
+                 "set_default_consumer"}
+_SYNC_METHODS |= {f"{verb}_{kind}_listener" for verb in ("add", "remove") for kind in (
+    "close", "blocked", "unblocked", "recovery_started", "recovery_succeeded", "recovery_failed",
+    "flow", "confirm", "consumer")}
 
 
 class SyncProxy:

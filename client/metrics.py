@@ -1,0 +1,274 @@
+"""Client metrics: a collector interface, an in-memory collector, a Prometheus exporter.
+
+``connect(..., metrics=collector)`` reports what the connection does to ``collector``;
+without it (the default) nothing is counted and the hot paths pay one attribute check.
+Calls are batched where the client batches anyway: publishes are reported per socket
+write (``published(n)`` with the bytes of the write), deliveries per socket read, confirms
+per ack frame; so a collector sees few calls even at high rates.
+
+The collector is called from the connection's threads (blocking: the I/O thread and the
+threads that publish or ack; asyncio: the loop), concurrently when several connections
+share it: a collector must be thread-safe.  Both collectors here are.
+"""
+from __future__ import annotations
+
+import bisect
+import threading
+from typing import Any, Optional, Sequence
+
+__all__ = ["MetricsCollector", "InMemoryMetrics", "PrometheusMetrics", "LATENCY_BUCKETS"]
+
+#: Upper bounds (seconds) of the publish-to-confirm latency histogram's buckets.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
+
+
+class MetricsCollector:
+    """The interface: every method does nothing; override what you count.  Counts are
+    message counts unless named bytes."""
+
+    def connection_opened(self) -> None:
+        """A connection finished its handshake (also each reconnection of a recovery)."""
+
+    def connection_recovered(self) -> None:
+        """A recovery restored a connection (channels, topology and consumers)."""
+
+    def bytes_sent(self, count: int) -> None:
+        """Bytes handed to the socket."""
+
+    def bytes_received(self, count: int) -> None:
+        """Bytes read from the socket."""
+
+    def published(self, count: int) -> None:
+        """Publishes written to the socket."""
+
+    def publish_confirmed(self, count: int) -> None:
+        """Publishes the broker acked (confirm mode)."""
+
+    def publish_nacked(self, count: int) -> None:
+        """Publishes the broker nacked."""
+
+    def publish_returned(self, count: int) -> None:
+        """Mandatory publishes the broker returned (basic.return)."""
+
+    def delivered(self, count: int) -> None:
+        """Messages received: consumer deliveries and basic.get results."""
+
+    def acked(self, count: int) -> None:
+        """Deliveries acknowledged (a ``multiple`` ack counts every delivery it covers)."""
+
+    def rejected(self, count: int) -> None:
+        """Deliveries nacked or rejected (``multiple`` counts every delivery it covers)."""
+
+    def confirm_latencies(self, seconds: Sequence[float]) -> None:
+        """Publish-to-confirm latencies (from the publish call to the broker's ack or nack)
+        of the publishes one confirm frame settled."""
+
+
+class _Histogram:
+    __slots__ = ("bounds", "counts", "count", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last: above every bound
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, values: Sequence[float]) -> None:
+        counts = self.counts
+        bounds = self.bounds
+        for value in values:
+            counts[bisect.bisect_left(bounds, value)] += 1
+        self.count += len(values)
+        self.sum += sum(values)
+
+    def quantile(self, q: float) -> Optional[float]:
+        """The upper bound of the bucket holding the q-quantile (None: no data, or above
+        the last bound)."""
+        if not self.count:
+            return None
+        rank = q * self.count
+        seen = 0
+        for bound, count in zip(self.bounds, self.counts):
+            seen += count
+            if seen >= rank:
+                return bound
+        return None
+
+
+class InMemoryMetrics(MetricsCollector):
+    """Counts in memory, for tests, logs or your own export: read the attributes
+    (``published``... are methods, the counts are ``published_count``...), or
+    ``snapshot()`` for all of them as a dict."""
+
+    _COUNTERS = (
+        "connections_opened", "connections_recovered", "bytes_sent_total", "bytes_received_total",
+        "published_count", "confirmed_count", "nacked_count", "returned_count", "delivered_count",
+        "acked_count", "rejected_count",
+    )
+
+    def __init__(self, latency_buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
+        self._lock = threading.Lock()
+        self.connections_opened = 0
+        self.connections_recovered = 0
+        self.bytes_sent_total = 0
+        self.bytes_received_total = 0
+        self.published_count = 0
+        self.confirmed_count = 0
+        self.nacked_count = 0
+        self.returned_count = 0
+        self.delivered_count = 0
+        self.acked_count = 0
+        self.rejected_count = 0
+        self.confirm_latency = _Histogram(latency_buckets)
+
+    def connection_opened(self) -> None:
+        with self._lock:
+            self.connections_opened += 1
+
+    def connection_recovered(self) -> None:
+        with self._lock:
+            self.connections_recovered += 1
+
+    def bytes_sent(self, count: int) -> None:
+        with self._lock:
+            self.bytes_sent_total += count
+
+    def bytes_received(self, count: int) -> None:
+        with self._lock:
+            self.bytes_received_total += count
+
+    def published(self, count: int) -> None:
+        with self._lock:
+            self.published_count += count
+
+    def publish_confirmed(self, count: int) -> None:
+        with self._lock:
+            self.confirmed_count += count
+
+    def publish_nacked(self, count: int) -> None:
+        with self._lock:
+            self.nacked_count += count
+
+    def publish_returned(self, count: int) -> None:
+        with self._lock:
+            self.returned_count += count
+
+    def delivered(self, count: int) -> None:
+        with self._lock:
+            self.delivered_count += count
+
+    def acked(self, count: int) -> None:
+        with self._lock:
+            self.acked_count += count
+
+    def rejected(self, count: int) -> None:
+        with self._lock:
+            self.rejected_count += count
+
+    def confirm_latencies(self, seconds: Sequence[float]) -> None:
+        with self._lock:
+            self.confirm_latency.observe(seconds)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every count, and the latency histogram as ``confirm_latency_count``/``_sum``/
+        ``_buckets`` ({upper bound: cumulative count}, the last bound ``inf``)."""
+        with self._lock:
+            result: dict[str, Any] = {name: getattr(self, name) for name in self._COUNTERS}
+            histogram = self.confirm_latency
+            cumulative = 0
+            buckets = {}
+            for bound, count in zip(histogram.bounds + (float("inf"),), histogram.counts):
+                cumulative += count
+                buckets[bound] = cumulative
+            result["confirm_latency_count"] = histogram.count
+            result["confirm_latency_sum"] = histogram.sum
+            result["confirm_latency_buckets"] = buckets
+        return result
+
+
+class PrometheusMetrics(MetricsCollector):
+    """Exports to Prometheus through ``prometheus_client`` (``pip install 'amqwire[prometheus]'``).
+
+    Counters ``<prefix>_published_total`` ..., ``<prefix>_bytes_sent_total`` ... and the
+    histogram ``<prefix>_confirm_latency_seconds``, in ``registry`` (default: the global
+    one); serve them with ``prometheus_client.start_http_server`` as usual.  ``labels``
+    are constant labels of every metric (e.g. ``{"app": "billing"}``); one instance per
+    label set and registry.
+    """
+
+    def __init__(
+        self,
+        prefix: str = "amqwire",
+        registry: Any = None,
+        labels: Optional[dict[str, str]] = None,
+        latency_buckets: Sequence[float] = LATENCY_BUCKETS,
+    ) -> None:
+        try:
+            import prometheus_client as prom
+        except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
+            raise ImportError("PrometheusMetrics needs prometheus_client: pip install 'amqwire[prometheus]'") from exc
+        if registry is None:
+            registry = prom.REGISTRY
+        names = tuple(labels or {})
+        values = tuple((labels or {}).values())
+
+        def counter(name: str, doc: str) -> Any:
+            metric = prom.Counter(f"{prefix}_{name}", doc, names, registry=registry)
+            return metric.labels(*values) if names else metric
+
+        self._opened = counter("connections_opened", "AMQP connections opened (reconnections included)")
+        self._recovered = counter("connections_recovered", "AMQP connections restored by a recovery")
+        self._bytes_sent = counter("bytes_sent", "Bytes written to AMQP sockets")
+        self._bytes_received = counter("bytes_received", "Bytes read from AMQP sockets")
+        self._published = counter("published", "Messages published")
+        self._confirmed = counter("confirmed", "Publishes acked by the broker")
+        self._nacked = counter("nacked", "Publishes nacked by the broker")
+        self._returned = counter("returned", "Mandatory publishes returned by the broker")
+        self._delivered = counter("delivered", "Messages received by consumers and basic.get")
+        self._acked = counter("acked", "Deliveries acknowledged")
+        self._rejected = counter("rejected", "Deliveries nacked or rejected")
+        histogram = prom.Histogram(
+            f"{prefix}_confirm_latency_seconds", "Publish-to-confirm latency", names, registry=registry,
+            buckets=tuple(latency_buckets) + (float("inf"),),
+        )
+        self._latency = histogram.labels(*values) if names else histogram
+
+    def connection_opened(self) -> None:
+        self._opened.inc()
+
+    def connection_recovered(self) -> None:
+        self._recovered.inc()
+
+    def bytes_sent(self, count: int) -> None:
+        self._bytes_sent.inc(count)
+
+    def bytes_received(self, count: int) -> None:
+        self._bytes_received.inc(count)
+
+    def published(self, count: int) -> None:
+        self._published.inc(count)
+
+    def publish_confirmed(self, count: int) -> None:
+        self._confirmed.inc(count)
+
+    def publish_nacked(self, count: int) -> None:
+        self._nacked.inc(count)
+
+    def publish_returned(self, count: int) -> None:
+        self._returned.inc(count)
+
+    def delivered(self, count: int) -> None:
+        self._delivered.inc(count)
+
+    def acked(self, count: int) -> None:
+        self._acked.inc(count)
+
+    def rejected(self, count: int) -> None:
+        self._rejected.inc(count)
+
+    def confirm_latencies(self, seconds: Sequence[float]) -> None:
+        observe = self._latency.observe
+        for value in seconds:
+            observe(value)
