@@ -663,6 +663,7 @@ class ChannelBase:
         # reject, in order, and those of them settled out of order; no_ack consumers here
         self._sent_at: deque[float] = deque()
         self._sent_base = 1
+        self._sent_done: set[int] = set()  # confirmed out of order, above _sent_base
         self._unsettled_tags: deque[int] = deque()
         self._settled: set[int] = set()
         self._no_ack_consumers = 0
@@ -861,17 +862,20 @@ class ChannelBase:
         base = self._sent_base
         end = base + len(times)
         metrics.confirm_latencies([now - times[seqno - base] for seqno in seqnos if base <= seqno < end])
-        state = self._connection._core.channel_state(self.channel_id)
-        resolved = state.confirms.base if state is not None and state.confirms is not None else end
-        while times and self._sent_base < resolved:
+        done = self._sent_done
+        done.update(seqnos)
+        while times and base in done:
             times.popleft()
-            self._sent_base += 1
+            done.discard(base)
+            base += 1
+        self._sent_base = base
 
     def _stamp_publishes(self, seqno: int, count: int) -> None:
         """Metrics on: when confirm-mode publishes ``seqno``... were made."""
         times = self._sent_at
         if seqno != self._sent_base + len(times):  # a new run of seqnos (a reopened channel)
             times.clear()
+            self._sent_done.clear()
             self._sent_base = seqno
         now = time.monotonic()
         if count == 1:

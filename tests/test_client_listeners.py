@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 
 import pytest
-
-from conftest import TCPProxy
 
 
 def collector():
@@ -134,10 +131,12 @@ def test_flow_listener(run):
     from amqwire.codec import ChannelFlow
 
     async def scenario(api):
-        conn = await api.connect()
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy))
         ch = await conn.channel()
         flows, on_flow = collector()
         ch.add_flow_listener(on_flow)
+        proxy.hold()  # the broker never asked: its answer to our flow-ok must not come in between
         raw = conn._obj if api.name == "blocking" else conn
         raw._data_received(ChannelFlow(False).encode(ch.channel_id))
         assert [(e.channel_id, e.active) for e in flows] == [(ch.channel_id, False)]
@@ -145,6 +144,7 @@ def test_flow_listener(run):
         raw._data_received(ChannelFlow(True).encode(ch.channel_id))
         assert [e.active for e in flows] == [False, True]
         assert not ch._flow_paused
+        proxy.kill()
 
     run(scenario)
 

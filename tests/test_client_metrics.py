@@ -1,0 +1,131 @@
+"""Metrics (``connect(..., metrics=...)``) and idle-only heartbeats, on both transports
+against a real broker."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from amqwire.client.metrics import InMemoryMetrics, MetricsCollector, PrometheusMetrics
+
+
+async def flushed(ch, q):
+    """A round trip: everything published before it was written and read by the broker."""
+    return (await ch.queue_declare(q, passive=True)).message_count
+
+
+def test_in_memory_metrics_count_exactly(run):
+    async def scenario(api):
+        metrics = InMemoryMetrics()
+        conn = await api.connect(metrics=metrics)
+        ch = await conn.channel()
+        q, full = api.names.queue(), api.names.queue()
+        await ch.queue_declare(q)
+        await ch.queue_declare(full, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+        await ch.confirm_select()
+        for i in range(100):
+            await ch.publish_async("", q, b"%d" % i)
+        for i in range(5):
+            await ch.publish_async("", full, b"nacked")  # no room: the broker nacks them
+        await ch.publish_async("", api.names.queue(), b"returned", mandatory=True)  # unroutable
+        with pytest.raises(api.errors.PublishError):
+            await ch.wait_for_confirms()
+        plain = await conn.channel()
+        for i in range(3):
+            await plain.basic_publish("", api.names.queue(), b"unconfirmed")
+        await flushed(plain, q)
+
+        await ch.basic_qos(prefetch_count=200)
+        consumer = await ch.consume(q)
+        for count in range(1, 101):
+            message = await api.next(consumer)
+            if count <= 90 and count % 10 == 0:
+                await message.ack(multiple=True)  # 90 acked, 10 at a time
+            elif count == 91:
+                await message.reject(requeue=False)
+            elif count == 100:
+                await message.nack(multiple=True, requeue=False)  # 92..100: 9 more
+        assert await flushed(ch, q) == 0
+        assert await ch.basic_get(q) is None
+        snap = metrics.snapshot()
+        print(snap)
+        assert snap["published_count"] == 109
+        assert (snap["confirmed_count"], snap["nacked_count"], snap["returned_count"]) == (100, 5, 1)
+        assert (snap["delivered_count"], snap["acked_count"], snap["rejected_count"]) == (100, 90, 10)
+        assert snap["connections_opened"] == 1 and snap["connections_recovered"] == 0
+        assert snap["bytes_sent_total"] > 109 * 8 and snap["bytes_received_total"] > 100 * 8
+        assert snap["confirm_latency_count"] == 106
+        assert snap["confirm_latency_buckets"][float("inf")] == 106
+        assert metrics.confirm_latency.quantile(0.5) is not None  # under 10 s
+
+    run(scenario)
+
+
+def test_metrics_are_off_by_default(run):
+    async def scenario(api):
+        conn = await api.connect()
+        assert conn._metrics is None
+
+    run(scenario)
+
+
+def test_the_collector_interface_is_all_no_ops():
+    collector = MetricsCollector()
+    for name in ("connection_opened", "connection_recovered"):
+        assert getattr(collector, name)() is None
+    for name in ("bytes_sent", "bytes_received", "published", "publish_confirmed", "publish_nacked",
+                 "publish_returned", "delivered", "acked", "rejected"):
+        assert getattr(collector, name)(3) is None
+    assert collector.confirm_latencies([0.1]) is None
+
+
+def test_prometheus_exporter(run):
+    import prometheus_client  # the prometheus extra, part of the test extra
+
+    async def scenario(api):
+        registry = prometheus_client.CollectorRegistry()
+        conn = await api.connect(metrics=PrometheusMetrics(registry=registry, labels={"app": api.name}))
+        ch = await conn.channel()
+        q = api.names.queue()
+        await ch.queue_declare(q)
+        await ch.confirm_select()
+        for i in range(10):
+            await ch.basic_publish("", q, b"x")
+        labels = {"app": api.name}
+        assert registry.get_sample_value("amqwire_published_total", labels) == 10
+        assert registry.get_sample_value("amqwire_confirmed_total", labels) == 10
+        assert registry.get_sample_value("amqwire_connections_opened_total", labels) == 1
+        assert registry.get_sample_value("amqwire_confirm_latency_seconds_count", labels) == 10
+        assert registry.get_sample_value("amqwire_bytes_sent_total", labels) > 0
+        text = prometheus_client.generate_latest(registry).decode()
+        assert 'amqwire_delivered_total{app="%s"} 0.0' % api.name in text
+
+    run(scenario)
+
+
+def test_heartbeats_only_when_idle(run):
+    """heartbeat=1: while something is written every 50 ms no heartbeat goes out (before,
+    one went out every half interval whatever the traffic); idle, they do, and the broker
+    keeps the connection."""
+
+    async def scenario(api):
+        conn = await api.connect(api.with_query(api.url, heartbeat=1))
+        assert conn.heartbeat == 1
+        ch = await conn.channel()
+        q = api.names.queue()
+        await ch.queue_declare(q)
+        core = conn._core
+        start = core.heartbeats_sent
+        for _ in range(60):  # 3 s: three intervals
+            await ch.basic_publish("", q, b"traffic")
+            await asyncio.sleep(0.05)
+        busy = core.heartbeats_sent - start
+        await asyncio.sleep(3.5)
+        idle = core.heartbeats_sent - start - busy
+        print(f"{api.name}: heartbeats sent under traffic {busy}, while idle {idle}")
+        assert busy == 0
+        assert idle >= 1
+        assert conn.is_open and await flushed(ch, q) == 60
+
+    run(scenario)
