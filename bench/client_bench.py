@@ -438,10 +438,10 @@ def raw_consume(ctx, queue, n):
 
 
 # =========================================================================== amqwire
-def aw_blocking_publish(ctx, queue, n):
+def aw_blocking_publish(ctx, queue, n, **options):
     """amqwire blocking: ``with ch.batch(): ch.basic_publish("", queue, body)`` N times,
     then ch.queue_declare(queue, passive=True)."""
-    with aw_blocking.connect(ctx.url) as conn:
+    with aw_blocking.connect(ctx.url, **options) as conn:
         with conn.channel() as ch:
             publish = ch.basic_publish
             t0 = clock()
@@ -453,10 +453,10 @@ def aw_blocking_publish(ctx, queue, n):
     return span(t0, t1)
 
 
-def aw_blocking_publish_nobatch(ctx, queue, n):
+def aw_blocking_publish_nobatch(ctx, queue, n, **options):
     """amqwire blocking without batch(): ch.basic_publish N times (each written before it
     returns), then ch.queue_declare(queue, passive=True)."""
-    with aw_blocking.connect(ctx.url) as conn:
+    with aw_blocking.connect(ctx.url, **options) as conn:
         with conn.channel() as ch:
             publish = ch.basic_publish
             t0 = clock()
@@ -467,11 +467,11 @@ def aw_blocking_publish_nobatch(ctx, queue, n):
     return span(t0, t1)
 
 
-def aw_blocking_confirm(ctx, queue, n):
+def aw_blocking_confirm(ctx, queue, n, **options):
     """amqwire blocking confirmed: confirm_select() (before the clock), then
     ``with ch.batch(): ch.publish_async("", queue, body)`` N times, then
     ch.wait_for_confirms()."""
-    with aw_blocking.connect(ctx.url) as conn:
+    with aw_blocking.connect(ctx.url, **options) as conn:
         with conn.channel() as ch:
             ch.confirm_select()
             publish = ch.publish_async
@@ -484,10 +484,10 @@ def aw_blocking_confirm(ctx, queue, n):
     return span(t0, t1)
 
 
-def aw_blocking_consume(ctx, queue, n):
+def aw_blocking_consume(ctx, queue, n, **options):
     """amqwire blocking: basic_qos(1000), ``for msg in ch.consume(queue)``, msg.ack(multiple=
     True) every 100th message and on the N-th; the clock stops after that last ack."""
-    with aw_blocking.connect(ctx.url) as conn:
+    with aw_blocking.connect(ctx.url, **options) as conn:
         with conn.channel() as ch:
             ch.basic_qos(PREFETCH)
             got = 0
@@ -505,8 +505,8 @@ def aw_blocking_consume(ctx, queue, n):
     return span(t0, t1)
 
 
-async def _aw_aio_publish(ctx, queue, n):
-    async with aw_aio.connect(ctx.url) as conn:
+async def _aw_aio_publish(ctx, queue, n, **options):
+    async with aw_aio.connect(ctx.url, **options) as conn:
         async with conn.channel() as ch:
             publish = ch.basic_publish
             t0 = clock()
@@ -517,14 +517,14 @@ async def _aw_aio_publish(ctx, queue, n):
     return span(t0, t1)
 
 
-def aw_aio_publish(ctx, queue, n):
+def aw_aio_publish(ctx, queue, n, **options):
     """amqwire asyncio: ``await ch.basic_publish("", queue, body)`` N times, then
     ``await ch.queue_declare(queue, passive=True)``."""
-    return asyncio.run(_aw_aio_publish(ctx, queue, n))
+    return asyncio.run(_aw_aio_publish(ctx, queue, n, **options))
 
 
-async def _aw_aio_confirm(ctx, queue, n):
-    async with aw_aio.connect(ctx.url) as conn:
+async def _aw_aio_confirm(ctx, queue, n, **options):
+    async with aw_aio.connect(ctx.url, **options) as conn:
         async with conn.channel() as ch:
             await ch.confirm_select()
             publish = ch.publish_async
@@ -536,15 +536,15 @@ async def _aw_aio_confirm(ctx, queue, n):
     return span(t0, t1)
 
 
-def aw_aio_confirm(ctx, queue, n):
+def aw_aio_confirm(ctx, queue, n, **options):
     """amqwire asyncio confirmed: confirm_select() (before the clock), ``await
     ch.publish_async("", queue, body)`` N times (each returns a future, not awaited), then
     ``await ch.wait_for_confirms()``."""
-    return asyncio.run(_aw_aio_confirm(ctx, queue, n))
+    return asyncio.run(_aw_aio_confirm(ctx, queue, n, **options))
 
 
-async def _aw_aio_consume(ctx, queue, n):
-    async with aw_aio.connect(ctx.url) as conn:
+async def _aw_aio_consume(ctx, queue, n, **options):
+    async with aw_aio.connect(ctx.url, **options) as conn:
         async with conn.channel() as ch:
             await ch.basic_qos(PREFETCH)
             got = 0
@@ -562,10 +562,10 @@ async def _aw_aio_consume(ctx, queue, n):
     return span(t0, t1)
 
 
-def aw_aio_consume(ctx, queue, n):
+def aw_aio_consume(ctx, queue, n, **options):
     """amqwire asyncio: ``await ch.basic_qos(1000)``, ``async for msg in consumer``,
     ``await msg.ack(multiple=True)`` every 100th message and on the N-th."""
-    return asyncio.run(_aw_aio_consume(ctx, queue, n))
+    return asyncio.run(_aw_aio_consume(ctx, queue, n, **options))
 
 
 # =========================================================================== pika
@@ -870,6 +870,19 @@ def aiopika_consume_iter(ctx, queue, n):
     return asyncio.run(_aiopika_consume_iter(ctx, queue, n))
 
 
+def with_metrics(fn):
+    """The same amqwire row with ``connect(..., metrics=InMemoryMetrics())``: the cost of
+    counting, measured beside the row without it (the overhead is row / that row)."""
+    from amqwire.client.metrics import InMemoryMetrics
+
+    def run(ctx, queue, n):
+        return fn(ctx, queue, n, metrics=InMemoryMetrics())
+
+    run.__name__ = fn.__name__ + "_metrics"
+    run.__doc__ = (fn.__doc__ or "") + " With an InMemoryMetrics collector."
+    return run
+
+
 # =========================================================================== rows
 class Row:
     """One benchmark row: a client doing one case; ``fn(ctx, queue, n) -> seconds``."""
@@ -909,6 +922,10 @@ def build_rows():
           note="with ch.batch(): basic_publish"),
         R("publish", "amqwire asyncio", "amqwire", aw_aio_publish, na=na,
           note="await ch.basic_publish"),
+        R("publish", "amqwire blocking +metrics", "amqwire", with_metrics(aw_blocking_publish), info=True, na=na,
+          note="info: as amqwire blocking, metrics=InMemoryMetrics()"),
+        R("publish", "amqwire asyncio +metrics", "amqwire", with_metrics(aw_aio_publish), info=True, na=na,
+          note="info: as amqwire asyncio, metrics=InMemoryMetrics()"),
         R("publish", "amqwire blocking, no batch", "amqwire", aw_blocking_publish_nobatch,
           info=True, na=na, note="info: basic_publish without batch()"),
         R("publish", "pika", "pika", pika_publish, note="BlockingConnection.basic_publish"),
@@ -922,6 +939,10 @@ def build_rows():
           note="batch(): publish_async; wait_for_confirms"),
         R("confirm", "amqwire asyncio", "amqwire", aw_aio_confirm, na=na,
           note="await publish_async; wait_for_confirms"),
+        R("confirm", "amqwire blocking +metrics", "amqwire", with_metrics(aw_blocking_confirm), info=True, na=na,
+          note="info: as amqwire blocking, metrics=InMemoryMetrics()"),
+        R("confirm", "amqwire asyncio +metrics", "amqwire", with_metrics(aw_aio_confirm), info=True, na=na,
+          note="info: as amqwire asyncio, metrics=InMemoryMetrics()"),
         R("confirm", "pika", "pika", pika_confirm,
           note="confirm_delivery + basic_publish (blocks per message)"),
         R("confirm", "py-amqp", "py-amqp", amqp_confirm,
@@ -937,6 +958,10 @@ def build_rows():
           note="for msg in ch.consume(q); msg.ack(multiple=True)"),
         R("consume", "amqwire asyncio", "amqwire", aw_aio_consume, na=na,
           note="async for msg in consumer; await msg.ack(multiple=True)"),
+        R("consume", "amqwire blocking +metrics", "amqwire", with_metrics(aw_blocking_consume), info=True, na=na,
+          note="info: as amqwire blocking, metrics=InMemoryMetrics()"),
+        R("consume", "amqwire asyncio +metrics", "amqwire", with_metrics(aw_aio_consume), info=True, na=na,
+          note="info: as amqwire asyncio, metrics=InMemoryMetrics()"),
         R("consume", "pika", "pika", pika_consume, note="basic_consume callback, start_consuming"),
         R("consume", "py-amqp", "py-amqp", amqp_consume, note="basic_consume callback, drain_events"),
         R("consume", "aio-pika", "aio-pika", aiopika_consume, note="queue.consume(callback)"),
