@@ -30,7 +30,21 @@ from .errors import (
     ConnectionBlockedError,
     OperationTimeout,
 )
+from .listeners import (
+    BlockedEvent,
+    CallbackError,
+    ConfirmEvent,
+    ConsumerEvent,
+    ConsumerEventKind,
+    FlowEvent,
+    RecoveryEvent,
+    ShutdownEvent,
+    UnblockedEvent,
+    close_channel_on_consumer_error,
+    log_callback_error,
+)
 from .message import Message, ReturnedMessage
+from .metrics import InMemoryMetrics, MetricsCollector, PrometheusMetrics
 from .url import ConnectionParameters, parse_url
 
 __all__ = [
@@ -65,4 +79,18 @@ __all__ = [
     "ConsumerCancelled",
     "ConnectionBlockedError",
     "OperationTimeout",
+    "ShutdownEvent",
+    "BlockedEvent",
+    "UnblockedEvent",
+    "RecoveryEvent",
+    "FlowEvent",
+    "ConfirmEvent",
+    "ConsumerEvent",
+    "ConsumerEventKind",
+    "CallbackError",
+    "log_callback_error",
+    "close_channel_on_consumer_error",
+    "MetricsCollector",
+    "InMemoryMetrics",
+    "PrometheusMetrics",
 ]

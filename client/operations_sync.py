@@ -529,6 +529,8 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
         self._rpc(ConfirmSelect(False), timeout, record=False)
+        if not self._confirm:
+            self._restart_seqnos()
         self._confirm = True
         self._max_in_flight = max_in_flight
 
@@ -665,7 +667,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             self._unsettled += 1
             if connection._metrics is not None:
                 connection._unreported_publishes += 1
-                self._stamp_publishes(seqno, 1)
+                self._sent_at.append(time.monotonic())
         if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
             connection._flush_soon()
         return self._issued(token, seqno)
@@ -702,7 +704,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             if connection._metrics is not None:
                 connection._unreported_publishes += count
                 if token is not None and count:
-                    self._stamp_publishes(first, count)
+                    self._sent_at.extend([time.monotonic()] * count)
         if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
             connection._flush_soon()
         if token is None:
@@ -809,8 +811,8 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             self._waiter = waiter
             self._stale = None
             self._unsettled = 0  # nothing can be in flight: publishing waits for the recovery
-            self._unsettled_tags.clear()
-            self._settled.clear()
+            self._restart_seqnos()
+            self._restart_delivery_tags()
             connection._channels[self.channel_id] = self
         connection._flush()
         connection._wait(waiter, connection.params.connection_timeout)

@@ -34,6 +34,7 @@ import ssl
 import threading
 import time
 from collections import deque
+from itertools import repeat
 from typing import Any, Callable, Optional, Sequence, TypedDict, TypeVar, Union
 
 from amqwire.codec import BasicCancel, BasicConsumeOk, CodecError, ProtocolHeaderError
@@ -275,7 +276,8 @@ class ConnectionBase:
     # metrics ---------------------------------------------------------------------------
 
     def _take_output(self) -> list[Any]:
-        """The core's queued output, for the transport to write (under ``_lock``)."""
+        """The core's queued output, for the transport to write (under ``_lock``), counted:
+        the transports call it only when there is a collector."""
         pieces = self._core.buffers_to_send()
         metrics = self._metrics
         if metrics is not None and pieces:
@@ -288,24 +290,33 @@ class ConnectionBase:
     def _count_input(self, metrics: MetricsCollector, data: Any, events: list[Any]) -> None:
         metrics.bytes_received(len(data))
         delivered = 0
+        channels = self._channels
+        no_ack_channels = [cid for cid, channel in channels.items() if channel._no_ack_consumers]
         for event in events:
             kind = type(event)
             if kind is Message:
                 delivered += 1
-                channel = self._channels.get(event.channel_id)
-                if channel is not None:
-                    if channel._no_ack_consumers:
-                        consumer = channel._consumers.get(event.consumer_tag) or channel._pending_consumer
-                        if consumer is not None and consumer._method.no_ack:
-                            continue  # settled on delivery
-                    channel._unsettled_tags.append(event.delivery_tag)
+                if no_ack_channels and event.channel_id in no_ack_channels:
+                    channel = channels[event.channel_id]
+                    consumer = channel._consumers.get(event.consumer_tag) or channel._pending_consumer
+                    if consumer is not None and consumer._method.no_ack:
+                        self._note_no_ack(channel, event.delivery_tag)
             elif kind is proto.GetResult and event.message is not None:
                 delivered += 1
-                channel = self._channels.get(event.channel_id)
-                if channel is not None and not channel._get_no_ack:
-                    channel._unsettled_tags.append(event.message.delivery_tag)
+                channel = channels.get(event.channel_id)
+                if channel is not None and channel._get_no_ack:
+                    self._note_no_ack(channel, event.message.delivery_tag)
         if delivered:
             metrics.delivered(delivered)
+
+    @staticmethod
+    def _note_no_ack(channel: Any, delivery_tag: int) -> None:
+        tags = channel._no_ack_tags
+        tags.add(delivery_tag)
+        if len(tags) > 65536:  # nobody acks on this channel: keep the newest only
+            floor = delivery_tag - 32768
+            tags.difference_update([tag for tag in tags if tag < floor])
+            channel._settled_upto = max(channel._settled_upto, floor - 1)
 
     # transport primitives -------------------------------------------------------------
 
@@ -659,13 +670,17 @@ class ChannelBase:
         self._confirm_listeners: list[Callable[[ConfirmEvent], Any]] = []
         self._consumer_listeners: list[Callable[[ConsumerEvent], Any]] = []
         # metrics (only with a collector): when each confirm-mode publish was made, from
-        # seqno _sent_base on; the delivery tags (the core's) waiting for an ack, nack or
-        # reject, in order, and those of them settled out of order; no_ack consumers here
+        # seqno _sent_base on (reset when seqnos restart: confirm_select, a reopen).
+        # Delivery tags (the core's) are consecutive per channel, so counting what an ack
+        # settles needs no record per delivery: every tag up to _settled_upto is settled,
+        # _settled holds those settled singly above it, _no_ack_tags those delivered
+        # settled (tracked only on channels that had no_ack consumers).
         self._sent_at: deque[float] = deque()
         self._sent_base = 1
         self._sent_done: set[int] = set()  # confirmed out of order, above _sent_base
-        self._unsettled_tags: deque[int] = deque()
+        self._settled_upto = 0
         self._settled: set[int] = set()
+        self._no_ack_tags: set[int] = set()
         self._no_ack_consumers = 0
         self._get_no_ack = False
 
@@ -860,49 +875,61 @@ class ChannelBase:
             return
         now = time.monotonic()
         base = self._sent_base
-        end = base + len(times)
-        metrics.confirm_latencies([now - times[seqno - base] for seqno in seqnos if base <= seqno < end])
+        count = len(seqnos)
         done = self._sent_done
-        done.update(seqnos)
-        while times and base in done:
+        if seqnos[0] == base and seqnos[-1] == base + count - 1 and count <= len(times):
+            # in order from the oldest (RabbitMQ's usual way): no index arithmetic
+            popleft = times.popleft
+            latencies = [now - popleft() for _ in repeat(None, count)]
+            base += count
+        else:
+            end = base + len(times)
+            latencies = [now - times[seqno - base] for seqno in seqnos if base <= seqno < end]
+            done.update(seqnos)
+        while done and base in done and times:
             times.popleft()
             done.discard(base)
             base += 1
         self._sent_base = base
+        metrics.confirm_latencies(latencies)
 
-    def _stamp_publishes(self, seqno: int, count: int) -> None:
-        """Metrics on: when confirm-mode publishes ``seqno``... were made."""
-        times = self._sent_at
-        if seqno != self._sent_base + len(times):  # a new run of seqnos (a reopened channel)
-            times.clear()
-            self._sent_done.clear()
-            self._sent_base = seqno
-        now = time.monotonic()
-        if count == 1:
-            times.append(now)
-        else:
-            times.extend([now] * count)
+    def _restart_seqnos(self) -> None:
+        """Confirm seqnos start again at 1 (confirm_select, a reopened channel)."""
+        self._sent_at.clear()
+        self._sent_done.clear()
+        self._sent_base = 1
+
+    def _restart_delivery_tags(self) -> None:
+        self._settled_upto = 0
+        self._settled.clear()
+        self._no_ack_tags.clear()
 
     def _count_settled(self, metrics: MetricsCollector, core_method: str, delivery_tag: int, multiple: bool) -> None:
         """Metrics on: how many deliveries an ack, nack or reject settles (``multiple``: every
-        unsettled one up to its tag)."""
-        tags = self._unsettled_tags
+        one up to its tag not settled yet)."""
+        upto = self._settled_upto
         settled = self._settled
+        no_ack = self._no_ack_tags
         if multiple:
-            count = 0
-            while tags and tags[0] <= delivery_tag:
-                tag = tags.popleft()
-                if tag in settled:
-                    settled.discard(tag)
-                else:
-                    count += 1
+            if delivery_tag <= upto:
+                return
+            count = delivery_tag - upto
+            for known in (settled, no_ack):
+                if known:
+                    covered = [tag for tag in known if tag <= delivery_tag]
+                    count -= len(covered)
+                    known.difference_update(covered)
+            self._settled_upto = delivery_tag
         else:
             count = 1
-            if tags and tags[0] == delivery_tag:
-                tags.popleft()
-                while tags and tags[0] in settled:
-                    settled.discard(tags.popleft())
-            elif tags and tags[0] < delivery_tag:
+            if delivery_tag == upto + 1:
+                upto = delivery_tag
+                while upto + 1 in settled or upto + 1 in no_ack:
+                    upto += 1
+                    settled.discard(upto)
+                    no_ack.discard(upto)
+                self._settled_upto = upto
+            elif delivery_tag > upto:
                 settled.add(delivery_tag)
         if count:
             if core_method == "basic_ack":
@@ -1024,8 +1051,6 @@ class ChannelBase:
                     self._consumer_event(kind, consumer, error, recovering)
 
     def _fail_everything(self, error: BaseException, unconfirmed: Any, recovering: bool) -> None:
-        self._unsettled_tags.clear()  # the broker requeued them: nothing left to settle
-        self._settled.clear()
         with self._connection._lock:
             waiter = self._waiter
             self._waiter = None

@@ -48,11 +48,29 @@ def test_in_memory_metrics_count_exactly(run):
                 await message.nack(multiple=True, requeue=False)  # 92..100: 9 more
         assert await flushed(ch, q) == 0
         assert await ch.basic_get(q) is None
+
+        # no_ack deliveries interleaved with acked ones on one channel: a multiple ack
+        # counts only those that needed settling
+        mixed = await conn.channel()
+        free, fetched = api.names.queue(), api.names.queue()
+        await mixed.queue_declare(free)
+        await mixed.queue_declare(fetched)
+        for i in range(4):
+            await plain.basic_publish("", free, b"free")
+            await plain.basic_publish("", fetched, b"fetched")
+        await flushed(plain, free)
+        free_consumer = await mixed.consume(free, no_ack=True)
+        last = None
+        for i in range(4):
+            await api.next(free_consumer)
+            last = await mixed.basic_get(fetched)
+        await last.ack(multiple=True)  # 4 gets settled; the 4 no_ack deliveries were already
+        await flushed(mixed, fetched)
         snap = metrics.snapshot()
         print(snap)
-        assert snap["published_count"] == 109
+        assert snap["published_count"] == 117
         assert (snap["confirmed_count"], snap["nacked_count"], snap["returned_count"]) == (100, 5, 1)
-        assert (snap["delivered_count"], snap["acked_count"], snap["rejected_count"]) == (100, 90, 10)
+        assert (snap["delivered_count"], snap["acked_count"], snap["rejected_count"]) == (108, 94, 10)
         assert snap["connections_opened"] == 1 and snap["connections_recovered"] == 0
         assert snap["bytes_sent_total"] > 109 * 8 and snap["bytes_received_total"] > 100 * 8
         assert snap["confirm_latency_count"] == 106

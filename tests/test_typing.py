@@ -39,6 +39,24 @@ USER_CODE = textwrap.dedent(
                         message.ack()
                 got: Message | None = ch.basic_get("q")
 
+    from amqwire.client.listeners import BlockedEvent, CallbackError, ConsumerEvent
+    from amqwire.client.metrics import InMemoryMetrics
+
+    def on_blocked(event: BlockedEvent) -> None:
+        reason: str = event.reason
+
+    def on_error(failure: CallbackError) -> None:
+        error: BaseException = failure.error
+
+    def listening_user() -> None:
+        metrics = InMemoryMetrics()
+        with connect(exception_handler=on_error, metrics=metrics, consumer_workers=2) as conn:
+            conn.add_blocked_listener(on_blocked)
+            with conn.channel() as ch:
+                ch.add_consumer_listener(lambda event: None)
+                ch.set_default_consumer(lambda message: message.ack())
+        published: int = metrics.published_count
+
     import pyarrow as pa  # type: ignore[import-untyped]
     from amqwire.spark import PublishEncoder, RowEncodeError, decode_batch
 
@@ -127,6 +145,28 @@ PRECISE_RESULTS = textwrap.dedent(
                 got: int = await ch.basic_get("x")
     """
 )
+
+
+WRONG_LISTENER = textwrap.dedent(
+    """
+    from amqwire.client import connect
+    from amqwire.client.listeners import ShutdownEvent
+
+    def on_closed(event: ShutdownEvent) -> None:
+        pass
+
+    def user() -> None:
+        with connect() as conn:
+            conn.add_close_listener(on_closed)
+            conn.add_blocked_listener(on_closed)
+    """
+)
+
+
+def test_a_listener_for_another_event_is_a_type_error(tmp_path):
+    result = _mypy(tmp_path, WRONG_LISTENER)
+    assert result.returncode == 1 and result.stdout.count("[arg-type]") == 1, result.stdout
+    assert "add_blocked_listener" in result.stdout, result.stdout
 
 
 def test_a_missing_await_is_a_type_error(tmp_path):
