@@ -13,6 +13,7 @@ share it: a collector must be thread-safe.  Both collectors here are.
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 from typing import Any, Optional, Sequence
 
@@ -65,6 +66,14 @@ class MetricsCollector:
         """Publish-to-confirm latencies (from the publish call to the broker's ack or nack)
         of the publishes one confirm frame settled."""
 
+    def confirm_times(self, now: float, sent: Sequence[float]) -> None:
+        """What the client calls per confirm frame: publishes made at ``sent``
+        (``time.monotonic()``, ascending) were confirmed at ``now``.  The default hands the
+        latencies to ``confirm_latencies``; a collector may use the order instead (the
+        in-memory one buckets a whole frame with a few bisections)."""
+        if sent:
+            self.confirm_latencies([now - stamp for stamp in sent])
+
 
 class _Histogram:
     __slots__ = ("bounds", "counts", "count", "sum")
@@ -82,6 +91,22 @@ class _Histogram:
             counts[bisect.bisect_left(bounds, value)] += 1
         self.count += len(values)
         self.sum += sum(values)
+
+    def observe_sent(self, now: float, sent: Sequence[float]) -> None:
+        """Observe ``now - t`` for every t of ``sent`` (ascending): the latencies descend, so
+        each bucket's cumulative count is one bisection of ``sent``."""
+        size = len(sent)
+        if not size:
+            return
+        counts = self.counts
+        below = 0  # latencies <= the previous bound
+        for index, bound in enumerate(self.bounds):
+            within = size - bisect.bisect_left(sent, now - bound)  # latency <= bound
+            counts[index] += within - below
+            below = within
+        counts[-1] += size - below
+        self.count += size
+        self.sum += size * now - math.fsum(sent)
 
     def quantile(self, q: float) -> Optional[float]:
         """The upper bound of the bucket holding the q-quantile (None: no data, or above
@@ -170,6 +195,10 @@ class InMemoryMetrics(MetricsCollector):
     def confirm_latencies(self, seconds: Sequence[float]) -> None:
         with self._lock:
             self.confirm_latency.observe(seconds)
+
+    def confirm_times(self, now: float, sent: Sequence[float]) -> None:
+        with self._lock:
+            self.confirm_latency.observe_sent(now, sent)
 
     def snapshot(self) -> dict[str, Any]:
         """Every count, and the latency histogram as ``confirm_latency_count``/``_sum``/

@@ -147,3 +147,20 @@ def test_heartbeats_only_when_idle(run):
         assert conn.is_open and await flushed(ch, q) == 60
 
     run(scenario)
+
+
+def test_bucketing_a_frame_by_bisection_equals_one_by_one():
+    import random
+
+    from amqwire.client.metrics import LATENCY_BUCKETS, _Histogram
+
+    rng = random.Random(7)
+    for _ in range(200):
+        now = 1000.0 + rng.random()
+        sent = sorted(now - rng.choice([rng.random() * 0.002, rng.random() * 20, 0.0, 0.001, 10.0])
+                      for _ in range(rng.randint(0, 50)))
+        one, bulk = _Histogram(LATENCY_BUCKETS), _Histogram(LATENCY_BUCKETS)
+        one.observe([now - t for t in sent])
+        bulk.observe_sent(now, sent)
+        assert bulk.counts == one.counts and bulk.count == one.count
+        assert bulk.sum == pytest.approx(one.sum, abs=1e-6)
