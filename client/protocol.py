@@ -590,7 +590,9 @@ class ConnectionProtocol:
         self.heartbeat = 0
         self.blocked: Optional[str] = None
         self.close_reason: Optional[ConnectionClosedEvent] = None
-        self._parser = CommandParser(max(frame_max or 131072, 4096) if frame_max else 131072)
+        self._parser = CommandParser(
+            max(frame_max or 131072, 4096) if frame_max else 131072, delivery_type=Message
+        )
         self._writer = FrameWriter(max(frame_max, 4096) if frame_max else 131072)
         self._iov: list[Any] = []
         self._channels: dict[int, ChannelState] = {}
@@ -848,33 +850,23 @@ class ConnectionProtocol:
     def _handle(self, items: list[Any], events: list[Any]) -> None:
         channels = self._channels
         for item in items:
-            if type(item) is not Command:
-                if type(item) is Heartbeat:
+            kind = type(item)
+            if kind is Message:
+                state = channels.get(item.channel_id)
+                if state is None or state.state is not _CHANNEL_OPEN:
+                    if item.channel_id == 0:
+                        self._channel_zero(BasicDeliver)
+                    continue  # late delivery to a channel we are closing
+                state.last_delivery_tag = item.delivery_tag
+                events.append(item)
+                continue
+            if kind is not Command:
+                if kind is Heartbeat:
                     continue
                 self._protocol_error(_UNEXPECTED_FRAME, f"unexpected {item!r} from the broker")
             method = item.method
             channel = item.channel
-            if type(method) is BasicDeliver:
-                state = channels.get(channel)
-                if state is None or state.state is not _CHANNEL_OPEN:
-                    if channel == 0:
-                        self._channel_zero(method)
-                    continue  # late delivery to a channel we are closing
-                tag = method.delivery_tag
-                state.last_delivery_tag = tag
-                events.append(
-                    Message(
-                        channel,
-                        tag,
-                        method.redelivered,
-                        method.exchange,
-                        method.routing_key,
-                        item.properties,
-                        item.body,
-                        method.consumer_tag,
-                    )
-                )
-            elif channel == 0:
+            if channel == 0:
                 if method.CLASS_ID != 10:
                     self._channel_zero(method)
                 self._on_connection_method(method, events)
