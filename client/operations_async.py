@@ -295,7 +295,7 @@ class AsyncConnection(ConnectionBase):
             except (AMQPError, OSError, TimeoutError) as exc:
                 log.debug("close: %s", exc)
         self._on_lost(InvalidStateError("the connection is closed"))
-        if self._channels:
+        if self._channels or self._down_recovering:
             self._give_up()
         self._after_close()
         log.info("connection to %s closed", self.params)

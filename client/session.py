@@ -189,6 +189,7 @@ class ConnectionBase:
         # None: nothing is counted, and the hot paths check only this attribute
         self._metrics = metrics
         self._unreported_publishes = 0  # written since the last report to _metrics
+        self._down_recovering = False  # the last close event said a recovery follows
         self._close_listeners: list[Callable[[ShutdownEvent], Any]] = []
         self._blocked_listeners: list[Callable[[BlockedEvent], Any]] = []
         self._unblocked_listeners: list[Callable[[UnblockedEvent], Any]] = []
@@ -591,6 +592,7 @@ class ConnectionBase:
         recovering = self._recovering or (self.recovery is not None and not self._closing and recoverable(error))
         for channel_id, channel in list(self._channels.items()):
             channel._on_connection_lost(error, unconfirmed.get(channel_id, ()), recovering)
+        self._down_recovering = recovering
         if self._close_listeners:
             self._emit(self._close_listeners, self._shutdown_event(error, recovering))
         if recovering:
@@ -620,6 +622,10 @@ class ConnectionBase:
         self._channels.clear()
         self._recovering = False
         self._recovered.set()
+        if self._down_recovering:  # the close listeners heard "recovering": it is not coming back
+            self._down_recovering = False
+            if self._close_listeners:
+                self._emit(self._close_listeners, self._shutdown_event(error, False))
         self._closed_for_good()
 
     def _recovery_done(self, attempt: int) -> None:

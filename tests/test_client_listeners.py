@@ -59,6 +59,27 @@ def test_close_listeners_of_a_close_by_the_application(run):
     run(scenario)
 
 
+def test_close_during_a_recovery_is_announced(run):
+    """Lost (a recovery follows), then close() while reconnecting fails: the close listener
+    hears both, the second one by the application and final."""
+    from amqwire.client import RecoveryPolicy
+
+    async def scenario(api):
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy), recovery=RecoveryPolicy(initial_delay=0.1, max_delay=0.2))
+        events, on_closed = collector()
+        started, on_started = collector()
+        conn.add_close_listener(on_closed)
+        conn.add_recovery_started_listener(on_started)
+        proxy.close()  # the connection drops and every reconnection is refused
+        await eventually(lambda: bool(started), what="the recovery")
+        await conn.close()
+        assert [(e.by_application, e.recovering) for e in events] == [(False, True), (True, False)]
+        assert isinstance(events[0].cause, api.errors.ConnectionLost) and events[1].cause is None
+
+    run(scenario)
+
+
 def test_close_listener_of_a_channel_the_broker_closed(run):
     async def scenario(api):
         E = api.errors
@@ -414,6 +435,8 @@ def test_blocked_recovery_and_shutdown_listeners(run, broker_node):
         assert [e.attempt for e in seen["failed"]] == [1, 2, 3]
         assert [e.final for e in seen["failed"]] == [False, False, True]
         assert len(seen["succeeded"]) == 1 and len(seen["started"]) == 2
-        assert len(seen["closed"]) == 2 and seen["closed"][1].recovering
+        # the loss (a recovery follows), then the end: the recovery gave up
+        assert [e.recovering for e in seen["closed"][1:]] == [True, False]
+        assert not seen["closed"][2].by_application
 
     run(scenario, timeout=120)
