@@ -28,7 +28,7 @@ async def eventually(predicate, timeout: float = 15.0, what: str = "") -> None:
     """Wait for ``predicate()`` without running callbacks: listeners need no pumping."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what or predicate}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what() if callable(what) else what or predicate}"
         await asyncio.sleep(0.02)
 
 
@@ -384,23 +384,27 @@ def test_strict_handler_closes_the_channel_of_a_failing_consumer(run):
 # --------------------------------------------------------------------------- a private broker
 
 
-def test_blocked_recovery_and_shutdown_listeners(run, broker_node):
-    """On a private node: a memory alarm fires the blocked and unblocked listeners once each;
-    a forced close fires the close listeners (by the broker, 320, recovering), the recovery
-    listeners and the consumers' connection_lost then consume_ok; a stopped broker makes
-    recovery attempts fail until the policy gives up (recovery_failed, final)."""
+def test_blocked_recovery_and_shutdown_listeners(broker_node, names):
+    """On one private node, both transports at once: a memory alarm fires the blocked and
+    unblocked listeners once each; a forced close fires the close listeners (by the broker,
+    320, recovering), the recovery listeners and the consumers' connection_lost then
+    consume_ok; a crashed broker makes the recovery attempts fail until the policy gives up (recovery_failed, final),
+    and the close listeners hear the end."""
     from amqwire.client import RecoveryPolicy
+    from conftest import TRANSPORTS, Api
 
     node = broker_node()
+    kinds = ("blocked", "unblocked", "closed", "started", "succeeded", "failed", "consumer", "channel")
 
-    async def scenario(api):
-        conn = await api.connect(node.url, recovery=RecoveryPolicy(initial_delay=0.2, max_delay=0.5, max_attempts=3))
+    async def subscribe(api):
+        proxy = api.proxy()
+        policy = RecoveryPolicy(initial_delay=0.2, max_delay=0.5, max_attempts=3)
+        conn = await api.connect(api.proxy_url(proxy), recovery=policy)
         ch = await conn.channel()
         q = api.names.queue()
         await ch.queue_declare(q)
         await ch.consume(q, consumer_tag="survivor")
-        seen: dict = {name: [] for name in ("blocked", "unblocked", "closed", "started", "succeeded", "failed",
-                                            "consumer", "channel")}
+        seen: dict = {kind: [] for kind in kinds}
         conn.add_blocked_listener(seen["blocked"].append)
         conn.add_unblocked_listener(seen["unblocked"].append)
         conn.add_close_listener(seen["closed"].append)
@@ -409,34 +413,49 @@ def test_blocked_recovery_and_shutdown_listeners(run, broker_node):
         conn.add_recovery_failed_listener(seen["failed"].append)
         ch.add_consumer_listener(seen["consumer"].append)
         ch.add_close_listener(seen["channel"].append)
+        return proxy, ch, q, seen
 
-        await asyncio.to_thread(node.set_memory_alarm)
-        await ch.basic_publish("", q, b"the broker blocks after this one")
-        await eventually(lambda: bool(seen["blocked"]), what="connection.blocked")
-        await asyncio.to_thread(node.clear_memory_alarm)
-        await eventually(lambda: bool(seen["unblocked"]), what="connection.unblocked")
-        await asyncio.sleep(0.5)
-        assert len(seen["blocked"]) == 1 and len(seen["unblocked"]) == 1
-        assert "memory" in seen["blocked"][0].reason
+    async def main():
+        apis = [Api(transport, node.url, names) for transport in TRANSPORTS]
+        try:
+            clients = [await subscribe(api) for api in apis]
+            every = [client[3] for client in clients]
 
-        await asyncio.to_thread(node.close_all_connections, "forced by the test")
-        await eventually(lambda: bool(seen["succeeded"]), what="the recovery")
-        [closed] = seen["closed"]
-        assert (closed.by_broker, closed.by_application, closed.reply_code, closed.recovering) == (True, False, 320, True)
-        assert "forced by the test" in closed.reply_text
-        assert closed.cause.reply_code == 320
-        assert [(e.attempt, e.error.reply_code) for e in seen["started"]] == [(0, 320)]
-        assert seen["succeeded"][0].attempt >= 1
-        assert [(e.kind.value, e.recovering) for e in seen["consumer"]] == [("connection_lost", True), ("consume_ok", False)]
-        assert [(e.by_broker, e.reply_code, e.recovering) for e in seen["channel"]] == [(True, 320, True)]
+            await asyncio.to_thread(node.set_memory_alarm)
+            for _, ch, q, _ in clients:
+                await ch.basic_publish("", q, b"the broker blocks after this one")
+            await eventually(lambda: all(seen["blocked"] for seen in every), what="connection.blocked")
+            await asyncio.to_thread(node.clear_memory_alarm)
+            await eventually(lambda: all(seen["unblocked"] for seen in every), what="connection.unblocked")
+            await asyncio.sleep(0.5)
+            for seen in every:
+                assert len(seen["blocked"]) == 1 and len(seen["unblocked"]) == 1
+                assert "memory" in seen["blocked"][0].reason
 
-        await asyncio.to_thread(node.kill)
-        await eventually(lambda: any(e.final for e in seen["failed"]), timeout=60, what="the recovery to give up")
-        assert [e.attempt for e in seen["failed"]] == [1, 2, 3]
-        assert [e.final for e in seen["failed"]] == [False, False, True]
-        assert len(seen["succeeded"]) == 1 and len(seen["started"]) == 2
-        # the loss (a recovery follows), then the end: the recovery gave up
-        assert [e.recovering for e in seen["closed"][1:]] == [True, False]
-        assert not seen["closed"][2].by_application
+            await asyncio.to_thread(node.close_all_connections, "forced by the test")
+            await eventually(lambda: all(seen["succeeded"] for seen in every), what="the recoveries")
+            for seen in every:
+                [closed] = seen["closed"]
+                assert (closed.by_broker, closed.by_application, closed.reply_code, closed.recovering) == (
+                    True, False, 320, True)
+                assert "forced by the test" in closed.reply_text and closed.cause.reply_code == 320
+                assert [(e.attempt, e.error.reply_code) for e in seen["started"]] == [(0, 320)]
+                assert seen["succeeded"][0].attempt >= 1
+                assert [(e.kind.value, e.recovering) for e in seen["consumer"]] == [
+                    ("connection_lost", True), ("consume_ok", False)]
+                assert [(e.by_broker, e.reply_code, e.recovering) for e in seen["channel"]] == [(True, 320, True)]
 
-    run(scenario, timeout=120)
+            await asyncio.to_thread(node.kill)  # the connections drop; every reconnection fails
+            await eventually(lambda: all(any(e.final for e in seen["failed"]) for seen in every), timeout=60,
+                             what=lambda: f"the recoveries to give up: {[(s['failed'], s['closed']) for s in every]}")
+            for seen in every:
+                assert [(e.attempt, e.final) for e in seen["failed"]] == [(1, False), (2, False), (3, True)]
+                assert len(seen["succeeded"]) == 1 and len(seen["started"]) == 2
+                # the loss (a recovery follows), then the end: the recovery gave up
+                assert [(e.recovering, e.by_application) for e in seen["closed"][1:]] == [(True, False), (False, False)]
+                assert seen["channel"][-1].recovering is False
+        finally:
+            for api in apis:
+                await api.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 120))
