@@ -1319,7 +1319,7 @@ def main(argv=None):
     if not rows:
         raise SystemExit("--only %r matches no row" % args.only)
     t_start = time.monotonic()
-    for case, case_rows, admin in run_rows(rows, ctx, admin, count, repeats, warm_n,
+    for case, case_rows, _admin in run_rows(rows, ctx, admin, count, repeats, warm_n,
                                            args.no_gc, settle):
         print_case(case, case_rows, rows, count, repeats)
         sys.stdout.flush()

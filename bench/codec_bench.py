@@ -43,7 +43,6 @@ import datetime as _dt
 import gc
 import itertools
 import json
-import math
 import os
 import platform
 import statistics

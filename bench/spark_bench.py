@@ -509,7 +509,7 @@ def attach(rows, df, warm_df, columns, broker, pools):
                     r.na = r.na or "not available"
                     continue
                 r.run = (lambda make: lambda n, warm: timed(
-                    lambda: noop_write((warm_df if warm else df).select(make()))))(make)
+                    lambda: noop_write((warm_df if warm else df).select(make()))))(make)  # noqa: B023 (bound by the outer lambda)
         elif r.key == "sink":
             r.run = lambda n, warm: broker_run(broker, n, warm, lambda: timed(
                 lambda: sink_write(broker.url, broker.queue, warm_df if warm else df)))

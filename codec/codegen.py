@@ -34,6 +34,24 @@ INT_MAX = {"octet": "0xFF", "short": "0xFFFF", "long": "0xFFFFFFFF",
 INT_BITS = {"octet": 8, "short": 16, "long": 32, "longlong": 64, "timestamp": 64}
 
 
+def wrapped(head: str, items: list[str], tail: str, sep: str = ", ", width: int = 100) -> str:
+    """``head + sep.join(items) + tail``, continued under the opening bracket when it would
+    be wider than ``width`` (the generated code passes the line-length lint)."""
+    line = head + sep.join(items) + tail
+    if len(line) <= width:
+        return line
+    indent = " " * len(head)
+    lines, current = [], head
+    for i, item in enumerate(items):
+        piece = item + (sep.rstrip() if i < len(items) - 1 else tail)
+        if current.strip() and len(current) + len(piece) > width and current != head:
+            lines.append(current.rstrip())
+            current = indent
+        current += piece + (" " if i < len(items) - 1 else "")
+    lines.append(current.rstrip())
+    return "\n".join(lines)
+
+
 def camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("-"))
 
@@ -168,7 +186,7 @@ include "method_base.pxi"
 
 def gen_pyx(methods: list[Meth]) -> str:
     by_name = {(m.cls, m.name): m for m in methods}
-    out = [HEADER]
+    out = [HEADER.rstrip("\n")]
     for m in methods:
         out.append(gen_class(m, responses(m, by_name)))
     out.append(gen_tables(methods))
@@ -193,9 +211,8 @@ def gen_class(m: Meth, replies: list[int]) -> str:
         w("")
     for a in m.args:
         w(f"    cdef readonly {C_TYPES[a.type]} {a.name}")
-    params = "".join(f", {a.name}={a.default_literal()}" for a in m.args)
     w("")
-    w(f"    def __init__(self{params}):")
+    w(wrapped("    def __init__(", ["self"] + [f"{a.name}={a.default_literal()}" for a in m.args], "):"))
     if not m.args:
         w("        pass")
     for a in m.args:
@@ -210,8 +227,8 @@ def gen_class(m: Meth, replies: list[int]) -> str:
     w(f"        buf.write_u32(0x{m.index:08X})")
     for g in bit_groups(m.args):
         if isinstance(g, list):
-            expr = " | ".join(f"({1 << i} if self.{a.name} else 0)" for i, a in enumerate(g))
-            w(f"        buf.write_u8({expr})")
+            w(wrapped("        buf.write_u8(", [f"({1 << i} if self.{a.name} else 0)" for i, a in enumerate(g)],
+                      ")", sep=" | "))
         elif g.type in INT_BITS:
             w(f"        buf.write_u{INT_BITS[g.type]}(self.{g.name})")
         elif g.type == "shortstr":
@@ -223,7 +240,8 @@ def gen_class(m: Meth, replies: list[int]) -> str:
     w("        return 0")
     w("")
     w("    def _values(self):")
-    w(f"        return ({''.join(f'self.{a.name}, ' for a in m.args)})")
+    w(wrapped("        return (", [f"self.{a.name}" for a in m.args], ",)" if len(m.args) == 1 else ")")
+      if m.args else "        return ()")
     # reader
     w("")
     w("")
@@ -253,7 +271,7 @@ def gen_tables(methods: list[Meth]) -> str:
     max_mid = max(m.method_id for m in methods)
     L = ["", "", "# --- dispatch: class id -> slot, then [slot][method id] -> reader ---", ""]
     w = L.append
-    w(f"cdef enum:")
+    w("cdef enum:")
     w(f"    _N_CLASSES = {len(class_ids)}")
     w(f"    _MAX_METHOD_ID = {max_mid}")
     w("")
@@ -286,7 +304,7 @@ def gen_tables(methods: list[Meth]) -> str:
         w(f"    0x{m.index:08X}: {m.pyname},")
     w("}")
     w("")
-    w("__all__ = [" + ", ".join(repr(name) for name in exported_names(methods)) + "]")
+    w(wrapped("__all__ = [", [repr(name) for name in exported_names(methods)], "]"))
     w("")
     return "\n".join(L)
 
@@ -308,7 +326,7 @@ def gen_pyi(methods: list[Meth]) -> str:
     for m in methods:
         w(f"class {m.pyname}(Method):")
         for a in m.args:
-            w(f"    @property")
+            w("    @property")
             w(f"    def {a.name}(self) -> {PY_TYPES[a.type]}: ...")
         signatures = stub_signatures(m)
         for params in signatures:
@@ -324,15 +342,27 @@ INIT_END = "# END GENERATED"
 
 
 def gen_init(text: str, methods: list[Meth]) -> str:
-    """``codec/__init__.py`` with the block between its markers holding methods' ``__all__``
-    as a literal (mypy and stubtest only read literal ``__all__`` additions)."""
-    head, sep, rest = text.partition(INIT_BEGIN)
-    first_line, _, rest = rest.partition("\n")
-    _, sep2, tail = rest.partition(INIT_END)
-    if not sep or not sep2:
-        raise SystemExit(f"codegen: {INIT} lacks the {INIT_BEGIN!r} ... {INIT_END!r} markers")
-    names = "".join(f'    "{name}",\n' for name in exported_names(methods))
-    return f"{head}{INIT_BEGIN}{first_line}\n__all__ += [\n{names}]\n{INIT_END}{tail}"
+    """``codec/__init__.py`` with its two generated blocks filled in: the method classes
+    imported by name, and the literal ``__all__`` additions (mypy and stubtest read only
+    literal ``__all__`` updates; a star import hides the names from linters)."""
+    names = exported_names(methods)
+    blocks = {
+        "imports": "from amqwire.codec.methods import (\n" + "".join(f"    {n},\n" for n in names) + ")\n",
+        "__all__": "__all__ += [\n" + "".join(f'    "{n}",\n' for n in names) + "]\n",
+    }
+    out = []
+    rest = text
+    while INIT_BEGIN in rest:
+        head, _, rest = rest.partition(INIT_BEGIN)
+        first_line, _, rest = rest.partition("\n")
+        _, found_end, rest = rest.partition(INIT_END)
+        tag = first_line.split(":", 1)[-1].strip().split()[0] if ":" in first_line else ""
+        if not found_end or tag not in blocks:
+            raise SystemExit(f"codegen: {INIT}: bad generated block {first_line!r}")
+        out.append(f"{head}{INIT_BEGIN}{first_line}\n{blocks.pop(tag)}{INIT_END}")
+    if blocks:
+        raise SystemExit(f"codegen: {INIT} lacks the generated block(s) {sorted(blocks)}")
+    return "".join(out) + rest
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,6 @@ from amqwire.codec import (
     BasicPublish,
     ChannelOpen,
     ChannelOpenOk,
-    Command,
     ConfirmSelect,
     ConfirmSelectOk,
     ConnectionOpen,

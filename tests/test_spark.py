@@ -28,7 +28,7 @@ import uuid
 
 import pytest
 
-from conftest import closed_port, url_credentials, url_host_port, with_path
+from conftest import closed_port, url_credentials, url_host_port
 
 UTC = datetime.timezone.utc
 EPOCH = 1_700_000_000  # timestamps of the generated rows: EPOCH + id seconds
