@@ -26,15 +26,18 @@ import datetime
 import logging
 import time
 from collections import deque
-from typing import Any, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional
 
 from pyspark.sql import datasource as _ds
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from amqwire.client.url import ConnectionParameters, parameters_list, parse_option
+from amqwire.client.url import parameters_list, parse_option
 from amqwire.spark.encode import PublishEncoder
 from amqwire.spark.errors import SinkError
+
+if TYPE_CHECKING:
+    from amqwire.client.blocking import Channel, Connection, PublishFuture
 
 __all__ = ["AMQPDataSource", "AMQPCommitMessage", "SinkSettings", "publish_batches", "register"]
 
@@ -66,7 +69,7 @@ class AMQPCommitMessage(WriterCommitMessage):
 class SinkSettings:
     """The options of one write, checked on the driver; pickled to the executors."""
 
-    parameters: tuple  # ConnectionParameters to try in order
+    parameters: tuple[Any, ...]  # ConnectionParameters to try in order
     exchange: Optional[str]
     routing_key: Optional[str]
     mandatory: bool
@@ -74,8 +77,8 @@ class SinkSettings:
     confirm_timeout: float
     frame_max: Optional[int]
     body_format: str
-    connect_kwargs: tuple  # (name, value) pairs for connect()
-    columns: tuple  # the DataFrame's column names, in order
+    connect_kwargs: tuple[tuple[str, Any], ...]  # (name, value) pairs for connect()
+    columns: tuple[str, ...]  # the DataFrame's column names, in order
 
     @classmethod
     def from_options(cls, options: Any, schema: StructType) -> "SinkSettings":
@@ -88,8 +91,8 @@ class SinkSettings:
                 )
         urls = options.get("url") or options.get("path") or DEFAULT_URL  # save(url) works too
         url_list = [part.strip() for part in urls.replace(",", " ").split()] if isinstance(urls, str) else list(urls)
-        overrides: dict = {}
-        connect_kwargs: dict = {}
+        overrides: dict[str, Any] = {}
+        connect_kwargs: dict[str, Any] = {}
         for key, value in options.items():
             if not key.startswith("amqp."):
                 continue
@@ -153,7 +156,7 @@ class SinkSettings:
         return f"{', '.join(str(p) for p in self.parameters)} exchange={target}"
 
 
-def _int_option(options: dict, key: str, low: int, high: int, default: Optional[int] = None) -> int:
+def _int_option(options: dict[str, Any], key: str, low: int, high: int, default: Optional[int] = None) -> int:
     value = options.get(key)
     if value is None:
         return default  # type: ignore[return-value]
@@ -166,7 +169,7 @@ def _int_option(options: dict, key: str, low: int, high: int, default: Optional[
     return number
 
 
-def _float_option(options: dict, key: str, default: float) -> float:
+def _float_option(options: dict[str, Any], key: str, default: float) -> float:
     value = options.get(key)
     if value is None:
         return default
@@ -179,7 +182,7 @@ def _float_option(options: dict, key: str, default: float) -> float:
     return number
 
 
-def _bool_option(options: dict, key: str, default: bool) -> bool:
+def _bool_option(options: dict[str, Any], key: str, default: bool) -> bool:
     value = options.get(key)
     if value is None:
         return default
@@ -198,14 +201,16 @@ def publish_batches(settings: SinkSettings, batches: Iterator[Any]) -> AMQPCommi
 
     started = time.monotonic()
     rows = confirmed = sent_bytes = 0
-    conn = channel = encoder = None
-    pending: deque = deque()
+    conn: Optional[Connection] = None
+    channel: Optional[Channel] = None
+    encoder: Optional[PublishEncoder] = None
+    pending: deque[PublishFuture] = deque()
     try:
         for batch in batches:
             count = batch.num_rows
             if not count:
                 continue
-            if conn is None:
+            if conn is None or channel is None or encoder is None:
                 conn = connect(list(settings.parameters), **dict(settings.connect_kwargs))
                 channel = conn.channel()
                 channel.confirm_select(max_in_flight=settings.confirm_window)
@@ -214,7 +219,10 @@ def publish_batches(settings: SinkSettings, batches: Iterator[Any]) -> AMQPCommi
             frames = encoder.encode_frames(**columns)
             # a broker that stops confirming, blocks the connection or pauses the channel
             # fails the task after confirm_timeout instead of hanging it
-            pending.append(channel.publish_encoded(frames, count, timeout=settings.confirm_timeout))
+            future = channel.publish_encoded(frames, count, timeout=settings.confirm_timeout)
+            if future is None:  # only without confirm mode, which confirm_select above rules out
+                raise SinkError("the channel is not in confirm mode", rows_confirmed=confirmed)
+            pending.append(future)
             rows += count
             sent_bytes += len(frames)
             while pending and pending[0].done():
@@ -265,7 +273,7 @@ def _reply_code(error: Optional[BaseException]) -> Optional[int]:
     return None
 
 
-def _summary(messages: List[Optional[WriterCommitMessage]]) -> tuple:
+def _summary(messages: List[Optional[WriterCommitMessage]]) -> tuple[int, int, int]:
     done = [m for m in messages if isinstance(m, AMQPCommitMessage)]
     return sum(m.rows for m in done), sum(m.bytes for m in done), len(done)
 
@@ -344,7 +352,7 @@ def _rows_to_batches(rows: Iterator[Any], schema: StructType, size: int = 10000)
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    chunk: list = []
+    chunk: list[Any] = []
     for row in rows:
         chunk.append(_aware(row.asDict(recursive=True)))
         if len(chunk) >= size:

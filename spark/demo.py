@@ -27,7 +27,7 @@ SINK_COLUMNS = ("body", "routing_key", "exchange", "headers", "properties")
 log = logging.getLogger("amqwire.spark.demo")
 
 
-def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m amqwire.spark.demo",
         description="Publish a DataFrame to RabbitMQ with amqwire's Spark data source.",
@@ -175,7 +175,7 @@ class Progress:
         sys.stderr.flush()
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from amqwire.client import connect
