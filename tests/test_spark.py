@@ -689,9 +689,44 @@ def test_mandatory_routed_succeeds(spark, amqp, amqp_url, names):
 
 def test_unknown_option_is_an_error(spark, amqp, amqp_url):
     with pytest.raises(Exception) as excinfo:
-        writer(body_frame(spark, 1), amqp_url, routing_key="x", routingkey="x").save()
+        writer(body_frame(spark, 1), amqp_url, routing_key="x", routingKeys="x").save()
     text = failure_text(excinfo)
-    assert "unknown option" in text and "routingkey" in text, text[:3000]
+    assert "unknown option" in text and "routingkeys" in text, text[:3000]
+
+
+def test_camel_case_option_names(spark, amqp, amqp_url, names):
+    """routingKey, confirmWindow, confirmTimeout, bodyFormat, frameMax (any case, as Spark's
+    options are case-insensitive) mean the snake_case options."""
+    from pyspark.sql import functions as F
+
+    queue = names.queue()
+    declare(amqp_url, queue)
+    df = spark.range(0, 40, 1, 2).select(
+        F.struct(F.col("id"), F.expr("repeat('x', 6000)").alias("pad")).alias("body"))
+    writer(df, amqp_url, routingKey=queue, confirmWindow=3, confirmTimeout=30, bodyFormat="json",
+           FRAMEMAX=4096).save()
+    import json
+
+    messages = drain(amqp_url, queue, 40, idle=0.3)
+    assert sorted(json.loads(m.body)["id"] for m in messages) == list(range(40))
+    assert all(json.loads(m.body)["pad"] == "x" * 6000 for m in messages)
+
+
+def test_camel_case_options_are_read_as_snake_case():
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from amqwire.spark.datasource import SinkSettings
+
+    schema = StructType([StructField("body", BinaryType())])
+    settings = SinkSettings.from_options(
+        {"routingKey": "q", "confirmWindow": "7", "confirmTimeout": "2.5", "bodyFormat": "raw", "frameMax": "8192"},
+        schema)
+    assert (settings.routing_key, settings.confirm_window, settings.confirm_timeout, settings.body_format,
+            settings.frame_max) == ("q", 7, 2.5, "raw", 8192)
+    with pytest.raises(ValueError, match="option confirm_window must be in 1..10000000, not 0"):
+        SinkSettings.from_options({"routingKey": "q", "confirmwindow": "0"}, schema)
+    with pytest.raises(ValueError, match="routing_key is given twice"):
+        SinkSettings.from_options({"routingKey": "q", "routing_key": "r"}, schema)
 
 
 def test_overwrite_mode_is_an_error(spark, amqp, amqp_url, names):
