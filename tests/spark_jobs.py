@@ -9,8 +9,9 @@ Publishes into three queues the caller declared, every body distinct:
 - ``P.batch``: N rows through ``df.write.format("amqp")``, bodies ``batch-<i>``;
 - ``P.stream``: three micro-batches through ``writeStream.format("amqp")`` from a file
   stream (three Parquet files of N/3 rows already in DIR), bodies ``stream-<i>``;
-- ``P.frames``: N rows encoded by ``to_amqp_frames`` on the executors, collected and sent
-  by the driver with ``publish_encoded`` under confirms, bodies ``frames-<i>``.
+- ``P.frames``: N rows encoded by ``to_amqp_frames`` on the executors (and decoded back
+  there by ``from_amqp_frames``, checked here), collected and sent by the driver with
+  ``publish_encoded`` under confirms, bodies ``frames-<i>``.
 Prints one ``done <step>`` line per step; any failure ends the process with its traceback.
 """
 from __future__ import annotations
@@ -76,9 +77,14 @@ def main(argv=None) -> int:
     # column function: encoded on the executors, sent from here
     with connect(args.amqp_url) as conn, conn.channel() as ch:
         ch.confirm_select()
-        frames = spark.range(0, args.rows, 1, 2).select(amqwire.spark.to_amqp_frames(
+        frames = spark.range(0, args.rows, 1, 2).select("id", amqwire.spark.to_amqp_frames(
             F.expr("cast(concat('frames-', id) as binary)"), f"{prefix}.frames", channel=ch.channel_id))
-        table = frames.toArrow()
+        # from_amqp_frames on the executors too: every row's frames decode to its own body
+        table = frames.select("id", "frames", amqwire.spark.from_amqp_frames("frames").alias("m")).toArrow()
+        decoded = zip(table.column("id").to_pylist(), table.column("m").to_pylist())
+        wrong = [i for i, m in decoded if (m["body"], m["routing_key"]) != (b"frames-%d" % i, f"{prefix}.frames")]
+        if wrong:
+            raise AssertionError(f"from_amqp_frames: rows {wrong[:5]} decode to something else")
         data = b"".join(table.column("frames").to_pylist())
         ch.publish_encoded(data, table.num_rows).result(timeout=60)
     print("done frames", flush=True)
