@@ -18,7 +18,6 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory):
-    pytest.importorskip("grpc", reason="the Spark Connect client needs amqwire[test]'s grpcio")
     server = ConnectServer(tmp_path_factory.mktemp("spark-connect"))
     try:
         server.start()
