@@ -23,6 +23,7 @@ def queue_count(url, queue):
         return ch.queue_declare(queue, passive=True).message_count
 
 
+@pytest.mark.timeout(300)  # a whole Spark start-up and job in a subprocess (run_demo's 240 s)
 def test_demo_publishes_generated_rows_keeps_what_was_there_and_reports(amqp_url, names, tmp_path):
     from amqwire.client import connect
 
@@ -46,6 +47,7 @@ def test_demo_publishes_generated_rows_keeps_what_was_there_and_reports(amqp_url
     assert not noise, done.stderr[-3000:]
 
 
+@pytest.mark.timeout(300)  # a whole Spark start-up and job in a subprocess (run_demo's 240 s)
 def test_demo_publishes_a_parquet_file_after_purging_on_request(amqp_url, names, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
