@@ -102,17 +102,20 @@ def start_spark(master: str) -> Any:
 
 
 def _quiet_log4j() -> str:
-    """A log4j2 configuration that lets only errors through (with the REPL logger at the
-    root's level, Spark does not print its "Setting default log level" lines either)."""
+    """A log4j2 configuration that lets only errors through.  Spark compares the level of
+    the logger that starts logging (an org.apache one) with the root's and prints "Setting
+    default log level..." when they differ: both are set."""
     import tempfile
 
     path = os.path.join(tempfile.gettempdir(), "amqwire-demo-log4j2.properties")
+    quiet = ("org.apache", "org.sparkproject", "io.netty", "org.eclipse")
     with open(path, "w") as f:
         f.write("rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
                 "appender.console.type = Console\nappender.console.name = console\n"
                 "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
-                "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n\n"
-                "logger.repl.name = org.apache.spark.repl.Main\nlogger.repl.level = error\n")
+                "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n\n")
+        for i, name in enumerate(quiet):
+            f.write(f"logger.q{i}.name = {name}\nlogger.q{i}.level = error\n")
     return path
 
 
