@@ -26,14 +26,21 @@ def is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def _configured(sc: Any) -> bool:
+    """spark.pyspark.python set on the session (a real SparkContext has getConf)."""
+    get_conf = getattr(sc, "getConf", None)
+    return get_conf is not None and bool(get_conf().get("spark.pyspark.python", ""))
+
+
 def workers_run_this_python(spark: Any) -> None:
-    """On a local master with PYSPARK_PYTHON unset, make the session's Python workers run
-    this interpreter (``sys.executable``) instead of the ``python3`` on the PATH.  On a
-    cluster, warn once that the executors' ``python3`` needs amqwire."""
+    """On a local master with PYSPARK_PYTHON and spark.pyspark.python unset, make the
+    session's Python workers run this interpreter (``sys.executable``) instead of the
+    ``python3`` on the PATH.  On a cluster, warn once that the executors' ``python3``
+    needs amqwire."""
     if spark is None or is_connect(spark):
         return  # a Connect server picks its workers' Python itself
     sc = spark.sparkContext
-    if os.environ.get("PYSPARK_PYTHON") or sc.pythonExec != _SPARK_DEFAULT:
+    if os.environ.get("PYSPARK_PYTHON") or sc.pythonExec != _SPARK_DEFAULT or _configured(sc):
         return  # chosen explicitly: respected
     master = sc.master or ""
     if master.startswith("local"):
