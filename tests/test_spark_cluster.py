@@ -54,7 +54,7 @@ def job_step(done, standalone, step):
 def test_cluster_has_two_workers_and_the_job_ran_there(standalone, cluster_job):
     done, _ = cluster_job
     assert standalone.alive_workers() == 2
-    assert f"spark 4" in done.stdout and standalone.url in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "spark 4" in done.stdout and standalone.url in done.stdout, done.stdout + done.stderr[-3000:]
     assert done.returncode == 0, done.stderr[-5000:]
 
 
