@@ -35,6 +35,7 @@ from pyspark.sql.types import StructType
 from amqwire.client.url import parameters_list, parse_option
 from amqwire.spark.encode import PublishEncoder
 from amqwire.spark.errors import SinkError
+from amqwire.spark.workers import workers_run_this_python
 
 if TYPE_CHECKING:
     from amqwire.client.blocking import Channel, Connection, PublishFuture
@@ -51,6 +52,12 @@ _CONNECT_OPTIONS = {"blocked_action": str, "blocked_timeout": float}
 _SINK_OPTIONS = {
     "url", "exchange", "routing_key", "mandatory", "confirm_window", "confirm_timeout",
     "frame_max", "body_format",
+}
+# Spark's camelCase spellings (options arrive lower-cased: Spark's options are
+# case-insensitive) of the snake_case names.
+_ALIASES = {
+    "routingkey": "routing_key", "confirmwindow": "confirm_window", "confirmtimeout": "confirm_timeout",
+    "bodyformat": "body_format", "framemax": "frame_max",
 }
 # Options Spark itself hands every data source (the save() path, streaming bookkeeping).
 _SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
@@ -82,12 +89,13 @@ class SinkSettings:
 
     @classmethod
     def from_options(cls, options: Any, schema: StructType) -> "SinkSettings":
-        options = {str(key).lower(): value for key, value in dict(options).items()}
+        options = _canonical(options)
         for key in options:
             if key not in _SINK_OPTIONS and key not in _SPARK_OPTIONS and not key.startswith("amqp."):
                 raise ValueError(
                     f"unknown option {key!r} for the amqp data source (known: "
-                    f"{', '.join(sorted(_SINK_OPTIONS))}, and amqp.* connection options)"
+                    f"{', '.join(sorted(_SINK_OPTIONS))} (or routingKey, confirmWindow, confirmTimeout, "
+                    f"bodyFormat, frameMax), and amqp.* connection options)"
                 )
         urls = options.get("url") or options.get("path") or DEFAULT_URL  # save(url) works too
         url_list = [part.strip() for part in urls.replace(",", " ").split()] if isinstance(urls, str) else list(urls)
@@ -154,6 +162,21 @@ class SinkSettings:
     def describe(self) -> str:
         target = self.exchange if self.exchange is not None else ("column" if "exchange" in self.columns else "''")
         return f"{', '.join(str(p) for p in self.parameters)} exchange={target}"
+
+
+def _canonical(options: Any) -> dict[str, Any]:
+    """Lower-cased option names with the camelCase spellings mapped onto the snake_case
+    ones; the same option given under both names is an error."""
+    canonical: dict[str, Any] = {}
+    given: dict[str, Any] = {}
+    for key, value in dict(options).items():
+        lowered = str(key).lower()
+        name = _ALIASES.get(lowered, lowered)
+        if name in canonical:
+            raise ValueError(f"option {name} is given twice (as {given[name]!r} and {key!r}): keep one")
+        canonical[name] = value
+        given[name] = key
+    return canonical
 
 
 def _int_option(options: dict[str, Any], key: str, low: int, high: int, default: Optional[int] = None) -> int:
@@ -381,7 +404,11 @@ class AMQPDataSource(DataSource):
 
 def register(spark: Any = None) -> None:
     """Make ``format("amqp")`` available in ``spark`` (the active session by default).
-    Calling it again for the same session does nothing."""
+    Calling it again for the same session does nothing.
+
+    On a local master with ``PYSPARK_PYTHON`` unset, the session's Python workers are made
+    to run this interpreter, so a script started with a venv's python works without
+    activating the venv.  Works on Spark Connect sessions too."""
     if spark is None:
         from pyspark.sql import SparkSession
 
@@ -390,5 +417,6 @@ def register(spark: Any = None) -> None:
             raise RuntimeError("no active SparkSession: pass the session to register(spark)")
     if getattr(spark, "_amqwire_amqp_registered", False):
         return
+    workers_run_this_python(spark)
     spark.dataSource.register(AMQPDataSource)
     spark._amqwire_amqp_registered = True

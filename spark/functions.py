@@ -11,6 +11,7 @@ from typing import Any, Iterator, Optional, Tuple, Union, cast
 
 from amqwire.spark.decode import DECODED_DDL, decode_batch
 from amqwire.spark.encode import DEFAULT_FRAME_MAX, PublishEncoder
+from amqwire.spark.workers import workers_run_this_python
 
 __all__ = ["to_amqp_frames", "from_amqp_frames"]
 
@@ -89,6 +90,7 @@ def to_amqp_frames(
             yield encoder.encode(**dict(zip(names, arrays)))
 
     _iterator_hints(encode_batches, len(columns))
+    _local_workers()
     return _arrow_udf(encode_batches, "binary")(*columns).alias("frames")
 
 
@@ -102,6 +104,7 @@ def from_amqp_frames(frames: ColumnOrName) -> Any:
             yield decode_batch(array)
 
     _iterator_hints(decode_batches, 1)
+    _local_workers()
     return _arrow_udf(decode_batches, DECODED_DDL)(_column(frames)).alias("publish")
 
 
@@ -111,6 +114,14 @@ def _arrow_udf(fn: Any, return_type: str) -> Any:
     from pyspark.sql import functions as F
 
     return cast(Any, F).arrow_udf(fn, return_type)
+
+
+def _local_workers() -> None:
+    """The UDF is bound to the Python its workers run when it is created: on a local
+    master, this interpreter (see :mod:`amqwire.spark.workers`)."""
+    from pyspark.sql import SparkSession
+
+    workers_run_this_python(SparkSession.getActiveSession())
 
 
 def _iterator_hints(fn: Any, arity: int) -> None:
