@@ -322,7 +322,7 @@ class AsyncProducer(ProducerCore):
                     frames = self._encode(plain, channel.channel_id, broker.connection.frame_max)
                     token = await channel.publish_encoded(frames, len(plain), timeout=slice_)
                     unwritten = rest
-                    self._published(plain)
+                    self._published(plain, broker)
                     done = self._batch_cb(plain, broker)
                     token.add_done_callback(done)
                     if token.done():  # settled before the callback was added: never missed
@@ -340,14 +340,14 @@ class AsyncProducer(ProducerCore):
                     await channel.publish_async(
                         message.exchange, message.routing_key, message.body, message.properties,
                         mandatory=True, callback=self._confirmed_cb(message, broker), timeout=slice_)
-                    self._published([message])
+                    self._published([message], broker)
                 unwritten = []
         except OperationTimeout as exc:  # window full, channel.flow, socket buffer: the deadlines decide
             self._waiting = exc.operation
             self._requeue(unwritten)
             return
-        except ConnectionBlockedError as exc:
-            self._waiting = f"the broker to lift connection.blocked ({exc.reason})"
+        except ConnectionBlockedError:
+            self._waiting = f"the broker to lift connection.blocked ({broker.blocked_reason()})"
             self._requeue(unwritten)
             return
         except ChannelClosed as exc:  # what it had written fails through the futures

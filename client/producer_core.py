@@ -353,6 +353,11 @@ class Broker:
     def usable(self) -> bool:
         return self.connection is not None and self.connection.is_open
 
+    def blocked_reason(self) -> str:
+        """Why the broker blocks the connection (connection.blocked's reason)."""
+        core = getattr(self.connection, "_core", None)
+        return str(getattr(core, "blocked", None) or "blocked")
+
     def __repr__(self) -> str:
         return f"<Broker {self.url} failures={self.failures}>"
 
@@ -838,15 +843,21 @@ class ProducerCore:
             self._retrying = retrying
             for m in list(self._inflight):
                 if m.deadline <= now:
-                    expired.append((m, m.stage))
+                    broker = m.broker
+                    if broker is not None and broker.usable() and broker.connection.blocked:
+                        expired.append((m, f"{m.stage}, held back by connection.blocked ({broker.blocked_reason()})"))
+                    else:
+                        expired.append((m, m.stage))
                 else:
                     nearest = min(nearest, m.deadline)
             self._next_sweep = nearest
         for m, wait in expired:
             self._expire(m, wait)
 
-    def _published(self, messages: Sequence[OutgoingMessage]) -> None:
+    def _published(self, messages: Sequence[OutgoingMessage], broker: Broker) -> None:
         """Written, waiting for their confirms (some may be settled already)."""
+        for message in messages:
+            message.broker = broker
         with self._lock:
             nearest = self._next_sweep
             inflight = self._inflight

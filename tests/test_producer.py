@@ -144,7 +144,7 @@ def test_one_producer_fed_by_many_threads(amqp_url, names):
     with Producer(amqp_url, linger=0.002) as producer:
         def work(n: int) -> None:
             try:
-                for i in range(250):
+                for i in range(100):
                     if i % 2:
                         results.append(producer.send("", queue, f"{n}-{i}"))
                     else:
@@ -159,10 +159,10 @@ def test_one_producer_fed_by_many_threads(amqp_url, names):
             t.join(60)
         stats = producer.stats()
     assert errors == []
-    assert len(results) == 2000 and stats.confirmed == 2000 and stats.pending == 0
+    assert len(results) == 800 and stats.confirmed == 800 and stats.pending == 0
     bodies = [m.body for m in queue_messages(amqp_url, queue)]
-    assert sorted(bodies) == sorted(f"{n}-{i}".encode() for n in range(8) for i in range(250))
-    assert len({r.message_id for r in results}) == 2000
+    assert sorted(bodies) == sorted(f"{n}-{i}".encode() for n in range(8) for i in range(100))
+    assert len({r.message_id for r in results}) == 800
 
 
 def test_one_aio_producer_fed_by_many_tasks(amqp_url, names):
@@ -172,13 +172,13 @@ def test_one_aio_producer_fed_by_many_tasks(amqp_url, names):
     async def scenario():
         async with aio.Producer(amqp_url, linger=0.002, batch_size=64) as producer:
             async def work(n: int) -> list:
-                return [await producer.send("", queue, f"{n}-{i}") for i in range(250)]
+                return [await producer.send("", queue, f"{n}-{i}") for i in range(100)]
             done = await asyncio.gather(*(work(n) for n in range(8)))
             return [r for rs in done for r in rs]
 
     results = run(scenario())
-    assert len({r.message_id for r in results}) == 2000
-    assert len(queue_messages(amqp_url, queue)) == 2000
+    assert len({r.message_id for r in results}) == 800
+    assert len(queue_messages(amqp_url, queue)) == 800
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

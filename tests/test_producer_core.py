@@ -308,7 +308,7 @@ def test_retries_go_first_once_their_back_off_is_over():
     core = Core(retry_backoff=1.0, retry_backoff_max=1.0)
     first = core.queue()
     core._next_batch(time.monotonic())
-    core._published([first])
+    core._published([first], _broker(core))
     second = core.queue()
     core._attempt_failed(first, _broker(core), PublishNacked(1))
     now = time.monotonic()
@@ -325,7 +325,7 @@ def test_the_sweep_fails_each_send_with_the_wait_it_was_in():
     backing_off = core.queue(timeout=200.0)
     keep = core.queue(timeout=60.0)
     core._queue.remove(inflight)
-    core._published([inflight])
+    core._published([inflight], _broker(core))
     core._queue.remove(backing_off)
     core._attempt_failed(backing_off, _broker(core), PublishNacked(1))
     backing_off.deadline = time.monotonic()  # its deadline passes during the back-off
