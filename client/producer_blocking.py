@@ -125,6 +125,22 @@ class Producer(SyncProducer):
     def _resolve(self, future: SendFuture, result: Any, error: Optional[BaseException]) -> None:
         future._settle(result, error)
 
+    def _resolve_all(self, results: list[tuple[SendFuture, SendResult]]) -> None:
+        """SendFuture._settle for a confirmed batch: one lock for all (the hot path)."""
+        with _CALLBACKS:
+            work = []
+            for future, result in results:
+                future._result = result
+                callbacks, future._callbacks = future._callbacks, None
+                if callbacks or future._waiter is not None:
+                    work.append((future, callbacks))
+        for future, callbacks in work:
+            if future._waiter is not None:
+                future._waiter.release()
+            if callbacks:
+                for fn in callbacks:
+                    _run(fn, future)
+
     def _wake(self) -> None:
         self._work.set()
 

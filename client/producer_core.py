@@ -18,7 +18,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from typing import Any, Callable, Deque, Optional, Sequence, Union
+from typing import Any, Callable, Deque, NamedTuple, Optional, Sequence, Union
 
 from amqwire.codec import AMQPSyntaxError, BasicProperties, encode_publish
 
@@ -121,8 +121,7 @@ class BufferFullError(AMQPError):
 # --------------------------------------------------------------------------- results
 
 
-@dataclasses.dataclass(frozen=True)
-class SendResult:
+class SendResult(NamedTuple):
     """A confirmed send: the broker it landed on (URL without password), how many attempts
     it took, its message id and the time from the call to the confirm (seconds)."""
 
@@ -162,6 +161,15 @@ class Latencies:
         self._values[self._count % self._size] = value
         self._count += 1
 
+    def extend(self, values: list[float]) -> None:
+        size = self._size
+        store = self._values
+        count = self._count
+        for value in values:
+            store[count % size] = value
+            count += 1
+        self._count = count
+
     def percentiles(self, *ps: float) -> list[Optional[float]]:
         n = min(self._count, self._size)
         if n == 0:
@@ -182,14 +190,24 @@ class MessageIds:
     def __init__(self) -> None:
         node = int.from_bytes(os.urandom(4), "big") >> 2
         self._rand_a = (0x7 << 12) | ((node >> 18) & 0xFFF)
-        self._node_b = (0x2 << 62) | ((node & 0x3FFFF) << 44)
+        # the variant bits, 18 node bits and the counter's top 12 bits: the 4th group
+        self._node_b = (0x2 << 14) | ((node & 0x3FFFF) >> 4)
+        self._node_low = node & 0xF  # the node's last 4 bits start the 5th group
         # next() on a count is atomic under the GIL: ids stay unique across threads
         self._counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
+        self._ms = -1
+        self._prefix = ""
 
     def next(self) -> str:
         n = next(self._counter) & 0xFFFFFFFFFFF
-        h = f"{(time.time_ns() // 1_000_000) << 16 | self._rand_a:016x}{self._node_b | n:016x}"
-        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        ms = time.time_ns() // 1_000_000
+        prefix = self._prefix
+        if ms != self._ms:  # the first three groups change once a millisecond
+            h = f"{ms << 16 | self._rand_a:016x}"
+            prefix = self._prefix = f"{h[:8]}-{h[8:12]}-{h[12:16]}-"
+            self._ms = ms
+        # rand_b (62 bits) = node (18 bits: 14 in the 4th group, 4 in the 5th) + counter (44 bits)
+        return f"{prefix}{self._node_b:04x}-{self._node_low:x}{n:011x}"
 
 
 # --------------------------------------------------------------------------- compression
@@ -704,39 +722,55 @@ class ProducerCore:
         settled = []
         with self._lock:
             epochs = self._epochs
-            inflight = self._inflight
-            latencies = self._latencies
+            discard = self._inflight.discard
             size = 0
+            epoch = -1
+            count = 0
             for message in messages:
                 if message.done:
                     continue
                 message.done = True
-                inflight.discard(message)
+                discard(message)
                 size += message.size
-                left = epochs[message.epoch] - 1
-                if left:
-                    epochs[message.epoch] = left
-                else:
-                    del epochs[message.epoch]
-                latency = now - message.started
-                latencies.add(latency)
-                settled.append((message, latency))
+                if message.epoch != epoch:
+                    if count:
+                        self._drop_epoch(epoch, count)
+                    epoch, count = message.epoch, 0
+                count += 1
+                settled.append(message)
+            if count:
+                self._drop_epoch(epoch, count)
+            latencies = [now - m.started for m in settled]
+            self._latencies.extend(latencies)
             self._buffered -= size
             self._bytes += size
             self._pending -= len(settled)
             self._confirmed += len(settled)
-        resolve = self._resolve
-        after = self.after_send
         url = broker.url
-        for message, latency in settled:
-            result = SendResult(url, 1 + (len(message.attempts) if message.attempts else 0), message.message_id, latency)
-            resolve(message.future, result, None)
-            if after is not None:
+        results = [
+            (m.future, SendResult(url, 1 + len(m.attempts) if m.attempts else 1, m.message_id, latency))
+            for m, latency in zip(settled, latencies)
+        ]
+        self._resolve_all(results)
+        after = self.after_send
+        if after is not None:
+            for message, (_, result) in zip(settled, results):
                 try:
                     after(message, result, None)
                 except Exception:
                     log.exception("after_send hook %r failed", after)
         self._notify()
+
+    def _drop_epoch(self, epoch: int, count: int) -> None:
+        left = self._epochs[epoch] - count
+        if left:
+            self._epochs[epoch] = left
+        else:
+            del self._epochs[epoch]
+
+    def _resolve_all(self, results: list[tuple[Any, SendResult]]) -> None:
+        for future, result in results:
+            self._resolve(future, result, None)
 
     def _encode(self, messages: Sequence[OutgoingMessage], channel_id: int, frame_max: int) -> bytes:
         return b"".join([
