@@ -93,6 +93,10 @@ class Producer(AsyncProducer):
     async def _wait_result(self, future: "asyncio.Future[SendResult]") -> SendResult:
         return await asyncio.shield(future)
 
+    async def _wait_confirm(self, token: Any, timeout: float) -> bool:
+        done, _ = await asyncio.wait([token], timeout=timeout)
+        return bool(done)
+
     def _start_sender(self) -> None:
         self._task = self._loop.create_task(self._run_sender())
 

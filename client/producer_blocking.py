@@ -172,6 +172,13 @@ class Producer(SyncProducer):
     def _wait_result(self, future: SendFuture) -> SendResult:
         return future.result()
 
+    def _wait_confirm(self, token: Any, timeout: float) -> bool:
+        try:
+            token.exception(timeout)
+        except OperationTimeout:
+            return False
+        return True
+
     def _start_sender(self) -> None:
         self._thread = threading.Thread(target=self._run_sender, name="amqwire-producer-sender", daemon=True)
         self._thread.start()

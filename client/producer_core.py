@@ -322,7 +322,7 @@ class OutgoingMessage:
     __slots__ = (
         "exchange", "routing_key", "body", "properties", "mandatory", "message_id", "oneway",
         "timeout", "deadline", "started", "attempts", "future", "size", "not_before", "stage",
-        "epoch", "done", "broker",
+        "epoch", "done", "broker", "solo",
     )
 
     def __init__(self, exchange: str, routing_key: str, body: bytes, properties: Optional[BasicProperties],
@@ -345,6 +345,7 @@ class OutgoingMessage:
         self.epoch = 0
         self.done = False
         self.broker: Any = None
+        self.solo = False  # sent alone, its confirm awaited before the next (see _batch_cb)
 
     def __repr__(self) -> str:
         return (f"<OutgoingMessage {self.message_id} exchange={self.exchange!r} "
@@ -790,10 +791,27 @@ class ProducerCore:
             error = token.exception()
             if error is None:
                 self._succeeded_all(messages, broker)
+            elif len(messages) > 1 and not retryable(error, self.retry_on_return):
+                # A channel error (a missing exchange...) caused by one message of the batch
+                # fails every publish after it on the channel: each is sent again alone, so
+                # that only the one at fault fails with it.  Not counted as an attempt.
+                self._isolate(messages)
             else:
                 for message in messages:
                     self._attempt_failed(message, broker, error)
         return done
+
+    def _isolate(self, messages: Sequence[OutgoingMessage]) -> None:
+        with self._lock:
+            for message in messages:
+                if not message.done:
+                    self._inflight.discard(message)
+                    message.solo = True
+                    message.not_before = 0.0
+                    message.stage = "the producer's queue"
+                    self._retrying.append(message)
+            self._sender_idle = False
+        self._wake()
 
     def _confirmed_cb(self, message: OutgoingMessage, broker: Broker) -> Callable[[Any], None]:
         def done(token: Any) -> None:

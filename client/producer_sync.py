@@ -58,6 +58,10 @@ class SyncProducer(ProducerCore):
     def _wait_result(self, future: Any) -> SendResult:
         raise NotImplementedError
 
+    def _wait_confirm(self, token: Any, timeout: float) -> bool:
+        """Wait until a publish's confirm future is done; False after ``timeout``."""
+        raise NotImplementedError
+
     def _start_sender(self) -> None:
         raise NotImplementedError
 
@@ -312,8 +316,12 @@ class SyncProducer(ProducerCore):
         if not live:
             return
         slice_ = min(min(m.deadline for m in live) - now, TICK, max(self._next_sweep - now, 0.001))
-        plain = [m for m in live if not m.oneway and not m.mandatory]
-        rest = [m for m in live if m.oneway or m.mandatory] if len(plain) != len(live) else []
+        if live[0].solo:
+            self._write_solo(broker, live[0], slice_)
+            self._requeue(live[1:])
+            return
+        plain = [m for m in live if not m.oneway and not m.mandatory and not m.solo]
+        rest = [m for m in live if m.oneway or m.mandatory or m.solo] if len(plain) != len(live) else []
         channel = broker.channel
         unwritten: list[OutgoingMessage] = live
         try:
@@ -338,6 +346,9 @@ class SyncProducer(ProducerCore):
                             message.exchange, message.routing_key, message.body, message.properties, timeout=slice_)
                         self._settle(message, None, None)
                         continue
+                    if message.solo:
+                        self._requeue(rest[index:])  # written alone, after this batch
+                        break
                     message.stage = "room in the confirm window"
                     channel.publish_async(
                         message.exchange, message.routing_key, message.body, message.properties,
@@ -362,6 +373,24 @@ class SyncProducer(ProducerCore):
             return
         self._waiting = "the producer's queue"
         self.selector.succeeded(broker)
+
+    def _write_solo(self, broker: Broker, message: OutgoingMessage, timeout: float) -> None:
+        """One message alone, its confirm awaited (within ``timeout``) before anything else
+        goes out on the channel: its verdict is its own."""
+        message.stage = "room in the confirm window"
+        try:
+            token = broker.channel.publish_async(
+                message.exchange, message.routing_key, message.body, message.properties,
+                mandatory=message.mandatory, callback=self._confirmed_cb(message, broker), timeout=timeout)
+        except (OperationTimeout, ConnectionBlockedError, ChannelClosed):
+            self._requeue([message])
+            return
+        except _BROKER_ERRORS as exc:
+            self._broker_failed(broker, exc)
+            self._requeue([message])
+            return
+        self._published([message], broker)
+        self._wait_confirm(token, min(max(message.deadline - time.monotonic(), 0.0), 1.0))
 
 
 __all__ = ["AsyncProducer"]
