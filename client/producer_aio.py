@@ -19,7 +19,7 @@ from .url import ConnectionParameters, ParametersLike
 __all__ = ["Producer"]
 
 
-class Producer(AsyncProducer):
+class Producer(AsyncProducer["asyncio.Future[SendResult]"]):
     """An asyncio producer over one or several brokers (see the README): ``await`` it, or
     use it as ``async with``, to connect and start its sender task."""
 

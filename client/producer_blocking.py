@@ -97,7 +97,7 @@ def _run(fn: Callable[[SendFuture], Any], future: SendFuture) -> None:
         logging.getLogger("amqwire.client.producer").exception("send callback %r failed", fn)
 
 
-class Producer(SyncProducer):
+class Producer(SyncProducer[SendFuture]):
     """A blocking, thread-safe producer over one or several brokers (see the README).
 
     ``Producer(urls, **options)`` connects (to every broker with ``policy='round_robin'``,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Generic, Optional, TypeVar
 
 from amqwire.codec import BasicProperties
 
@@ -39,9 +39,10 @@ log = logging.getLogger("amqwire.client.producer")
 
 _BROKER_ERRORS = (AMQPConnectionError, InvalidStateError, OSError)
 _Self = TypeVar("_Self")
+_Future = TypeVar("_Future")  # a transport's send future
 
 
-class SyncProducer(ProducerCore):
+class SyncProducer(ProducerCore, Generic[_Future]):
     """The flows of a Producer (see ``amqwire.client.Producer`` / ``amqwire.client.aio.Producer``)."""
 
     # waiting primitives of the transport -------------------------------------------------
@@ -55,7 +56,7 @@ class SyncProducer(ProducerCore):
     def _wait_work(self, timeout: float) -> None:
         raise NotImplementedError
 
-    def _wait_result(self, future: Any) -> SendResult:
+    def _wait_result(self, future: _Future) -> SendResult:
         raise NotImplementedError
 
     def _wait_confirm(self, token: Any, timeout: float) -> bool:
@@ -168,15 +169,16 @@ class SyncProducer(ProducerCore):
         *,
         mandatory: bool = False,
         timeout: Optional[float] = None,
-        callback: Optional[Callable[[Any], Any]] = None,
-    ) -> Any:
+        callback: Optional[Callable[[_Future], Any]] = None,
+    ) -> _Future:
         """Queue a send and return its future (its result: a SendResult); ``callback(future)``
         runs exactly once when it settles.  Waits only for room in the buffer."""
         message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
         self._enqueue(message)
+        future: _Future = message.future
         if callback is not None:
             message.future.add_done_callback(callback)
-        return message.future
+        return future
 
     def send_oneway(
         self,

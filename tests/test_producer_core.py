@@ -410,3 +410,35 @@ def test_latency_percentiles():
         lat.add(i / 1000)
     p50, p99, pmax = lat.percentiles(50, 99, 100)
     assert (p50, p99, pmax) == (0.151, 0.2, 0.2)  # the last 100 values: 0.101 .. 0.200
+
+
+# --------------------------------------------------------------------------- typing
+
+PRODUCER_USER_CODE = '''
+import asyncio
+from amqwire.client import Producer, SendFuture, SendResult, aio
+
+def blocking_user() -> None:
+    with Producer(["amqp://a/", "amqp://b/"], policy="pinned", linger=0.005) as producer:
+        result: SendResult = producer.send("", "q", b"x")
+        future: SendFuture = producer.send_async("", "q", b"x", callback=lambda f: None)
+        latency: float = future.result().latency
+        producer.send_oneway("", "q", b"x")
+        producer.flush(5)
+
+async def aio_user() -> None:
+    async with aio.Producer("amqp://a/") as producer:
+        result: SendResult = await producer.send("", "q", b"x")
+        future: "asyncio.Future[SendResult]" = await producer.send_async("", "q", b"x")
+        latency: float = (await future).latency
+        forgotten: SendResult = producer.send("", "q", b"x")
+'''
+
+
+def test_the_producers_are_typed_and_a_missing_await_is_a_type_error(tmp_path):
+    from test_typing import _mypy
+
+    result = _mypy(tmp_path, PRODUCER_USER_CODE)
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1, result.stdout + result.stderr
+    assert "user.py:18:" in errors[0] and "Coroutine" in errors[0], errors  # the forgotten await
