@@ -92,8 +92,11 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
             raise AMQPConnectionError("the producer could not connect: " + "; ".join(errors))
         self._start_sender()
 
-    async def _connect(self, broker: Broker) -> None:
-        connection = await self._open(broker.params)
+    async def _connect(self, broker: Broker, within: Optional[float] = None) -> None:
+        params = broker.params
+        if within is not None and within < params.connection_timeout:
+            params = params.replace(connection_timeout=within)
+        connection = await self._open(params)
         try:
             channel = await connection.channel()
             await channel.confirm_select(max_in_flight=self.max_in_flight)
@@ -261,6 +264,10 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
         avoided (``_no_broker_until`` then says when to try again)."""
         while True:
             now = time.monotonic()
+            if self._stopping:  # close() is closing the connections: open none
+                with self._lock:
+                    self._no_broker_until = now + TICK
+                return None
             broker, wait = self.selector.choose(now, self._is_blocked)
             if broker is None:
                 with self._lock:
@@ -273,7 +280,8 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
             if broker.connection is None:
                 self._waiting = f"a connection to {broker.url}"
                 try:
-                    await self._connect(broker)
+                    # no longer than the nearest deadline allows: the sends say why they failed in time
+                    await self._connect(broker, max(self._next_sweep - now, 0.1))
                 except (AMQPError, OSError, TimeoutError) as exc:
                     log.warning("producer: cannot connect to %s: %s", broker.url, exc)
                     self.selector.avoid(broker, exc, time.monotonic())

@@ -202,12 +202,12 @@ class MessageIds:
         n = next(self._counter) & 0xFFFFFFFFFFF
         ms = time.time_ns() // 1_000_000
         prefix = self._prefix
-        if ms != self._ms:  # the first three groups change once a millisecond
+        if ms != self._ms:  # all but the counter's 11 digits change at most once a millisecond
             h = f"{ms << 16 | self._rand_a:016x}"
-            prefix = self._prefix = f"{h[:8]}-{h[8:12]}-{h[12:16]}-"
+            # rand_b (62 bits) = node (18 bits: 14 in the 4th group, 4 in the 5th) + counter (44 bits)
+            prefix = self._prefix = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{self._node_b:04x}-{self._node_low:x}"
             self._ms = ms
-        # rand_b (62 bits) = node (18 bits: 14 in the 4th group, 4 in the 5th) + counter (44 bits)
-        return f"{prefix}{self._node_b:04x}-{self._node_low:x}{n:011x}"
+        return prefix + format(n, "011x")
 
 
 # --------------------------------------------------------------------------- compression
@@ -518,6 +518,7 @@ class ProducerCore:
         self.max_in_flight = max_in_flight
         self.max_body_size = max_body_size
         self.compressor = Compressor(compression, compress_threshold, compress_level)
+        self._compress_at = compress_threshold if self.compressor.encoding else _FOREVER
         self._ids = MessageIds() if message_ids else None
         self.before_send = before_send
         self.after_send = after_send
@@ -577,22 +578,11 @@ class ProducerCore:
             timeout = self.timeout
         elif not timeout > 0:
             raise ValueError(f"timeout must be > 0, not {timeout!r}")
-        if isinstance(body, str):
-            body = body.encode()
-        elif not isinstance(body, bytes):
-            if not isinstance(body, (bytearray, memoryview)):
-                raise TypeError(f"body must be bytes, bytearray, memoryview or str, not {type(body).__name__}")
-            body = bytes(body)
-        if properties is not None and not isinstance(properties, BasicProperties):
-            raise TypeError(f"properties must be a BasicProperties, not {type(properties).__name__}")
-        if not isinstance(exchange, str):
-            raise TypeError(f"exchange must be a str, not {type(exchange).__name__}")
-        if not isinstance(routing_key, str):
-            raise TypeError(f"routing_key must be a str, not {type(routing_key).__name__}")
-        if properties is not None or len(exchange) > 63 or len(routing_key) > 63:
-            # The codec names the field: basic.publish.routing_key, BasicProperties.headers['x']...
-            encode_publish(1, exchange, routing_key, b"", properties, mandatory)
-        body, properties = self.compressor.apply(body, properties)
+        if properties is not None or type(body) is not bytes or type(exchange) is not str \
+                or type(routing_key) is not str or len(exchange) > 63 or len(routing_key) > 63:
+            body = self._check(exchange, routing_key, body, properties, mandatory)
+        if len(body) >= self._compress_at:
+            body, properties = self.compressor.apply(body, properties)
         message_id = None
         if self._ids is not None and (properties is None or properties.message_id is None):
             message_id = self._ids.next()
@@ -606,6 +596,25 @@ class ProducerCore:
         if self.before_send is not None:
             self.before_send(message)
         return message
+
+    def _check(self, exchange: str, routing_key: str, body: Body, properties: Optional[BasicProperties],
+               mandatory: bool) -> bytes:
+        """The slow path of _prepare: types, and the codec's checks of names and properties."""
+        if isinstance(body, str):
+            body = body.encode()
+        elif not isinstance(body, bytes):
+            if not isinstance(body, (bytearray, memoryview)):
+                raise TypeError(f"body must be bytes, bytearray, memoryview or str, not {type(body).__name__}")
+            body = bytes(body)
+        if properties is not None and not isinstance(properties, BasicProperties):
+            raise TypeError(f"properties must be a BasicProperties, not {type(properties).__name__}")
+        if not isinstance(exchange, str):
+            raise TypeError(f"exchange must be a str, not {type(exchange).__name__}")
+        if not isinstance(routing_key, str):
+            raise TypeError(f"routing_key must be a str, not {type(routing_key).__name__}")
+        # The codec names the field: basic.publish.routing_key, BasicProperties.headers['x']...
+        encode_publish(1, exchange, routing_key, b"", properties, mandatory)
+        return body
 
     def _admit(self, message: OutgoingMessage) -> int:
         """Queue the message if the buffer has room: 0 it has not, 1 queued, 2 queued and the

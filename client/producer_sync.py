@@ -94,8 +94,11 @@ class SyncProducer(ProducerCore, Generic[_Future]):
             raise AMQPConnectionError("the producer could not connect: " + "; ".join(errors))
         self._start_sender()
 
-    def _connect(self, broker: Broker) -> None:
-        connection = self._open(broker.params)
+    def _connect(self, broker: Broker, within: Optional[float] = None) -> None:
+        params = broker.params
+        if within is not None and within < params.connection_timeout:
+            params = params.replace(connection_timeout=within)
+        connection = self._open(params)
         try:
             channel = connection.channel()
             channel.confirm_select(max_in_flight=self.max_in_flight)
@@ -263,6 +266,10 @@ class SyncProducer(ProducerCore, Generic[_Future]):
         avoided (``_no_broker_until`` then says when to try again)."""
         while True:
             now = time.monotonic()
+            if self._stopping:  # close() is closing the connections: open none
+                with self._lock:
+                    self._no_broker_until = now + TICK
+                return None
             broker, wait = self.selector.choose(now, self._is_blocked)
             if broker is None:
                 with self._lock:
@@ -275,7 +282,8 @@ class SyncProducer(ProducerCore, Generic[_Future]):
             if broker.connection is None:
                 self._waiting = f"a connection to {broker.url}"
                 try:
-                    self._connect(broker)
+                    # no longer than the nearest deadline allows: the sends say why they failed in time
+                    self._connect(broker, max(self._next_sweep - now, 0.1))
                 except (AMQPError, OSError, TimeoutError) as exc:
                     log.warning("producer: cannot connect to %s: %s", broker.url, exc)
                     self.selector.avoid(broker, exc, time.monotonic())

@@ -1,7 +1,7 @@
 """The Producer through broker faults, on two PRIVATE RabbitMQ nodes A and B (never the
 shared broker): A's app stopped mid-stream, a node crashed and restarted mid-stream, a memory alarm.
 
-The message count of the long runs is ``AMQWIRE_PRODUCER_FAULT_COUNT`` (default 10,000, to
+The message count of the long runs is ``AMQWIRE_PRODUCER_FAULT_COUNT`` (default 6,000, to
 stay within CI's budget).  The issue's full run, 100,000 sends::
 
     AMQWIRE_PRODUCER_FAULT_COUNT=100000 PYTHONPATH=... python -m pytest -s tests/test_producer_faults.py
@@ -24,7 +24,7 @@ import pytest
 from amqwire.codec import BasicProperties
 from amqwire.client import Producer, SendFailed, SendTimeout, aio, connect
 
-COUNT = int(os.environ.get("AMQWIRE_PRODUCER_FAULT_COUNT", "10000"))
+COUNT = int(os.environ.get("AMQWIRE_PRODUCER_FAULT_COUNT", "6000"))
 PERSISTENT = BasicProperties(delivery_mode=2)
 WINDOW = 500
 
