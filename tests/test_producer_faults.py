@@ -159,7 +159,7 @@ async def _failover_aio(urls: list[str], queue: str, n: int, stop_a) -> tuple[li
     ok: list = []
     stopped = asyncio.Event()
     failed: list = []
-    async with aio.Producer(urls, timeout=30, retries=2, retry_backoff=0.05, avoid_backoff=1.0,
+    async with aio.Producer(urls, policy="pinned", timeout=30, retries=2, retry_backoff=0.05, avoid_backoff=1.0,
                             max_in_flight=2000) as producer:
         async def sync_sends(count: int) -> None:
             for i in range(count):
@@ -199,6 +199,7 @@ async def _failover_aio(urls: list[str], queue: str, n: int, stop_a) -> tuple[li
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("transport", ["blocking", "aio"])
 def test_a_broker_stopped_mid_stream_sends_go_on_through_the_other(transport, nodes):
+    """Blocking: policy round_robin; asyncio: pinned to A, failing over to B."""
     a, b = nodes
     queue = f"failover-{uuid.uuid4().hex[:8]}"
     declare(a.url, queue)
@@ -221,7 +222,8 @@ def test_a_broker_stopped_mid_stream_sends_go_on_through_the_other(transport, no
             wait_port(a.port)
     assert stopped, "A was never stopped: nothing was tested"
     stores = {"A": stored_ids(a.url, queue), "B": stored_ids(b.url, queue)}
-    duplicates, unique = outcomes_report(f"A stopped mid-stream ({transport})", ok, failed, stores, stats)
+    policy = "round_robin" if transport == "blocking" else "pinned"
+    duplicates, unique = outcomes_report(f"A stopped mid-stream ({transport}, {policy})", ok, failed, stores, stats)
     assert len(ok) + len(failed) == n  # every send reported, none unsettled
     assert stats.pending == 0 and stats.confirmed == len(ok) and stats.failed == len(failed)
     missing = set(ok) - set(stores["A"]) - set(stores["B"])
