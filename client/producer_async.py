@@ -253,6 +253,8 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
                     await self._wait_work(min(wait, TICK * 4))
         except BaseException as exc:
             log.exception("producer: the sender failed")
+            with self._lock:
+                self._closed = True  # nothing would send what comes next: refused at the call
             self._fail_all(InvalidStateError(f"the producer's sender failed: {exc!r}"))
             raise
 
