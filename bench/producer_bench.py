@@ -29,7 +29,8 @@ Each prints confirmed msg/s best / median of the repeats and the client's CPU pe
 Latency rows: one thread sends at half the reference's best rate (open loop: message i is
 due at t0 + i/rate, never bursting to catch up by more than 1 ms), through a Producer with
 linger 0 and linger 5 ms; the latency of a send is from the call to its confirm
-(SendResult.latency); p50 / p99 over the run.
+(SendResult.latency); p50 / p99 over the run.  The same at 1,000 msg/s follows, for
+information (no target): the latency of the Producer's own path on a machine far from busy.
 
 Targets (from the issue): "Producer, 8 threads" >= 90% of "channel, 1 thread" in the same
 run; p99 at linger 0 <= 5 ms at half that rate.  Reported whether met or not, with the load
@@ -313,23 +314,25 @@ def main(argv=None):
         verdicts.append(f"target Producer 8 threads >= 90% of the reference: {p8['best'] / ref_best:.0%} best, "
                         f"{p8['median'] / ref_med:.0%} median: {'met' if ok else 'NOT met'}")
     if ref_best and not args.only:
-        rate = ref_best / 2
-        lat_n = max(1000, min(int(rate * (2 if args.quick else 10)), 100_000))
-        print(f"\nlatency, one thread sending {lat_n} at {rate:,.0f} msg/s (half the reference's best)")
-        for linger in (0.0, 0.005):
-            queue_label = f"latency linger {linger * 1000:g} ms"
-            try:
-                p50, p99, achieved = one_run(ctx, admin, lambda c, q, k: (latency_run(c, q, k, rate, linger), 1),
-                                             lat_n, queue_label)
-            except Exception as exc:  # noqa: BLE001
-                print(f"{queue_label}: FAILED: {type(exc).__name__}: {exc}")
-                continue
-            print(f"  linger {linger * 1000:g} ms: p50 {p50 * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms "
-                  f"(achieved {achieved:,.0f} msg/s)")
-            table[queue_label] = {"p50_ms": p50 * 1000, "p99_ms": p99 * 1000, "rate": achieved}
-            if linger == 0.0:
-                verdicts.append(f"target p99 at linger 0 <= 5 ms at half the rate: {p99 * 1000:.2f} ms: "
-                                f"{'met' if p99 <= 0.005 else 'NOT met'}")
+        # the target's rate, then (information, no target) a low rate where the machine is
+        # far from busy: what the Producer's own path costs in latency
+        for rate, why in ((ref_best / 2, "half the reference's best"), (1000.0, "info: a low rate")):
+            lat_n = max(1000, min(int(rate * (2 if args.quick else 10)), 100_000))
+            print(f"\nlatency, one thread sending {lat_n} at {rate:,.0f} msg/s ({why})")
+            for linger in (0.0, 0.005):
+                queue_label = f"latency at {rate:.0f}/s, linger {linger * 1000:g} ms"
+                try:
+                    p50, p99, achieved = one_run(
+                        ctx, admin, lambda c, q, k: (latency_run(c, q, k, rate, linger), 1), lat_n, queue_label)
+                except Exception as exc:  # noqa: BLE001
+                    print(f"{queue_label}: FAILED: {type(exc).__name__}: {exc}")
+                    continue
+                print(f"  linger {linger * 1000:g} ms: p50 {p50 * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms "
+                      f"(achieved {achieved:,.0f} msg/s)")
+                table[queue_label] = {"p50_ms": p50 * 1000, "p99_ms": p99 * 1000, "rate": achieved}
+                if linger == 0.0 and rate != 1000.0:
+                    verdicts.append(f"target p99 at linger 0 <= 5 ms at half the rate: {p99 * 1000:.2f} ms: "
+                                    f"{'met' if p99 <= 0.005 else 'NOT met'}")
     print()
     for v in verdicts:
         print(v)
