@@ -343,8 +343,11 @@ def test_the_deadline_covers_every_wait_and_names_it(transport, amqp_url, names,
 
     silent, reconnecting, outcomes, stats = run(scenario())
     assert silent.operation == "the broker's confirm" and "timed out after 0.5 s" in str(silent)
-    assert "connection" in reconnecting.operation and "timed out after 1.5 s" in str(reconnecting)
+    assert "timed out after 1.5 s" in str(reconnecting)
     assert all(isinstance(o, SendTimeout) for o in outcomes)  # every one reported, none lost silently
+    # (a send that went out just before the producer saw the connection drop may time out
+    # in flight instead: the others waited for a connection)
+    assert any("connection" in o.operation for o in outcomes + [reconnecting]), [o.operation for o in outcomes]
     assert stats.confirmed == 1 and stats.failed == 22 and stats.pending == 0
 
 
