@@ -34,6 +34,13 @@ class Message(Delivery):
     def reject(self, requeue: bool = True) -> Any:
         return self._target().basic_reject(self.delivery_tag, requeue)
 
+    def decoded_body(self) -> bytes:
+        """The body with the compression its ``content_encoding`` names undone (``zstd``,
+        ``deflate``, ``gzip``: what a Producer compresses with); the body as it is otherwise."""
+        from .producer_core import decode_body
+
+        return decode_body(self.body, self.properties.content_encoding)
+
     def __repr__(self) -> str:
         return (
             f"<Message channel={self.channel_id} delivery_tag={self.delivery_tag} "
