@@ -45,6 +45,17 @@ from .listeners import (
 )
 from .message import Message, ReturnedMessage
 from .metrics import InMemoryMetrics, MetricsCollector, PrometheusMetrics
+from .producer_blocking import Producer, SendFuture
+from .producer_core import (
+    Attempt,
+    BufferFullError,
+    OutgoingMessage,
+    ProducerStats,
+    SendFailed,
+    SendResult,
+    SendTimeout,
+    decode_body,
+)
 from .url import ConnectionParameters, parse_url
 
 __all__ = [
@@ -93,4 +104,14 @@ __all__ = [
     "MetricsCollector",
     "InMemoryMetrics",
     "PrometheusMetrics",
+    "Producer",
+    "SendFuture",
+    "SendResult",
+    "SendFailed",
+    "SendTimeout",
+    "BufferFullError",
+    "ProducerStats",
+    "OutgoingMessage",
+    "Attempt",
+    "decode_body",
 ]

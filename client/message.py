@@ -1,7 +1,7 @@
 """Messages as the client hands them to users."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from amqwire.codec import BasicProperties, Delivery
 
@@ -33,6 +33,13 @@ class Message(Delivery):
 
     def reject(self, requeue: bool = True) -> Any:
         return self._target().basic_reject(self.delivery_tag, requeue)
+
+    def decoded_body(self) -> bytes:
+        """The body with the compression its ``content_encoding`` names undone (``zstd``,
+        ``deflate``, ``gzip``: what a Producer compresses with); the body as it is otherwise."""
+        from .producer_core import decode_body
+
+        return decode_body(self.body, self.properties.content_encoding)
 
     def __repr__(self) -> str:
         return (

@@ -65,7 +65,7 @@ from amqwire.codec import (
     encode_publish_iov,
     encode_table,
 )
-from amqwire.codec import FRAME_METHOD
+from amqwire.codec import FRAME_METHOD, __version__
 from amqwire.codec.parser import Command, Heartbeat
 
 from .errors import AuthenticationError, InvalidStateError, channel_closed, method_name
@@ -98,7 +98,7 @@ __all__ = [
     "CLIENT_CAPABILITIES",
 ]
 
-VERSION = "0.1.0"
+VERSION = __version__  # pyproject.toml, through the installed metadata
 
 # What this client handles, advertised in connection.start-ok's client properties.
 CLIENT_CAPABILITIES = {

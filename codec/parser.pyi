@@ -3,7 +3,7 @@ from typing import Any, Optional
 from amqwire.codec.methods import Method
 from amqwire.codec.properties import BasicProperties
 
-Buffer = bytes | bytearray | memoryview
+_Buffer = bytes | bytearray | memoryview
 
 class MethodFrame:
     channel: int
@@ -66,14 +66,14 @@ class Delivery:
         channel: Any = None,
     ) -> None: ...
 
-Frame = MethodFrame | HeaderFrame | BodyFrame | Heartbeat | ProtocolHeader
+_Frame = MethodFrame | HeaderFrame | BodyFrame | Heartbeat | ProtocolHeader
 
 class FrameParser:
     frame_max: int
     @property
     def buffered(self) -> int: ...
     def __init__(self, frame_max: int = ..., *, expect_protocol_header: bool = ...) -> None: ...
-    def feed(self, data: Buffer) -> list[Frame]: ...
+    def feed(self, data: _Buffer) -> list[_Frame]: ...
 
 class CommandParser:
     frame_max: int
@@ -90,4 +90,4 @@ class CommandParser:
         expect_protocol_header: bool = ...,
         delivery_type: type[Delivery] | None = ...,
     ) -> None: ...
-    def feed(self, data: Buffer) -> list[Command | Delivery | Heartbeat | ProtocolHeader]: ...
+    def feed(self, data: _Buffer) -> list[Command | Delivery | Heartbeat | ProtocolHeader]: ...

@@ -516,7 +516,6 @@ cdef class FrameParser(_Scanner):
     cdef int _on_frame(self, uint8_t ftype, uint16_t channel, const char *payload,
                        Py_ssize_t size, list out) except -1:
         cdef ReadView v
-        cdef uint16_t class_id, weight
         cdef uint64_t body_size = 0
         v.buf = payload
         v.len = size
@@ -649,8 +648,6 @@ cdef class CommandParser(_Scanner):
                        Py_ssize_t size, list out) except -1:
         cdef ReadView v
         cdef Command c
-        cdef Method m
-        cdef uint16_t class_id, weight
         cdef uint64_t body_size = 0
         cdef Command cmd
         cdef Py_ssize_t at = self._consumed
@@ -705,4 +702,3 @@ cdef class CommandParser(_Scanner):
         if c._size == 0:
             self._finish(channel, out)
         return 0
-
