@@ -33,7 +33,6 @@ import logging
 import ssl
 import threading
 import time
-from collections import deque
 from typing import Any, Callable, Optional, Sequence, TypedDict, TypeVar, Union
 
 from amqwire.codec import BasicCancel, BasicConsumeOk, CodecError, ProtocolHeaderError

@@ -343,10 +343,8 @@ def test_coroutine_callbacks_and_listeners_report_to_the_handler(amqp_url, names
             other.add_close_listener(on_closed)
             await ch.basic_publish("", q, b"x")
             await other.close()
-            deadline = time.monotonic() + 10
-            while len(failures) < 2 and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            assert not conn._tasks
+            await eventually(lambda: len(failures) >= 2, 10, "the handler")
+            await eventually(lambda: not conn._tasks, 10, "the finished tasks to be dropped")
 
     asyncio.run(main())
     assert sorted(str(f.error) for f in failures) == ["async consumer failed", "async listener failed"]

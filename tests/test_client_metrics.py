@@ -3,7 +3,6 @@ against a real broker."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -26,13 +25,13 @@ def test_in_memory_metrics_count_exactly(run):
         await ch.confirm_select()
         for i in range(100):
             await ch.publish_async("", q, b"%d" % i)
-        for i in range(5):
+        for _ in range(5):
             await ch.publish_async("", full, b"nacked")  # no room: the broker nacks them
         await ch.publish_async("", api.names.queue(), b"returned", mandatory=True)  # unroutable
         with pytest.raises(api.errors.PublishError):
             await ch.wait_for_confirms()
         plain = await conn.channel()
-        for i in range(3):
+        for _ in range(3):
             await plain.basic_publish("", api.names.queue(), b"unconfirmed")
         await flushed(plain, q)
 
@@ -55,13 +54,13 @@ def test_in_memory_metrics_count_exactly(run):
         free, fetched = api.names.queue(), api.names.queue()
         await mixed.queue_declare(free)
         await mixed.queue_declare(fetched)
-        for i in range(4):
+        for _ in range(4):
             await plain.basic_publish("", free, b"free")
             await plain.basic_publish("", fetched, b"fetched")
         await flushed(plain, free)
         free_consumer = await mixed.consume(free, no_ack=True)
         last = None
-        for i in range(4):
+        for _ in range(4):
             await api.next(free_consumer)
             last = await mixed.basic_get(fetched)
         await last.ack(multiple=True)  # 4 gets settled; the 4 no_ack deliveries were already
@@ -108,7 +107,7 @@ def test_prometheus_exporter(run):
         q = api.names.queue()
         await ch.queue_declare(q)
         await ch.confirm_select()
-        for i in range(10):
+        for _ in range(10):
             await ch.basic_publish("", q, b"x")
         labels = {"app": api.name}
         assert registry.get_sample_value("amqwire_published_total", labels) == 10
