@@ -10,7 +10,7 @@ import sys
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client", "amqwire.spark": "spark"}
+PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client", "amqwire.spark": "spark", "amqwire.bridge": "bridge"}
 # (folder, module): compiled in this order; spark's modules cimport the codec's
 CYTHON_MODULES = [("codec", name) for name in ["buffer", "table", "properties", "methods", "writer", "parser"]]
 CYTHON_MODULES += [("spark", name) for name in ["arrow_view", "encode"]]
@@ -69,6 +69,7 @@ setup(
         "amqwire.codec": ["*.pyi", "*.pxd", "*.h", "py.typed", "*.json"],
         "amqwire.client": ["py.typed"],
         "amqwire.spark": ["*.pyi", "*.pxd", "py.typed"],
+        "amqwire.bridge": ["py.typed"],
     },
     exclude_package_data={"amqwire.codec": ["*.pyx", "*.c"], "amqwire.spark": ["*.pyx", "*.c"]},
     ext_modules=extensions(),
