@@ -15,8 +15,9 @@ class BridgeStats:
 
     ``received``: deliveries from the source (redeliveries included); ``forwarded``:
     published to the destination and, in on-confirm mode, confirmed by it; ``acked``:
-    acknowledged at the source (filtered, suppressed and hop-dropped ones included; in
-    no-ack mode the broker acks on delivery and this stays 0); ``suppressed``: not
+    acks sent to the source (filtered, suppressed and hop-dropped ones included; an ack
+    for a delivery from before a lost source connection is void and the message comes
+    again; in no-ack mode the broker acks on delivery and this stays 0); ``suppressed``: not
     forwarded because the path already names the destination (a loop); ``hops_dropped``:
     not forwarded because they crossed ``max_hops`` bridges; ``filtered``: not forwarded
     because of include/exclude; ``redelivered``: deliveries the source flagged as
