@@ -14,7 +14,7 @@ import asyncio
 import logging
 import signal
 import sys
-from typing import Optional, Sequence, TextIO
+from typing import Callable, Optional, Sequence, TextIO
 
 from .errors import BridgeError
 from .forwarder import AckMode
@@ -34,7 +34,7 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _int_range(low: int, high: int):
+def _int_range(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)

@@ -103,7 +103,7 @@ class Forwarder:
         batch = Batch()
         counters = self.counters
         counters.received += len(messages)
-        parts: list = []
+        parts: list[Any] = []
         forwarded = batch.forwarded_tags
         skipped = batch.skipped_tags
         flt = self.filter

@@ -7,6 +7,7 @@ header frame carries the properties' bytes untouched but for the path entry (see
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from amqwire.codec import BasicPublish
 
@@ -34,7 +35,7 @@ class PublishFrames:
             self._methods[key] = frame
         return frame
 
-    def append(self, out: list, exchange: str, routing_key: str, properties: bytes, body: bytes) -> None:
+    def append(self, out: list[Any], exchange: str, routing_key: str, properties: bytes, body: bytes) -> None:
         """Add one message's frames (method, header, body) to ``out``."""
         channel = self.channel_id
         size = len(body)

@@ -209,7 +209,7 @@ class Direction:
         if future is not None:
             future.add_done_callback(lambda f, b=batch: self._on_confirm(b, f))
 
-    async def _apply(self, actions: list) -> None:
+    async def _apply(self, actions: list[tuple[str, int, bool]]) -> None:
         channel = self._src_ch
         for op, tag, multiple in actions:
             try:

@@ -513,3 +513,39 @@ def test_python_api_errors_are_typed(nodes):
     with pytest.raises(ValueError, match="prefetch"):
         Bridge(a.url, "q", b.url, prefetch=0)
     assert isinstance(BridgeStats() + BridgeStats(forwarded=1), BridgeStats)
+
+
+def test_command_redraws_the_statistics_on_a_terminal(nodes):
+    import pty
+
+    a, b = nodes
+    src, dst = unique("src"), unique("dst")
+    asyncio.run(declare(a.url, src))
+    asyncio.run(declare(b.url, dst))
+    asyncio.run(publish(a.url, src, 50))
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "amqwire.bridge", "--src", a.url, "--src-queue", src, "--dest", b.url,
+                          "--dest-routing-key", dst, "--stats-interval", "0.2"], stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while seen.count(b"\r\x1b[K") < 2 or b"forwarded 50 " not in seen:  # redrawn in place, not new lines
+            assert time.monotonic() < deadline, seen
+            seen += os.read(master, 4096)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+        try:
+            while True:
+                chunk = os.read(master, 4096)
+                if not chunk:
+                    break
+                seen += chunk
+        except OSError:
+            pass
+        os.close(master)
+    assert p.returncode == 0
+    drawn = seen.split(b"stopped: ")[0]
+    assert b"\n" not in drawn.replace(b"\r\n", b"").rstrip(b"\r\n"), drawn
+    assert b"stopped: forwarded 50 " in seen
