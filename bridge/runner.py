@@ -332,6 +332,9 @@ class Bridge:
             for direction in self.directions:
                 await direction.open()
         except BaseException:
+            for direction in self.directions:
+                if direction.task is not None:
+                    direction.task.cancel()
             await self._close_connections()
             raise
         for direction in self.directions:
