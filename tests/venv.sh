@@ -9,7 +9,7 @@ python="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q --upgrade pip
 # Rebuild unless dist/ holds a wheel newer than every source file (spark/run after tests/run).
 wheel=$(ls dist/amqwire-*.whl 2>/dev/null | head -n 1 || true)
-if [[ -z "$wheel" ]] || [[ -n "$(find codec client spark setup.py pyproject.toml -newer "$wheel" \
+if [[ -z "$wheel" ]] || [[ -n "$(find codec client spark bridge setup.py pyproject.toml -newer "$wheel" \
       -not -name '*.c' -not -name '*.so' -not -name '*.html' -not -path '*/__pycache__*' | head -n 1)" ]]; then
   rm -rf dist
   .venv/bin/python -m pip wheel -q --no-deps -w dist .
