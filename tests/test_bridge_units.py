@@ -180,3 +180,28 @@ def test_on_publish_acks_after_the_write_and_no_ack_never():
     f = forwarder(AckMode.NO_ACK)
     assert f.sent(f.prepare([message(1)])) == []
     assert f.counters.snapshot().forwarded == 1 and f.unsettled == 0
+
+
+def test_the_api_type_checks_strictly_and_a_missing_await_is_an_error(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    (tmp_path / "user.py").write_text(textwrap.dedent(
+        """
+        from amqwire.bridge import AckMode, Bridge, BridgeStats
+
+        async def good() -> None:
+            async with Bridge("amqp://a/", "q", "amqp://b/", ack_mode=AckMode.ON_PUBLISH, include=["a.#"]) as bridge:
+                stats: BridgeStats = bridge.stats()
+                forwarded: int = stats.forwarded
+                await bridge.wait()
+
+        async def bad() -> None:
+            bridge: Bridge = Bridge("amqp://a/", "q", "amqp://b/").start()
+        """
+    ))
+    result = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "user.py"],
+                            capture_output=True, text=True, cwd=tmp_path)
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and "user.py:11:" in errors[0] and "Coroutine" in errors[0], result.stdout
