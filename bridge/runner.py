@@ -182,10 +182,12 @@ class Direction:
                     await self._apply(forwarder.confirmed(batch, ok))
             if self._pending:
                 messages, self._pending = self._pending, []
-                batch = forwarder.prepare(messages)
-                if batch.count:
-                    await self._publish(batch)
-                await self._apply(forwarder.sent(batch))
+                step = self.bridge.max_batch
+                for start in range(0, len(messages), step):
+                    batch = forwarder.prepare(messages[start:start + step] if len(messages) > step else messages)
+                    if batch.count:
+                        await self._publish(batch)
+                    await self._apply(forwarder.sent(batch))
                 continue
             if self._confirmed:
                 continue
@@ -236,7 +238,9 @@ class Bridge:
     same two connections.  ``include``/``exclude``: topic patterns on the routing key the
     message was delivered with.  ``max_hops``: drop messages that crossed that many
     bridges already.  ``stats_interval``: log the statistics every that many seconds
-    (and call ``on_stats(bridge)``).
+    (and call ``on_stats(bridge)``).  ``max_batch``: deliveries published together
+    under one confirm (on-confirm acks them at the source together: smaller batches are
+    acked sooner).
 
         async with Bridge(src, "orders", dest, dest_exchange="orders") as bridge:
             ...                      # runs until the block ends; stop() drains
@@ -265,6 +269,7 @@ class Bridge:
         recovery: RecoveryPolicy = DEFAULT_RECOVERY,
         connection_timeout: float = 10.0,
         heartbeat: Optional[int] = None,
+        max_batch: int = 512,
     ) -> None:
         try:
             self.ack_mode = AckMode(ack_mode)
@@ -278,6 +283,8 @@ class Bridge:
             raise ValueError(f"stats_interval must be a positive number of seconds, not {stats_interval!r}")
         if not src_queue:
             raise ValueError("src_queue must name a queue")
+        if not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be a positive int, not {max_batch!r}")
         self.src, self.dest = src, dest
         self.src_queue = src_queue
         self.dest_exchange = dest_exchange
@@ -294,6 +301,7 @@ class Bridge:
         self.recovery = recovery
         self.connection_timeout = connection_timeout
         self.heartbeat = heartbeat
+        self.max_batch = max_batch
         self.directions: list[Direction] = []
         self._src_conn: Any = None
         self._dest_conn: Any = None
