@@ -3,7 +3,7 @@
 Run from the repository root (RabbitMQ installed: tests/ensure_rabbitmq.sh)::
 
     python bench/bridge_bench.py               # 200,000 messages x 3 repeats per row
-    python bench/bridge_bench.py --quick       # CI smoke: 5,000 messages, 1 repeat
+    python bench/bridge_bench.py --quick       # CI smoke: 2,000 messages, 1 repeat, no verdict
     python bench/bridge_bench.py --count 50000 --repeats 5 --only bridge,shovel
 
 Two private RabbitMQ nodes on this machine (tests/broker_node.py; never the shared
@@ -161,13 +161,13 @@ def rows(only: list[str]) -> list[tuple[str, object, str]]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="CI smoke: 5,000 messages, 1 repeat")
+    p.add_argument("--quick", action="store_true", help="CI smoke: 2,000 messages, 1 repeat (start-up dominates: no verdict)")
     p.add_argument("--count", type=int, default=None, help="messages per run (200,000)")
     p.add_argument("--repeats", type=int, default=None, help="runs per row (3)")
     p.add_argument("--only", default="", help="comma-separated substrings of row names")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
-    n = args.count or (5000 if args.quick else 200_000)
+    n = args.count or (2000 if args.quick else 200_000)
     repeats = args.repeats or (1 if args.quick else 3)
     selected = rows([s.strip() for s in args.only.split(",") if s.strip()])
     print(f"bridge benchmark: {n:,} persistent 100-byte messages, {repeats} repeat(s); {load()}", flush=True)
@@ -211,7 +211,10 @@ def main(argv=None) -> int:
             rb, rm = b["best"] / s["best"], b["median"] / s["median"]
             line = f"bridge / shovel {mode}: {rb:.2f}x best, {rm:.2f}x median"
             if mode == "on-confirm":
-                line += "  -> target 1.5x " + ("MET" if rb >= 1.5 else "MISSED")
+                if n < 100_000:  # Shovel's start (rabbitmqctl set_parameter) would weigh in the ratio
+                    line += "  (too few messages for the 1.5x target: no verdict)"
+                else:
+                    line += "  -> target 1.5x " + ("MET" if rb >= 1.5 else "MISSED")
             print(line)
     if failures:
         verdict = 1

@@ -4,7 +4,7 @@ competing bridges and the command's bad input.
 
 The byte-for-byte test forwards ``AMQWIRE_BRIDGE_COUNT`` messages (2,000 by default, to
 keep CI short; the issue's full run is ``AMQWIRE_BRIDGE_COUNT=100000``), the fault test
-``AMQWIRE_BRIDGE_FAULT_COUNT`` (10,000).
+``AMQWIRE_BRIDGE_FAULT_COUNT`` (5,000).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from amqwire.bridge.runner import broker_name
 from amqwire.client import BasicProperties, aio
 
 COUNT = int(os.environ.get("AMQWIRE_BRIDGE_COUNT", "2000"))
-FAULT_COUNT = int(os.environ.get("AMQWIRE_BRIDGE_FAULT_COUNT", "10000"))
+FAULT_COUNT = int(os.environ.get("AMQWIRE_BRIDGE_FAULT_COUNT", "5000"))
 
 
 @pytest.fixture(scope="module")
