@@ -1,19 +1,32 @@
 """Build amqwire: the top-level folders map onto the ``amqwire.*`` packages.
 
-``codec/`` is compiled with Cython.  Cython resolves ``cimport amqwire.codec.x`` by
-looking for ``amqwire/codec/x.pxd`` on its include path, and that path does not exist
-in this layout, so the build writes a tiny include tree of symlinks under ``build/``.
+``codec/`` and two modules of ``spark/`` are compiled with Cython.  Cython resolves
+``cimport amqwire.codec.x`` by looking for ``amqwire/codec/x.pxd`` on its include path,
+and that path does not exist in this layout, so the build writes a tiny include tree of
+symlinks under ``build/``.  Cythonizing happens in ``build_ext`` only, so making an sdist
+neither needs nor runs Cython's compiler.
+
+What goes where: the sdist carries the ``.pyx``/``.pxd``/``.pxi``/headers a build needs,
+the generators with the spec they read, the tests and the benchmarks (``MANIFEST.in``).
+The wheel carries the compiled modules, the Python modules, the ``.pyi`` stubs and
+``py.typed``, and the ``.pxd`` files with the headers they name (so another Cython
+project can ``cimport amqwire.codec.buffer``); not the ``.pyx`` sources, the generated C,
+the generators (``codec/codegen.py``, ``client/make_sync.py``) or the spec JSON, which
+nothing needs at run time.
 """
 import os
-import sys
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client", "amqwire.spark": "spark", "amqwire.bridge": "bridge"}
 # (folder, module): compiled in this order; spark's modules cimport the codec's
 CYTHON_MODULES = [("codec", name) for name in ["buffer", "table", "properties", "methods", "writer", "parser"]]
 CYTHON_MODULES += [("spark", name) for name in ["arrow_view", "encode"]]
+# Development tools that live beside the code they generate but are not part of the product.
+NOT_SHIPPED = {("amqwire.codec", "codegen"), ("amqwire.client", "make_sync")}
 
 
 def cython_include_tree():
@@ -32,46 +45,63 @@ def cython_include_tree():
     return root
 
 
-def extensions():
-    from Cython.Build import cythonize
+class cythonize_then_build_ext(build_ext):
+    def run(self):
+        from Cython.Build import cythonize
 
+        # cythonize returns new Extension objects; keep setuptools' (finalized) ones and give
+        # them the generated C sources.
+        generated = cythonize(
+            self.extensions,
+            include_path=[cython_include_tree(), HERE],
+            language_level=3,
+            compiler_directives={
+                "boundscheck": False,
+                "wraparound": False,
+                "cdivision": True,
+                "embedsignature": True,
+            },
+            annotate=os.environ.get("AMQWIRE_ANNOTATE") == "1",
+        )
+        sources = {ext.name: ext.sources for ext in generated}
+        for ext in self.extensions:
+            ext.sources = sources[ext.name]
+        super().run()
+
+
+class build_py_without_tools(build_py):
+    def find_package_modules(self, package, package_dir):
+        modules = super().find_package_modules(package, package_dir)
+        return [m for m in modules if (m[0], m[1]) not in NOT_SHIPPED]
+
+
+def extensions():
     # AMQWIRE_DEBUG=1: unoptimized with symbols (gdb); AMQWIRE_PROFILE=1: optimized with
     # symbols (callgrind_annotate by source line).
     debug = os.environ.get("AMQWIRE_DEBUG") == "1"
     profile = os.environ.get("AMQWIRE_PROFILE") == "1"
-    exts = [
+    return [
         Extension(
             f"amqwire.{folder}.{name}",
-            [os.path.join(folder, f"{name}.pyx")],
-            include_dirs=[os.path.join(HERE, "codec")],
+            [f"{folder}/{name}.pyx"],
+            include_dirs=["codec"],
             extra_compile_args=["-O0", "-g"] if debug else ["-O3", "-g" if profile else "-g0"],
         )
         for folder, name in CYTHON_MODULES
     ]
-    return cythonize(
-        exts,
-        include_path=[cython_include_tree(), HERE],
-        language_level=3,
-        compiler_directives={
-            "boundscheck": False,
-            "wraparound": False,
-            "cdivision": True,
-            "embedsignature": True,
-        },
-        annotate=os.environ.get("AMQWIRE_ANNOTATE") == "1",
-    )
 
 
 setup(
     packages=list(PACKAGES),
     package_dir=PACKAGES,
+    include_package_data=False,
     package_data={
-        "amqwire.codec": ["*.pyi", "*.pxd", "*.h", "py.typed", "*.json"],
+        "amqwire.codec": ["*.pyi", "*.pxd", "*.h", "py.typed"],
         "amqwire.client": ["py.typed"],
         "amqwire.spark": ["*.pyi", "*.pxd", "py.typed"],
         "amqwire.bridge": ["py.typed"],
     },
-    exclude_package_data={"amqwire.codec": ["*.pyx", "*.c"], "amqwire.spark": ["*.pyx", "*.c"]},
     ext_modules=extensions(),
+    cmdclass={"build_ext": cythonize_then_build_ext, "build_py": build_py_without_tools},
     zip_safe=False,
 )

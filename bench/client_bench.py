@@ -1263,6 +1263,16 @@ def lib_versions():
     return out
 
 
+QUICK_NOTE = ("--quick is a smoke run (few, short repeats on a shared machine): the targets below are informational, not a verdict")
+
+def _charts():
+    try:
+        from bench import charts
+    except ImportError:  # run as a script: bench/ is sys.path[0]
+        import charts
+    return charts
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.client_bench",
                                  description=__doc__.split("\n")[0])
@@ -1276,6 +1286,7 @@ def main(argv=None):
                     help="broker URL (default: $AMQP_URL or %s)" % DEFAULT_URL)
     ap.add_argument("--no-gc", action="store_true", help="disable gc while timing")
     ap.add_argument("--json", metavar="PATH", help="write results as JSON to PATH")
+    ap.add_argument("--chart", metavar="PREFIX", help="write the results as charts to PREFIX.png and PREFIX.svg")
     args = ap.parse_args(argv)
     count = args.count or (5000 if args.quick else 200000)
     repeats = args.repeats or (1 if args.quick else 3)
@@ -1300,6 +1311,8 @@ def main(argv=None):
     if load0[0] > 0.5 * (os.cpu_count() or 1):
         print("  WARNING : the machine is busy (1-min load %.2f on %d CPUs): rates are noisy, "
               "ratios may be off" % (load0[0], os.cpu_count() or 0))
+    if args.quick:
+        print("  NOTE    : " + QUICK_NOTE)
     print("  broker  : %s at %s (client and broker share this machine)" % (broker, ctx.safe_url()))
     for k in ("python", "amqwire", "pika", "py-amqp", "aio-pika", "aiormq"):
         print("  %-8s: %s" % (k, versions[k]))
@@ -1319,7 +1332,7 @@ def main(argv=None):
     if not rows:
         raise SystemExit("--only %r matches no row" % args.only)
     t_start = time.monotonic()
-    for case, case_rows, admin in run_rows(rows, ctx, admin, count, repeats, warm_n,
+    for case, case_rows, _admin in run_rows(rows, ctx, admin, count, repeats, warm_n,
                                            args.no_gc, settle):
         print_case(case, case_rows, rows, count, repeats)
         sys.stdout.flush()
@@ -1338,15 +1351,16 @@ def main(argv=None):
     print("uptime at end: %s  (includes this benchmark and the broker)%s" % (uptime(), (
         "\n  the machine was busy when the run started: rerun when idle for trustworthy ratios"
         if load0[0] > 0.5 * (os.cpu_count() or 1) else "")))
-    print("targets: %d met, %d missed, %d not measured; %d rows failed; %d broker alarms seen; "
+    print("targets%s: %d met, %d missed, %d not measured; %d rows failed; %d broker alarms seen; "
           "%.0f s in all"
-          % (sum(v[0] == "met" for v in verdicts), sum(v[0] == "MISSED" for v in verdicts),
+          % (" (informational: --quick)" if args.quick else "",
+             sum(v[0] == "met" for v in verdicts), sum(v[0] == "MISSED" for v in verdicts),
              sum(v[0] == "n/a" for v in verdicts), len(failed), len(ALARMS.intervals),
              time.monotonic() - t_start))
     admin.close()
     ALARMS.close()
 
-    if args.json:
+    if args.json or args.chart:
         doc = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "uptime_start": up0,
                "uptime_end": uptime(), "loadavg_start": load0, "loadavg_end": load1,
                "cpus": os.cpu_count(), "platform": platform.platform(), "broker": broker,
@@ -1359,9 +1373,13 @@ def main(argv=None):
                             "client_cpu_us_per_msg_all": r.cpu_us} for r in rows],
                "targets": [{"status": s, "target": d, "detail": t, "value_best": v}
                            for s, d, t, v in verdicts]}
+    if args.json:
         with open(args.json, "w") as fh:
             json.dump(doc, fh, indent=2, default=str)
         print("wrote %s" % args.json)
+    if args.chart:
+        charts = _charts()
+        charts.report(charts.chart("client", doc, args.chart))
     return 1 if failed else 0
 
 

@@ -43,7 +43,6 @@ import datetime as _dt
 import gc
 import itertools
 import json
-import math
 import os
 import platform
 import statistics
@@ -1199,6 +1198,16 @@ def parse_cases(spec):
     return [c for c in CASE_ORDER if c in out]
 
 
+QUICK_NOTE = ("--quick is a smoke run (few, short repeats on a shared machine): the targets below are informational, not a verdict")
+
+def _charts():
+    try:
+        from bench import charts
+    except ImportError:  # run as a script: bench/ is sys.path[0]
+        import charts
+    return charts
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.codec_bench", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 short repeats (CI smoke run)")
@@ -1206,6 +1215,7 @@ def main(argv=None):
     ap.add_argument("--target-time", type=float, default=None,
                     help="seconds per repeat (default 0.2, --quick 0.04)")
     ap.add_argument("--json", metavar="PATH", help="write results as JSON to PATH")
+    ap.add_argument("--chart", metavar="PREFIX", help="write the results as charts to PREFIX.png and PREFIX.svg")
     ap.add_argument("--cases", metavar="LIST", help="comma-separated subset of a,a',b,c,d,e "
                     "(a2 = a')")
     args = ap.parse_args(argv)
@@ -1231,6 +1241,8 @@ def main(argv=None):
     warm_up(0.3 if args.quick else 1.0)
     loop_ns = empty_loop_ns(target / 4)
     print("  loop    : empty timing-loop overhead %.1f ns per iteration (not subtracted)" % loop_ns)
+    if args.quick:
+        print("  NOTE    : " + QUICK_NOTE)
 
     results = []
     verdicts = []
@@ -1247,7 +1259,7 @@ def main(argv=None):
             first = False
             for r in group:
                 results.append({
-                    "case": case, "row": r.label, "lib": r.lib, "note": r.note,
+                    "case": case, "title": title, "row": r.label, "lib": r.lib, "note": r.note,
                     "available": not r.na, "na_reason": r.na,
                     "ns_best": getattr(r, "best", None), "ns_median": getattr(r, "median", None),
                     "x_best": getattr(r, "x_best", None), "x_median": getattr(r, "x_med", None),
@@ -1271,16 +1283,20 @@ def main(argv=None):
     met = sum(v["status"] == "MET" for v in verdicts)
     missed = sum(v["status"] == "MISSED" for v in verdicts)
     na = sum(v["status"] == "n/a" for v in verdicts)
-    print("targets: %d met, %d missed, %d not measured" % (met, missed, na))
+    print("targets%s: %d met, %d missed, %d not measured"
+          % (" (informational: --quick)" if args.quick else "", met, missed, na))
 
+    doc = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "loadavg_start": load0,
+           "loadavg_end": load1, "cpus": os.cpu_count(), "platform": platform.platform(),
+           "versions": versions, "repeats": repeats, "target_time_s": target,
+           "empty_loop_ns": loop_ns, "results": results, "targets": verdicts}
     if args.json:
-        doc = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "loadavg_start": load0,
-               "loadavg_end": load1, "cpus": os.cpu_count(), "platform": platform.platform(),
-               "versions": versions, "repeats": repeats, "target_time_s": target,
-               "empty_loop_ns": loop_ns, "results": results, "targets": verdicts}
         with open(args.json, "w") as fh:
             json.dump(doc, fh, indent=2, default=str)
         print("wrote %s" % args.json)
+    if args.chart:
+        charts = _charts()
+        charts.report(charts.chart("codec", doc, args.chart))
     return 0
 
 

@@ -509,7 +509,7 @@ def attach(rows, df, warm_df, columns, broker, pools):
                     r.na = r.na or "not available"
                     continue
                 r.run = (lambda make: lambda n, warm: timed(
-                    lambda: noop_write((warm_df if warm else df).select(make()))))(make)
+                    lambda: noop_write((warm_df if warm else df).select(make()))))(make)  # noqa: B023 (bound by the outer lambda)
         elif r.key == "sink":
             r.run = lambda n, warm: broker_run(broker, n, warm, lambda: timed(
                 lambda: sink_write(broker.url, broker.queue, warm_df if warm else df)))
@@ -700,6 +700,7 @@ def main(argv=None):
     ap.add_argument("--arrow-batch", type=int, default=None,
                     help="spark.sql.execution.arrow.maxRecordsPerBatch (default: Spark's, 10000)")
     ap.add_argument("--json", metavar="PATH", help="write results as JSON to PATH")
+    ap.add_argument("--chart", metavar="PREFIX", help="write the results as charts to PREFIX.png and PREFIX.svg")
     args = ap.parse_args(argv)
     n = args.rows or (50_000 if args.quick else 1_000_000)
     repeats = args.repeats or (1 if args.quick else 3)
@@ -717,6 +718,8 @@ def main(argv=None):
     if load0[0] > 0.5 * (os.cpu_count() or 1):
         print("  WARNING : the machine is busy (1-min load %.2f on %d CPUs): rates are noisy, "
               "ratios may be off" % (load0[0], os.cpu_count() or 0))
+    if args.quick:
+        print("  NOTE    : " + cb.QUICK_NOTE)
     for k in ("python", "pyspark", "pyarrow", "pika", "amqwire"):
         print("  %-8s: %s" % (k, versions[k]))
     sys.stdout.flush()
@@ -806,13 +809,14 @@ def main(argv=None):
     print("uptime at end: %s  (includes this benchmark, Spark and the broker)%s" % (up1, (
         "\n  the machine was busy when the run started: rerun when idle for trustworthy ratios"
         if load0[0] > 0.5 * (os.cpu_count() or 1) else "")))
-    print("targets: %d met, %d missed, %d not measured; %d rows failed; %d broker alarms seen; "
+    print("targets%s: %d met, %d missed, %d not measured; %d rows failed; %d broker alarms seen; "
           "%.0f s in all"
-          % (sum(v[0] == "met" for v in verdicts), sum(v[0] == "MISSED" for v in verdicts),
+          % (" (informational: --quick)" if args.quick else "", sum(v[0] == "met" for v in verdicts),
+             sum(v[0] == "MISSED" for v in verdicts),
              sum(v[0] == "n/a" for v in verdicts), len(failed),
              len(cb.ALARMS.intervals) if cb.ALARMS else 0, time.monotonic() - t_start))
 
-    if args.json:
+    if args.json or args.chart:
         doc = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "uptime_start": up0, "uptime_end": up1,
                "loadavg_start": load0, "loadavg_end": load1, "cpus": os.cpu_count(),
                "platform": platform.platform(), "broker": broker.broker if broker else None,
@@ -825,9 +829,13 @@ def main(argv=None):
                             "rows_s_all": r.rates, "seconds_all": r.secs} for r in rows],
                "targets": [{"status": s, "target": d, "detail": t, "value_best": v}
                            for s, d, t, v in verdicts]}
+    if args.json:
         with open(args.json, "w") as fh:
             json.dump(doc, fh, indent=2, default=str)
         print("wrote %s" % args.json)
+    if args.chart:
+        charts = cb._charts()
+        charts.report(charts.chart("spark", doc, args.chart))
     spark.stop()
     return 1 if failed else 0
 

@@ -31,6 +31,17 @@ from .errors import (
     OperationTimeout,
 )
 from .message import Message, ReturnedMessage
+from .producer_blocking import Producer, SendFuture
+from .producer_core import (
+    Attempt,
+    BufferFullError,
+    OutgoingMessage,
+    ProducerStats,
+    SendFailed,
+    SendResult,
+    SendTimeout,
+    decode_body,
+)
 from .url import ConnectionParameters, parse_url
 
 __all__ = [
@@ -65,4 +76,14 @@ __all__ = [
     "ConsumerCancelled",
     "ConnectionBlockedError",
     "OperationTimeout",
+    "Producer",
+    "SendFuture",
+    "SendResult",
+    "SendFailed",
+    "SendTimeout",
+    "BufferFullError",
+    "ProducerStats",
+    "OutgoingMessage",
+    "Attempt",
+    "decode_body",
 ]

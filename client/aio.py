@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amqwire.client")
 
-__all__ = ["connect", "Connection", "Channel", "Consumer"]
+__all__ = ["connect", "Connection", "Channel", "Consumer", "Producer"]
 
 # Python 3.12's selector transport sends writelines() pieces with sendmsg; before, it joins them.
 _VECTORED_WRITELINES = sys.version_info >= (3, 12)
@@ -498,3 +498,6 @@ class Channel(AsyncChannel["asyncio.Future[None]", _ConsumerOpener]):
 
     def _subscription(self, consumer: Consumer, timeout: Optional[float]) -> _ConsumerOpener:
         return _ConsumerOpener(self, consumer, timeout)
+
+
+from .producer_aio import Producer  # noqa: E402  (it builds on this module's connect)

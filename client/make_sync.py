@@ -1,7 +1,8 @@
-"""Write operations_sync.py from operations_async.py: the blocking twin of the async flows.
+"""Write the blocking twins of the async flows: operations_sync.py from operations_async.py,
+producer_sync.py from producer_async.py.
 
-    python client/make_sync.py           # rewrite client/operations_sync.py
-    python client/make_sync.py --check   # exit 1 when the committed file drifts
+    python client/make_sync.py           # rewrite the generated files
+    python client/make_sync.py --check   # exit 1 when a committed file drifts
 
 The rewrite works on tokens, so words in strings and comments stay as they are: the
 ``async`` keyword before ``def``/``with``/``for`` and every ``await`` are dropped, the
@@ -17,13 +18,17 @@ import tokenize
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "operations_async.py"
-TARGET = HERE / "operations_sync.py"
+#: (source, generated twin)
+FILES = [
+    (HERE / "operations_async.py", HERE / "operations_sync.py"),
+    (HERE / "producer_async.py", HERE / "producer_sync.py"),
+]
 
 RENAMES = {
     "AsyncConnection": "SyncConnection",
     "AsyncChannel": "SyncChannel",
     "AsyncConsumer": "SyncConsumer",
+    "AsyncProducer": "SyncProducer",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "__aiter__": "__iter__",
@@ -32,12 +37,12 @@ RENAMES = {
 }
 
 HEADER = (
-    "# GENERATED from operations_async.py by client/make_sync.py: do not edit.\n"
+    "# GENERATED from {name} by client/make_sync.py: do not edit.\n"
     "# The blocking transport's flows; tests/test_client_sync.py checks it is up to date.\n"
 )
 
 
-def to_sync(source: str) -> str:
+def to_sync(source: str, name: str = "operations_async.py") -> str:
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
@@ -66,18 +71,20 @@ def to_sync(source: str) -> str:
     out = source
     for start, end, text in reversed(edits):
         out = out[:start] + text + out[end:]
-    return HEADER + out
+    return HEADER.format(name=name) + out
 
 
 def main(argv: list[str]) -> int:
-    text = to_sync(SOURCE.read_text())
-    if "--check" in argv:
-        if not TARGET.exists() or TARGET.read_text() != text:
-            print(f"{TARGET} is out of date: run python client/make_sync.py", file=sys.stderr)
-            return 1
-        return 0
-    TARGET.write_text(text)
-    return 0
+    status = 0
+    for source, target in FILES:
+        text = to_sync(source.read_text(), source.name)
+        if "--check" in argv:
+            if not target.exists() or target.read_text() != text:
+                print(f"{target} is out of date: run python client/make_sync.py", file=sys.stderr)
+                status = 1
+            continue
+        target.write_text(text)
+    return status
 
 
 if __name__ == "__main__":

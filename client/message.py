@@ -1,54 +1,24 @@
 """Messages as the client hands them to users."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
-from amqwire.codec import BasicProperties
+from amqwire.codec import BasicProperties, Delivery
 
 
-class Message:
+class Message(Delivery):
     """A delivered message (basic.deliver or basic.get-ok) with its content.
 
-    ``channel`` is the transport's Channel object (None in the bare protocol core);
-    ``ack``/``nack``/``reject`` go through it, and are coroutines on the asyncio transport.
+    The codec's parser builds these directly (``CommandParser(delivery_type=Message)``):
+    one object per delivery. Attributes: ``channel_id``, ``channel`` (the transport's
+    Channel object; None in the bare protocol core), ``consumer_tag`` (None for
+    basic.get), ``delivery_tag``, ``redelivered``, ``exchange``, ``routing_key``,
+    ``message_count`` (basic.get only), ``properties``, ``body``.
+    ``ack``/``nack``/``reject`` go through ``channel``, and are coroutines on the asyncio
+    transport.
     """
 
-    __slots__ = (
-        "channel_id",
-        "channel",
-        "consumer_tag",
-        "delivery_tag",
-        "redelivered",
-        "exchange",
-        "routing_key",
-        "message_count",
-        "properties",
-        "body",
-    )
-
-    def __init__(
-        self,
-        channel_id: int,
-        delivery_tag: int,
-        redelivered: bool,
-        exchange: str,
-        routing_key: str,
-        properties: BasicProperties,
-        body: bytes,
-        consumer_tag: Optional[str] = None,
-        message_count: Optional[int] = None,
-        channel: Any = None,
-    ) -> None:
-        self.channel_id = channel_id
-        self.channel = channel
-        self.consumer_tag = consumer_tag
-        self.delivery_tag = delivery_tag
-        self.redelivered = redelivered
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.message_count = message_count
-        self.properties = properties
-        self.body = body
+    __slots__ = ()
 
     def _target(self) -> Any:
         if self.channel is None:
@@ -63,6 +33,13 @@ class Message:
 
     def reject(self, requeue: bool = True) -> Any:
         return self._target().basic_reject(self.delivery_tag, requeue)
+
+    def decoded_body(self) -> bytes:
+        """The body with the compression its ``content_encoding`` names undone (``zstd``,
+        ``deflate``, ``gzip``: what a Producer compresses with); the body as it is otherwise."""
+        from .producer_core import decode_body
+
+        return decode_body(self.body, self.properties.content_encoding)
 
     def __repr__(self) -> str:
         return (

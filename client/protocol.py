@@ -28,7 +28,6 @@ from amqwire.codec import (
     BasicAck,
     BasicCancel,
     BasicCancelOk,
-    BasicDeliver,
     BasicGetEmpty,
     BasicGetOk,
     BasicNack,
@@ -65,7 +64,7 @@ from amqwire.codec import (
     encode_publish_iov,
     encode_table,
 )
-from amqwire.codec import FRAME_METHOD
+from amqwire.codec import FRAME_METHOD, __version__
 from amqwire.codec.parser import Command, Heartbeat
 
 from .errors import AuthenticationError, InvalidStateError, channel_closed, method_name
@@ -98,7 +97,7 @@ __all__ = [
     "CLIENT_CAPABILITIES",
 ]
 
-VERSION = "0.1.0"
+VERSION = __version__  # pyproject.toml, through the installed metadata
 
 # What this client handles, advertised in connection.start-ok's client properties.
 CLIENT_CAPABILITIES = {
@@ -566,7 +565,9 @@ class ConnectionProtocol:
         self.heartbeat = 0
         self.blocked: Optional[str] = None
         self.close_reason: Optional[ConnectionClosedEvent] = None
-        self._parser = CommandParser(max(frame_max or 131072, 4096) if frame_max else 131072)
+        self._parser = CommandParser(
+            max(frame_max or 131072, 4096) if frame_max else 131072, delivery_type=Message
+        )
         self._writer = FrameWriter(max(frame_max, 4096) if frame_max else 131072)
         self._iov: list[Any] = []
         self._channels: dict[int, ChannelState] = {}
@@ -806,31 +807,21 @@ class ConnectionProtocol:
     def _handle(self, items: list[Any], events: list[Any]) -> None:
         channels = self._channels
         for item in items:
-            if type(item) is not Command:
-                if type(item) is Heartbeat:
+            kind = type(item)
+            if kind is Message:
+                state = channels.get(item.channel_id)
+                if state is None or state.state is not _CHANNEL_OPEN:
+                    continue  # late delivery to a channel we are closing
+                state.last_delivery_tag = item.delivery_tag
+                events.append(item)
+                continue
+            if kind is not Command:
+                if kind is Heartbeat:
                     continue
                 self._protocol_error(_UNEXPECTED_FRAME, f"unexpected {item!r} from the broker")
             method = item.method
             channel = item.channel
-            if type(method) is BasicDeliver:
-                state = channels.get(channel)
-                if state is None or state.state is not _CHANNEL_OPEN:
-                    continue  # late delivery to a channel we are closing
-                tag = method.delivery_tag
-                state.last_delivery_tag = tag
-                events.append(
-                    Message(
-                        channel,
-                        tag,
-                        method.redelivered,
-                        method.exchange,
-                        method.routing_key,
-                        item.properties,
-                        item.body,
-                        method.consumer_tag,
-                    )
-                )
-            elif channel == 0:
+            if channel == 0:
                 self._on_connection_method(method, events)
             elif self.state is not _CONNECTION_OPEN:
                 if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):

@@ -22,8 +22,6 @@ cdef extern from "Python.h":
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 
 
-
-
 cdef class WriteBuffer:
     """A growable byte buffer that frames are written into.
 

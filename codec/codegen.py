@@ -16,6 +16,7 @@ HERE = Path(__file__).resolve().parent
 SPEC = HERE / "amqp-rabbitmq-0.9.1.json"
 PYX = HERE / "methods.pyx"
 PYI = HERE / "methods.pyi"
+INIT = HERE / "__init__.py"
 
 # Python names where the spec's name is a keyword or too vague.
 RENAMES = {("exchange", "declare", "type"): "exchange_type", ("basic", "qos", "global"): "global_"}
@@ -33,6 +34,24 @@ INT_MAX = {"octet": "0xFF", "short": "0xFFFF", "long": "0xFFFFFFFF",
 INT_BITS = {"octet": 8, "short": 16, "long": 32, "longlong": 64, "timestamp": 64}
 
 
+def wrapped(head: str, items: list[str], tail: str, sep: str = ", ", width: int = 100) -> str:
+    """``head + sep.join(items) + tail``, continued under the opening bracket when it would
+    be wider than ``width`` (the generated code passes the line-length lint)."""
+    line = head + sep.join(items) + tail
+    if len(line) <= width:
+        return line
+    indent = " " * len(head)
+    lines, current = [], head
+    for i, item in enumerate(items):
+        piece = item + (sep.rstrip() if i < len(items) - 1 else tail)
+        if current.strip() and len(current) + len(piece) > width and current != head:
+            lines.append(current.rstrip())
+            current = indent
+        current += piece + (" " if i < len(items) - 1 else "")
+    lines.append(current.rstrip())
+    return "\n".join(lines)
+
+
 def camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("-"))
 
@@ -46,8 +65,13 @@ class Arg:
         self.default = raw.get("default-value")
         self.what = f"{cls}.{meth}.{self.name}"
 
+    @property
+    def required(self) -> bool:
+        """No default in the spec: the caller must give it (the runtime raises TypeError)."""
+        return not self.has_default
+
     def default_literal(self) -> str:
-        if not self.has_default:
+        if self.required:
             return "_REQUIRED"
         if self.type == "table":
             return "None"
@@ -55,8 +79,6 @@ class Arg:
             return repr(str(self.default).encode())
         return repr(self.default)
 
-    def stub_default(self) -> str:
-        return "..." if self.has_default else ""
 
 
 class Meth:
@@ -72,6 +94,35 @@ class Meth:
         self.full = f"{self.cls}.{self.name}"
         self.index = self.class_id << 16 | self.method_id
         self.reader = f"_read_{self.cls}_{self.name.replace('-', '_')}"
+
+
+def stub_signatures(m: Meth) -> list[str]:
+    """The parameters of ``m.__init__`` as the stubs write them, from the same ``required``
+    flags the runtime's ``_REQUIRED`` defaults come from.
+
+    A required argument after one with a default (``exchange`` after ``ticket=0``) cannot be
+    written as one Python signature, so such methods get two overloads: every argument up
+    to the last required one given (positionally or by name), or the optional leading
+    ones left out and the later required ones given by name.
+    """
+    def param(a: Arg, optional: bool) -> str:
+        return f"{a.name}: {PY_IN_TYPES[a.type]}" + (" = ..." if optional else "")
+
+    first_default = next((i for i, a in enumerate(m.args) if not a.required), len(m.args))
+    late = [i for i, a in enumerate(m.args) if a.required and i > first_default]
+    if not late:
+        return ["".join(f", {param(a, not a.required)}" for a in m.args)]
+    last_required = late[-1]
+    positional = "".join(f", {param(a, i > last_required and not a.required)}"
+                         for i, a in enumerate(m.args))
+    keywords = "".join(
+        (", *" if i == late[0] else "") + f", {param(a, not a.required)}"
+        for i, a in enumerate(m.args))
+    return [positional, keywords]
+
+
+def exported_names(methods: list[Meth]) -> list[str]:
+    return ["Method", "METHODS", "decode_method"] + [m.pyname for m in methods]
 
 
 def load(spec_path: Path = SPEC) -> tuple[dict, list[Meth]]:
@@ -135,7 +186,7 @@ include "method_base.pxi"
 
 def gen_pyx(methods: list[Meth]) -> str:
     by_name = {(m.cls, m.name): m for m in methods}
-    out = [HEADER]
+    out = [HEADER.rstrip("\n")]
     for m in methods:
         out.append(gen_class(m, responses(m, by_name)))
     out.append(gen_tables(methods))
@@ -160,9 +211,8 @@ def gen_class(m: Meth, replies: list[int]) -> str:
         w("")
     for a in m.args:
         w(f"    cdef readonly {C_TYPES[a.type]} {a.name}")
-    params = "".join(f", {a.name}={a.default_literal()}" for a in m.args)
     w("")
-    w(f"    def __init__(self{params}):")
+    w(wrapped("    def __init__(", ["self"] + [f"{a.name}={a.default_literal()}" for a in m.args], "):"))
     if not m.args:
         w("        pass")
     for a in m.args:
@@ -177,8 +227,8 @@ def gen_class(m: Meth, replies: list[int]) -> str:
     w(f"        buf.write_u32(0x{m.index:08X})")
     for g in bit_groups(m.args):
         if isinstance(g, list):
-            expr = " | ".join(f"({1 << i} if self.{a.name} else 0)" for i, a in enumerate(g))
-            w(f"        buf.write_u8({expr})")
+            w(wrapped("        buf.write_u8(", [f"({1 << i} if self.{a.name} else 0)" for i, a in enumerate(g)],
+                      ")", sep=" | "))
         elif g.type in INT_BITS:
             w(f"        buf.write_u{INT_BITS[g.type]}(self.{g.name})")
         elif g.type == "shortstr":
@@ -190,7 +240,8 @@ def gen_class(m: Meth, replies: list[int]) -> str:
     w("        return 0")
     w("")
     w("    def _values(self):")
-    w(f"        return ({''.join(f'self.{a.name}, ' for a in m.args)})")
+    w(wrapped("        return (", [f"self.{a.name}" for a in m.args], ",)" if len(m.args) == 1 else ")")
+      if m.args else "        return ()")
     # reader
     w("")
     w("")
@@ -220,7 +271,7 @@ def gen_tables(methods: list[Meth]) -> str:
     max_mid = max(m.method_id for m in methods)
     L = ["", "", "# --- dispatch: class id -> slot, then [slot][method id] -> reader ---", ""]
     w = L.append
-    w(f"cdef enum:")
+    w("cdef enum:")
     w(f"    _N_CLASSES = {len(class_ids)}")
     w(f"    _MAX_METHOD_ID = {max_mid}")
     w("")
@@ -253,37 +304,65 @@ def gen_tables(methods: list[Meth]) -> str:
         w(f"    0x{m.index:08X}: {m.pyname},")
     w("}")
     w("")
-    w("__all__ = ['Method', 'METHODS', 'decode_method', " +
-      ", ".join(repr(m.pyname) for m in methods) + "]")
+    w(wrapped("__all__ = [", [repr(name) for name in exported_names(methods)], "]"))
     w("")
     return "\n".join(L)
 
 
 def gen_pyi(methods: list[Meth]) -> str:
     L = ["# GENERATED by codec/codegen.py -- do not edit by hand.",
-         "from typing import Any, ClassVar", "",
+         "from typing import Any, ClassVar, overload", "",
+         "__all__ = [", *(f'    "{name}",' for name in exported_names(methods)), "]", "",
          "class Method:",
          "    NAME: ClassVar[str]", "    CLASS_ID: ClassVar[int]", "    METHOD_ID: ClassVar[int]",
          "    INDEX: ClassVar[int]", "    SYNCHRONOUS: ClassVar[bool]", "    HAS_CONTENT: ClassVar[bool]",
          "    FIELDS: ClassVar[tuple[str, ...]]", "    RESPONSES: ClassVar[tuple[int, ...]]",
          "    def encode(self, channel: int = ..., frame_max: int = ...) -> bytes: ...",
          "    def encode_payload(self) -> bytes: ...",
-         "    def __eq__(self, other: object) -> bool: ...", "",
+         "    def __eq__(self, other: object, /) -> bool: ...", "",
          "METHODS: dict[int, type[Method]]",
          "def decode_method(payload: bytes | bytearray | memoryview) -> Method: ...", ""]
     w = L.append
     for m in methods:
         w(f"class {m.pyname}(Method):")
         for a in m.args:
-            w(f"    @property")
+            w("    @property")
             w(f"    def {a.name}(self) -> {PY_TYPES[a.type]}: ...")
-        params = "".join(
-            f", {a.name}: {PY_IN_TYPES[a.type]}" + (" = ..." if a.has_default or any(
-                b.has_default for b in m.args[:i]) else "")
-            for i, a in enumerate(m.args))
-        w(f"    def __init__(self{params}) -> None: ...")
+        signatures = stub_signatures(m)
+        for params in signatures:
+            if len(signatures) > 1:
+                w("    @overload")
+            w(f"    def __init__(self{params}) -> None: ...")
         w("")
     return "\n".join(L)
+
+
+INIT_BEGIN = "# BEGIN GENERATED by codec/codegen.py"
+INIT_END = "# END GENERATED"
+
+
+def gen_init(text: str, methods: list[Meth]) -> str:
+    """``codec/__init__.py`` with its two generated blocks filled in: the method classes
+    imported by name, and the literal ``__all__`` additions (mypy and stubtest read only
+    literal ``__all__`` updates; a star import hides the names from linters)."""
+    names = exported_names(methods)
+    blocks = {
+        "imports": "from amqwire.codec.methods import (\n" + "".join(f"    {n},\n" for n in names) + ")\n",
+        "__all__": "__all__ += [\n" + "".join(f'    "{n}",\n' for n in names) + "]\n",
+    }
+    out = []
+    rest = text
+    while INIT_BEGIN in rest:
+        head, _, rest = rest.partition(INIT_BEGIN)
+        first_line, _, rest = rest.partition("\n")
+        _, found_end, rest = rest.partition(INIT_END)
+        tag = first_line.split(":", 1)[-1].strip().split()[0] if ":" in first_line else ""
+        if not found_end or tag not in blocks:
+            raise SystemExit(f"codegen: {INIT}: bad generated block {first_line!r}")
+        out.append(f"{head}{INIT_BEGIN}{first_line}\n{blocks.pop(tag)}{INIT_END}")
+    if blocks:
+        raise SystemExit(f"codegen: {INIT} lacks the generated block(s) {sorted(blocks)}")
+    return "".join(out) + rest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if the committed output drifted")
     args = parser.parse_args(argv)
     _, methods = load()
-    outputs = {PYX: gen_pyx(methods), PYI: gen_pyi(methods)}
+    outputs = {PYX: gen_pyx(methods), PYI: gen_pyi(methods), INIT: gen_init(INIT.read_text(), methods)}
     if args.check:
         stale = [p.name for p, text in outputs.items() if not p.exists() or p.read_text() != text]
         if stale:

@@ -6,6 +6,8 @@ method arguments, properties or tables, 505 for a frame where another was due.
 """
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "CodecError",
     "FrameError",
@@ -30,7 +32,7 @@ class CodecError(ValueError):
         self.offset = offset
         #: Frames or commands completely parsed before the bad input, in order.
         #: Set by the parsers so that nothing received before the error is lost.
-        self.parsed: list = []
+        self.parsed: list[Any] = []
 
 
 class FrameError(CodecError):
@@ -63,3 +65,7 @@ class ProtocolHeaderError(FrameError):
     def __init__(self, message: str, offered: bytes) -> None:
         super().__init__(message, offset=0)
         self.offered = offered
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # BaseException pickles as cls(*self.args): ``offered`` is not among the args.
+        return (type(self), (str(self), self.offered), self.__dict__)

@@ -21,7 +21,6 @@ from amqwire.codec.errors import AMQPSyntaxError, UnsupportedValueError
 include "method_base.pxi"
 
 
-
 cdef class ConnectionStart(Method):
     """connection.start (10.10), synchronous."""
     NAME = "connection.start"
@@ -39,7 +38,8 @@ cdef class ConnectionStart(Method):
     cdef readonly bytes mechanisms
     cdef readonly bytes locales
 
-    def __init__(self, version_major=0, version_minor=9, server_properties=_REQUIRED, mechanisms=b'PLAIN', locales=b'en_US'):
+    def __init__(self, version_major=0, version_minor=9, server_properties=_REQUIRED,
+                 mechanisms=b'PLAIN', locales=b'en_US'):
         self.version_major = _uint(version_major, 0xFF, 'connection.start.version_major')
         self.version_minor = _uint(version_minor, 0xFF, 'connection.start.version_minor')
         self.server_properties = _table(server_properties, 'connection.start.server_properties')
@@ -56,7 +56,8 @@ cdef class ConnectionStart(Method):
         return 0
 
     def _values(self):
-        return (self.version_major, self.version_minor, self.server_properties, self.mechanisms, self.locales, )
+        return (self.version_major, self.version_minor, self.server_properties, self.mechanisms,
+                self.locales)
 
 
 cdef Method _read_connection_start(ReadView *v):
@@ -85,7 +86,8 @@ cdef class ConnectionStartOk(Method):
     cdef readonly bytes response
     cdef readonly str locale
 
-    def __init__(self, client_properties=_REQUIRED, mechanism='PLAIN', response=_REQUIRED, locale='en_US'):
+    def __init__(self, client_properties=_REQUIRED, mechanism='PLAIN', response=_REQUIRED,
+                 locale='en_US'):
         self.client_properties = _table(client_properties, 'connection.start-ok.client_properties')
         self.mechanism = _shortstr(mechanism, 'connection.start-ok.mechanism')
         self.response = _longstr(response, 'connection.start-ok.response')
@@ -100,7 +102,7 @@ cdef class ConnectionStartOk(Method):
         return 0
 
     def _values(self):
-        return (self.client_properties, self.mechanism, self.response, self.locale, )
+        return (self.client_properties, self.mechanism, self.response, self.locale)
 
 
 cdef Method _read_connection_start_ok(ReadView *v):
@@ -134,7 +136,7 @@ cdef class ConnectionSecure(Method):
         return 0
 
     def _values(self):
-        return (self.challenge, )
+        return (self.challenge,)
 
 
 cdef Method _read_connection_secure(ReadView *v):
@@ -165,7 +167,7 @@ cdef class ConnectionSecureOk(Method):
         return 0
 
     def _values(self):
-        return (self.response, )
+        return (self.response,)
 
 
 cdef Method _read_connection_secure_ok(ReadView *v):
@@ -202,7 +204,7 @@ cdef class ConnectionTune(Method):
         return 0
 
     def _values(self):
-        return (self.channel_max, self.frame_max, self.heartbeat, )
+        return (self.channel_max, self.frame_max, self.heartbeat)
 
 
 cdef Method _read_connection_tune(ReadView *v):
@@ -241,7 +243,7 @@ cdef class ConnectionTuneOk(Method):
         return 0
 
     def _values(self):
-        return (self.channel_max, self.frame_max, self.heartbeat, )
+        return (self.channel_max, self.frame_max, self.heartbeat)
 
 
 cdef Method _read_connection_tune_ok(ReadView *v):
@@ -280,7 +282,7 @@ cdef class ConnectionOpen(Method):
         return 0
 
     def _values(self):
-        return (self.virtual_host, self.capabilities, self.insist, )
+        return (self.virtual_host, self.capabilities, self.insist)
 
 
 cdef Method _read_connection_open(ReadView *v):
@@ -315,7 +317,7 @@ cdef class ConnectionOpenOk(Method):
         return 0
 
     def _values(self):
-        return (self.known_hosts, )
+        return (self.known_hosts,)
 
 
 cdef Method _read_connection_open_ok(ReadView *v):
@@ -340,7 +342,8 @@ cdef class ConnectionClose(Method):
     cdef readonly uint16_t class_id
     cdef readonly uint16_t method_id
 
-    def __init__(self, reply_code=_REQUIRED, reply_text='', class_id=_REQUIRED, method_id=_REQUIRED):
+    def __init__(self, reply_code=_REQUIRED, reply_text='', class_id=_REQUIRED,
+                 method_id=_REQUIRED):
         self.reply_code = _uint(reply_code, 0xFFFF, 'connection.close.reply_code')
         self.reply_text = _shortstr(reply_text, 'connection.close.reply_text')
         self.class_id = _uint(class_id, 0xFFFF, 'connection.close.class_id')
@@ -355,7 +358,7 @@ cdef class ConnectionClose(Method):
         return 0
 
     def _values(self):
-        return (self.reply_code, self.reply_text, self.class_id, self.method_id, )
+        return (self.reply_code, self.reply_text, self.class_id, self.method_id)
 
 
 cdef Method _read_connection_close(ReadView *v):
@@ -416,7 +419,7 @@ cdef class ConnectionBlocked(Method):
         return 0
 
     def _values(self):
-        return (self.reason, )
+        return (self.reason,)
 
 
 cdef Method _read_connection_blocked(ReadView *v):
@@ -477,7 +480,7 @@ cdef class ConnectionUpdateSecret(Method):
         return 0
 
     def _values(self):
-        return (self.new_secret, self.reason, )
+        return (self.new_secret, self.reason)
 
 
 cdef Method _read_connection_update_secret(ReadView *v):
@@ -536,7 +539,7 @@ cdef class ChannelOpen(Method):
         return 0
 
     def _values(self):
-        return (self.out_of_band, )
+        return (self.out_of_band,)
 
 
 cdef Method _read_channel_open(ReadView *v):
@@ -567,7 +570,7 @@ cdef class ChannelOpenOk(Method):
         return 0
 
     def _values(self):
-        return (self.channel_id, )
+        return (self.channel_id,)
 
 
 cdef Method _read_channel_open_ok(ReadView *v):
@@ -598,7 +601,7 @@ cdef class ChannelFlow(Method):
         return 0
 
     def _values(self):
-        return (self.active, )
+        return (self.active,)
 
 
 cdef Method _read_channel_flow(ReadView *v):
@@ -631,7 +634,7 @@ cdef class ChannelFlowOk(Method):
         return 0
 
     def _values(self):
-        return (self.active, )
+        return (self.active,)
 
 
 cdef Method _read_channel_flow_ok(ReadView *v):
@@ -658,7 +661,8 @@ cdef class ChannelClose(Method):
     cdef readonly uint16_t class_id
     cdef readonly uint16_t method_id
 
-    def __init__(self, reply_code=_REQUIRED, reply_text='', class_id=_REQUIRED, method_id=_REQUIRED):
+    def __init__(self, reply_code=_REQUIRED, reply_text='', class_id=_REQUIRED,
+                 method_id=_REQUIRED):
         self.reply_code = _uint(reply_code, 0xFFFF, 'channel.close.reply_code')
         self.reply_text = _shortstr(reply_text, 'channel.close.reply_text')
         self.class_id = _uint(class_id, 0xFFFF, 'channel.close.class_id')
@@ -673,7 +677,7 @@ cdef class ChannelClose(Method):
         return 0
 
     def _values(self):
-        return (self.reply_code, self.reply_text, self.class_id, self.method_id, )
+        return (self.reply_code, self.reply_text, self.class_id, self.method_id)
 
 
 cdef Method _read_channel_close(ReadView *v):
@@ -730,7 +734,8 @@ cdef class AccessRequest(Method):
     cdef readonly bint write
     cdef readonly bint read
 
-    def __init__(self, realm='/data', exclusive=False, passive=True, active=True, write=True, read=True):
+    def __init__(self, realm='/data', exclusive=False, passive=True, active=True, write=True,
+                 read=True):
         self.realm = _shortstr(realm, 'access.request.realm')
         self.exclusive = _bit(exclusive, 'access.request.exclusive')
         self.passive = _bit(passive, 'access.request.passive')
@@ -741,11 +746,13 @@ cdef class AccessRequest(Method):
     cdef int write_payload(self, WriteBuffer buf) except -1:
         buf.write_u32(0x001E000A)
         buf.write_shortstr(self.realm, b"access.request.realm")
-        buf.write_u8((1 if self.exclusive else 0) | (2 if self.passive else 0) | (4 if self.active else 0) | (8 if self.write else 0) | (16 if self.read else 0))
+        buf.write_u8((1 if self.exclusive else 0) | (2 if self.passive else 0) |
+                     (4 if self.active else 0) | (8 if self.write else 0) |
+                     (16 if self.read else 0))
         return 0
 
     def _values(self):
-        return (self.realm, self.exclusive, self.passive, self.active, self.write, self.read, )
+        return (self.realm, self.exclusive, self.passive, self.active, self.write, self.read)
 
 
 cdef Method _read_access_request(ReadView *v):
@@ -783,7 +790,7 @@ cdef class AccessRequestOk(Method):
         return 0
 
     def _values(self):
-        return (self.ticket, )
+        return (self.ticket,)
 
 
 cdef Method _read_access_request_ok(ReadView *v):
@@ -813,7 +820,8 @@ cdef class ExchangeDeclare(Method):
     cdef readonly bint nowait
     cdef readonly dict arguments
 
-    def __init__(self, ticket=0, exchange=_REQUIRED, exchange_type='direct', passive=False, durable=False, auto_delete=False, internal=False, nowait=False, arguments=None):
+    def __init__(self, ticket=0, exchange=_REQUIRED, exchange_type='direct', passive=False,
+                 durable=False, auto_delete=False, internal=False, nowait=False, arguments=None):
         self.ticket = _uint(ticket, 0xFFFF, 'exchange.declare.ticket')
         self.exchange = _shortstr(exchange, 'exchange.declare.exchange')
         self.exchange_type = _shortstr(exchange_type, 'exchange.declare.exchange_type')
@@ -829,12 +837,15 @@ cdef class ExchangeDeclare(Method):
         buf.write_u16(self.ticket)
         buf.write_shortstr(self.exchange, b"exchange.declare.exchange")
         buf.write_shortstr(self.exchange_type, b"exchange.declare.exchange_type")
-        buf.write_u8((1 if self.passive else 0) | (2 if self.durable else 0) | (4 if self.auto_delete else 0) | (8 if self.internal else 0) | (16 if self.nowait else 0))
+        buf.write_u8((1 if self.passive else 0) | (2 if self.durable else 0) |
+                     (4 if self.auto_delete else 0) | (8 if self.internal else 0) |
+                     (16 if self.nowait else 0))
         write_named_table(buf, self.arguments, b"exchange.declare.arguments")
         return 0
 
     def _values(self):
-        return (self.ticket, self.exchange, self.exchange_type, self.passive, self.durable, self.auto_delete, self.internal, self.nowait, self.arguments, )
+        return (self.ticket, self.exchange, self.exchange_type, self.passive, self.durable,
+                self.auto_delete, self.internal, self.nowait, self.arguments)
 
 
 cdef Method _read_exchange_declare(ReadView *v):
@@ -910,7 +921,7 @@ cdef class ExchangeDelete(Method):
         return 0
 
     def _values(self):
-        return (self.ticket, self.exchange, self.if_unused, self.nowait, )
+        return (self.ticket, self.exchange, self.if_unused, self.nowait)
 
 
 cdef Method _read_exchange_delete(ReadView *v):
@@ -969,7 +980,8 @@ cdef class ExchangeBind(Method):
     cdef readonly bint nowait
     cdef readonly dict arguments
 
-    def __init__(self, ticket=0, destination=_REQUIRED, source=_REQUIRED, routing_key='', nowait=False, arguments=None):
+    def __init__(self, ticket=0, destination=_REQUIRED, source=_REQUIRED, routing_key='',
+                 nowait=False, arguments=None):
         self.ticket = _uint(ticket, 0xFFFF, 'exchange.bind.ticket')
         self.destination = _shortstr(destination, 'exchange.bind.destination')
         self.source = _shortstr(source, 'exchange.bind.source')
@@ -988,7 +1000,8 @@ cdef class ExchangeBind(Method):
         return 0
 
     def _values(self):
-        return (self.ticket, self.destination, self.source, self.routing_key, self.nowait, self.arguments, )
+        return (self.ticket, self.destination, self.source, self.routing_key, self.nowait,
+                self.arguments)
 
 
 cdef Method _read_exchange_bind(ReadView *v):
@@ -1049,7 +1062,8 @@ cdef class ExchangeUnbind(Method):
     cdef readonly bint nowait
     cdef readonly dict arguments
 
-    def __init__(self, ticket=0, destination=_REQUIRED, source=_REQUIRED, routing_key='', nowait=False, arguments=None):
+    def __init__(self, ticket=0, destination=_REQUIRED, source=_REQUIRED, routing_key='',
+                 nowait=False, arguments=None):
         self.ticket = _uint(ticket, 0xFFFF, 'exchange.unbind.ticket')
         self.destination = _shortstr(destination, 'exchange.unbind.destination')
         self.source = _shortstr(source, 'exchange.unbind.source')
@@ -1068,7 +1082,8 @@ cdef class ExchangeUnbind(Method):
         return 0
 
     def _values(self):
-        return (self.ticket, self.destination, self.source, self.routing_key, self.nowait, self.arguments, )
+        return (self.ticket, self.destination, self.source, self.routing_key, self.nowait,
+                self.arguments)
 
 
 cdef Method _read_exchange_unbind(ReadView *v):
@@ -1131,7 +1146,8 @@ cdef class QueueDeclare(Method):
     cdef readonly bint nowait
     cdef readonly dict arguments
 
-    def __init__(self, ticket=0, queue='', passive=False, durable=False, exclusive=False, auto_delete=False, nowait=False, arguments=None):
+    def __init__(self, ticket=0, queue='', passive=False, durable=False, exclusive=False,
+                 auto_delete=False, nowait=False, arguments=None):
         self.ticket = _uint(ticket, 0xFFFF, 'queue.declare.ticket')
         self.queue = _shortstr(queue, 'queue.declare.queue')
         self.passive = _bit(passive, 'queue.declare.passive')
@@ -1145,12 +1161,15 @@ cdef class QueueDeclare(Method):
         buf.write_u32(0x0032000A)
         buf.write_u16(self.ticket)
         buf.write_shortstr(self.queue, b"queue.declare.queue")
-        buf.write_u8((1 if self.passive else 0) | (2 if self.durable else 0) | (4 if self.exclusive else 0) | (8 if self.auto_delete else 0) | (16 if self.nowait else 0))
+        buf.write_u8((1 if self.passive else 0) | (2 if self.durable else 0) |
+                     (4 if self.exclusive else 0) | (8 if self.auto_delete else 0) |
+                     (16 if self.nowait else 0))
         write_named_table(buf, self.arguments, b"queue.declare.arguments")
         return 0
 
     def _values(self):
-        return (self.ticket, self.queue, self.passive, self.durable, self.exclusive, self.auto_delete, self.nowait, self.arguments, )
+        return (self.ticket, self.queue, self.passive, self.durable, self.exclusive,
+                self.auto_delete, self.nowait, self.arguments)
 
 
 cdef Method _read_queue_declare(ReadView *v):
@@ -1196,7 +1215,7 @@ cdef class QueueDeclareOk(Method):
         return 0
 
     def _values(self):
-        return (self.queue, self.message_count, self.consumer_count, )
+        return (self.queue, self.message_count, self.consumer_count)
 
 
 cdef Method _read_queue_declare_ok(ReadView *v):
@@ -1225,7 +1244,8 @@ cdef class QueueBind(Method):
     cdef readonly bint nowait
     cdef readonly dict arguments
 
-    def __init__(self, ticket=0, queue='', exchange=_REQUIRED, routing_key='', nowait=False, arguments=None):
+    def __init__(self, ticket=0, queue='', exchange=_REQUIRED, routing_key='', nowait=False,
+                 arguments=None):
         self.ticket = _uint(ticket, 0xFFFF, 'queue.bind.ticket')
         self.queue = _shortstr(queue, 'queue.bind.queue')
         self.exchange = _shortstr(exchange, 'queue.bind.exchange')
@@ -1244,7 +1264,8 @@ cdef class QueueBind(Method):
         return 0
 
     def _values(self):
-        return (self.ticket, self.queue, self.exchange, self.routing_key, self.nowait, self.arguments, )
+        return (self.ticket, self.queue, self.exchange, self.routing_key, self.nowait,
+                self.arguments)
 
 
 cdef Method _read_queue_bind(ReadView *v):
@@ -1315,7 +1336,7 @@ cdef class QueuePurge(Method):
         return 0
 
     def _values(self):
-        return (self.ticket, self.queue, self.nowait, )
+        return (self.ticket, self.queue, self.nowait)
 
 
 cdef Method _read_queue_purge(ReadView *v):
@@ -1350,7 +1371,7 @@ cdef class QueuePurgeOk(Method):
         return 0
 
     def _values(self):
-        return (self.message_count, )
+        return (self.message_count,)
 
 
 cdef Method _read_queue_purge_ok(ReadView *v):
@@ -1387,11 +1408,12 @@ cdef class QueueDelete(Method):
         buf.write_u32(0x00320028)
         buf.write_u16(self.ticket)
         buf.write_shortstr(self.queue, b"queue.delete.queue")
-        buf.write_u8((1 if self.if_unused else 0) | (2 if self.if_empty else 0) | (4 if self.nowait else 0))
+        buf.write_u8((1 if self.if_unused else 0) | (2 if self.if_empty else 0) |
+                     (4 if self.nowait else 0))
         return 0
 
     def _values(self):
-        return (self.ticket, self.queue, self.if_unused, self.if_empty, self.nowait, )
+        return (self.ticket, self.queue, self.if_unused, self.if_empty, self.nowait)
 
 
 cdef Method _read_queue_delete(ReadView *v):
@@ -1428,7 +1450,7 @@ cdef class QueueDeleteOk(Method):
         return 0
 
     def _values(self):
-        return (self.message_count, )
+        return (self.message_count,)
 
 
 cdef Method _read_queue_delete_ok(ReadView *v):
@@ -1471,7 +1493,7 @@ cdef class QueueUnbind(Method):
         return 0
 
     def _values(self):
-        return (self.ticket, self.queue, self.exchange, self.routing_key, self.arguments, )
+        return (self.ticket, self.queue, self.exchange, self.routing_key, self.arguments)
 
 
 cdef Method _read_queue_unbind(ReadView *v):
@@ -1539,7 +1561,7 @@ cdef class BasicQos(Method):
         return 0
 
     def _values(self):
-        return (self.prefetch_size, self.prefetch_count, self.global_, )
+        return (self.prefetch_size, self.prefetch_count, self.global_)
 
 
 cdef Method _read_basic_qos(ReadView *v):
@@ -1599,7 +1621,8 @@ cdef class BasicConsume(Method):
     cdef readonly bint nowait
     cdef readonly dict arguments
 
-    def __init__(self, ticket=0, queue='', consumer_tag='', no_local=False, no_ack=False, exclusive=False, nowait=False, arguments=None):
+    def __init__(self, ticket=0, queue='', consumer_tag='', no_local=False, no_ack=False,
+                 exclusive=False, nowait=False, arguments=None):
         self.ticket = _uint(ticket, 0xFFFF, 'basic.consume.ticket')
         self.queue = _shortstr(queue, 'basic.consume.queue')
         self.consumer_tag = _shortstr(consumer_tag, 'basic.consume.consumer_tag')
@@ -1614,12 +1637,14 @@ cdef class BasicConsume(Method):
         buf.write_u16(self.ticket)
         buf.write_shortstr(self.queue, b"basic.consume.queue")
         buf.write_shortstr(self.consumer_tag, b"basic.consume.consumer_tag")
-        buf.write_u8((1 if self.no_local else 0) | (2 if self.no_ack else 0) | (4 if self.exclusive else 0) | (8 if self.nowait else 0))
+        buf.write_u8((1 if self.no_local else 0) | (2 if self.no_ack else 0) |
+                     (4 if self.exclusive else 0) | (8 if self.nowait else 0))
         write_named_table(buf, self.arguments, b"basic.consume.arguments")
         return 0
 
     def _values(self):
-        return (self.ticket, self.queue, self.consumer_tag, self.no_local, self.no_ack, self.exclusive, self.nowait, self.arguments, )
+        return (self.ticket, self.queue, self.consumer_tag, self.no_local, self.no_ack,
+                self.exclusive, self.nowait, self.arguments)
 
 
 cdef Method _read_basic_consume(ReadView *v):
@@ -1659,7 +1684,7 @@ cdef class BasicConsumeOk(Method):
         return 0
 
     def _values(self):
-        return (self.consumer_tag, )
+        return (self.consumer_tag,)
 
 
 cdef Method _read_basic_consume_ok(ReadView *v):
@@ -1693,7 +1718,7 @@ cdef class BasicCancel(Method):
         return 0
 
     def _values(self):
-        return (self.consumer_tag, self.nowait, )
+        return (self.consumer_tag, self.nowait)
 
 
 cdef Method _read_basic_cancel(ReadView *v):
@@ -1727,7 +1752,7 @@ cdef class BasicCancelOk(Method):
         return 0
 
     def _values(self):
-        return (self.consumer_tag, )
+        return (self.consumer_tag,)
 
 
 cdef Method _read_basic_cancel_ok(ReadView *v):
@@ -1769,7 +1794,7 @@ cdef class BasicPublish(Method):
         return 0
 
     def _values(self):
-        return (self.ticket, self.exchange, self.routing_key, self.mandatory, self.immediate, )
+        return (self.ticket, self.exchange, self.routing_key, self.mandatory, self.immediate)
 
 
 cdef Method _read_basic_publish(ReadView *v):
@@ -1800,7 +1825,8 @@ cdef class BasicReturn(Method):
     cdef readonly str exchange
     cdef readonly str routing_key
 
-    def __init__(self, reply_code=_REQUIRED, reply_text='', exchange=_REQUIRED, routing_key=_REQUIRED):
+    def __init__(self, reply_code=_REQUIRED, reply_text='', exchange=_REQUIRED,
+                 routing_key=_REQUIRED):
         self.reply_code = _uint(reply_code, 0xFFFF, 'basic.return.reply_code')
         self.reply_text = _shortstr(reply_text, 'basic.return.reply_text')
         self.exchange = _shortstr(exchange, 'basic.return.exchange')
@@ -1815,7 +1841,7 @@ cdef class BasicReturn(Method):
         return 0
 
     def _values(self):
-        return (self.reply_code, self.reply_text, self.exchange, self.routing_key, )
+        return (self.reply_code, self.reply_text, self.exchange, self.routing_key)
 
 
 cdef Method _read_basic_return(ReadView *v):
@@ -1844,7 +1870,8 @@ cdef class BasicDeliver(Method):
     cdef readonly str exchange
     cdef readonly str routing_key
 
-    def __init__(self, consumer_tag=_REQUIRED, delivery_tag=_REQUIRED, redelivered=False, exchange=_REQUIRED, routing_key=_REQUIRED):
+    def __init__(self, consumer_tag=_REQUIRED, delivery_tag=_REQUIRED, redelivered=False,
+                 exchange=_REQUIRED, routing_key=_REQUIRED):
         self.consumer_tag = _shortstr(consumer_tag, 'basic.deliver.consumer_tag')
         self.delivery_tag = _uint(delivery_tag, 0xFFFFFFFFFFFFFFFF, 'basic.deliver.delivery_tag')
         self.redelivered = _bit(redelivered, 'basic.deliver.redelivered')
@@ -1861,7 +1888,8 @@ cdef class BasicDeliver(Method):
         return 0
 
     def _values(self):
-        return (self.consumer_tag, self.delivery_tag, self.redelivered, self.exchange, self.routing_key, )
+        return (self.consumer_tag, self.delivery_tag, self.redelivered, self.exchange,
+                self.routing_key)
 
 
 cdef Method _read_basic_deliver(ReadView *v):
@@ -1904,7 +1932,7 @@ cdef class BasicGet(Method):
         return 0
 
     def _values(self):
-        return (self.ticket, self.queue, self.no_ack, )
+        return (self.ticket, self.queue, self.no_ack)
 
 
 cdef Method _read_basic_get(ReadView *v):
@@ -1934,7 +1962,8 @@ cdef class BasicGetOk(Method):
     cdef readonly str routing_key
     cdef readonly uint32_t message_count
 
-    def __init__(self, delivery_tag=_REQUIRED, redelivered=False, exchange=_REQUIRED, routing_key=_REQUIRED, message_count=_REQUIRED):
+    def __init__(self, delivery_tag=_REQUIRED, redelivered=False, exchange=_REQUIRED,
+                 routing_key=_REQUIRED, message_count=_REQUIRED):
         self.delivery_tag = _uint(delivery_tag, 0xFFFFFFFFFFFFFFFF, 'basic.get-ok.delivery_tag')
         self.redelivered = _bit(redelivered, 'basic.get-ok.redelivered')
         self.exchange = _shortstr(exchange, 'basic.get-ok.exchange')
@@ -1951,7 +1980,8 @@ cdef class BasicGetOk(Method):
         return 0
 
     def _values(self):
-        return (self.delivery_tag, self.redelivered, self.exchange, self.routing_key, self.message_count, )
+        return (self.delivery_tag, self.redelivered, self.exchange, self.routing_key,
+                self.message_count)
 
 
 cdef Method _read_basic_get_ok(ReadView *v):
@@ -1988,7 +2018,7 @@ cdef class BasicGetEmpty(Method):
         return 0
 
     def _values(self):
-        return (self.cluster_id, )
+        return (self.cluster_id,)
 
 
 cdef Method _read_basic_get_empty(ReadView *v):
@@ -2022,7 +2052,7 @@ cdef class BasicAck(Method):
         return 0
 
     def _values(self):
-        return (self.delivery_tag, self.multiple, )
+        return (self.delivery_tag, self.multiple)
 
 
 cdef Method _read_basic_ack(ReadView *v):
@@ -2059,7 +2089,7 @@ cdef class BasicReject(Method):
         return 0
 
     def _values(self):
-        return (self.delivery_tag, self.requeue, )
+        return (self.delivery_tag, self.requeue)
 
 
 cdef Method _read_basic_reject(ReadView *v):
@@ -2093,7 +2123,7 @@ cdef class BasicRecoverAsync(Method):
         return 0
 
     def _values(self):
-        return (self.requeue, )
+        return (self.requeue,)
 
 
 cdef Method _read_basic_recover_async(ReadView *v):
@@ -2126,7 +2156,7 @@ cdef class BasicRecover(Method):
         return 0
 
     def _values(self):
-        return (self.requeue, )
+        return (self.requeue,)
 
 
 cdef Method _read_basic_recover(ReadView *v):
@@ -2191,7 +2221,7 @@ cdef class BasicNack(Method):
         return 0
 
     def _values(self):
-        return (self.delivery_tag, self.multiple, self.requeue, )
+        return (self.delivery_tag, self.multiple, self.requeue)
 
 
 cdef Method _read_basic_nack(ReadView *v):
@@ -2388,7 +2418,7 @@ cdef class ConfirmSelect(Method):
         return 0
 
     def _values(self):
-        return (self.nowait, )
+        return (self.nowait,)
 
 
 cdef Method _read_confirm_select(ReadView *v):
@@ -2594,4 +2624,18 @@ METHODS = {
     0x0055000B: ConfirmSelectOk,
 }
 
-__all__ = ['Method', 'METHODS', 'decode_method', 'ConnectionStart', 'ConnectionStartOk', 'ConnectionSecure', 'ConnectionSecureOk', 'ConnectionTune', 'ConnectionTuneOk', 'ConnectionOpen', 'ConnectionOpenOk', 'ConnectionClose', 'ConnectionCloseOk', 'ConnectionBlocked', 'ConnectionUnblocked', 'ConnectionUpdateSecret', 'ConnectionUpdateSecretOk', 'ChannelOpen', 'ChannelOpenOk', 'ChannelFlow', 'ChannelFlowOk', 'ChannelClose', 'ChannelCloseOk', 'AccessRequest', 'AccessRequestOk', 'ExchangeDeclare', 'ExchangeDeclareOk', 'ExchangeDelete', 'ExchangeDeleteOk', 'ExchangeBind', 'ExchangeBindOk', 'ExchangeUnbind', 'ExchangeUnbindOk', 'QueueDeclare', 'QueueDeclareOk', 'QueueBind', 'QueueBindOk', 'QueuePurge', 'QueuePurgeOk', 'QueueDelete', 'QueueDeleteOk', 'QueueUnbind', 'QueueUnbindOk', 'BasicQos', 'BasicQosOk', 'BasicConsume', 'BasicConsumeOk', 'BasicCancel', 'BasicCancelOk', 'BasicPublish', 'BasicReturn', 'BasicDeliver', 'BasicGet', 'BasicGetOk', 'BasicGetEmpty', 'BasicAck', 'BasicReject', 'BasicRecoverAsync', 'BasicRecover', 'BasicRecoverOk', 'BasicNack', 'TxSelect', 'TxSelectOk', 'TxCommit', 'TxCommitOk', 'TxRollback', 'TxRollbackOk', 'ConfirmSelect', 'ConfirmSelectOk']
+__all__ = ['Method', 'METHODS', 'decode_method', 'ConnectionStart', 'ConnectionStartOk',
+           'ConnectionSecure', 'ConnectionSecureOk', 'ConnectionTune', 'ConnectionTuneOk',
+           'ConnectionOpen', 'ConnectionOpenOk', 'ConnectionClose', 'ConnectionCloseOk',
+           'ConnectionBlocked', 'ConnectionUnblocked', 'ConnectionUpdateSecret',
+           'ConnectionUpdateSecretOk', 'ChannelOpen', 'ChannelOpenOk', 'ChannelFlow',
+           'ChannelFlowOk', 'ChannelClose', 'ChannelCloseOk', 'AccessRequest', 'AccessRequestOk',
+           'ExchangeDeclare', 'ExchangeDeclareOk', 'ExchangeDelete', 'ExchangeDeleteOk',
+           'ExchangeBind', 'ExchangeBindOk', 'ExchangeUnbind', 'ExchangeUnbindOk', 'QueueDeclare',
+           'QueueDeclareOk', 'QueueBind', 'QueueBindOk', 'QueuePurge', 'QueuePurgeOk',
+           'QueueDelete', 'QueueDeleteOk', 'QueueUnbind', 'QueueUnbindOk', 'BasicQos', 'BasicQosOk',
+           'BasicConsume', 'BasicConsumeOk', 'BasicCancel', 'BasicCancelOk', 'BasicPublish',
+           'BasicReturn', 'BasicDeliver', 'BasicGet', 'BasicGetOk', 'BasicGetEmpty', 'BasicAck',
+           'BasicReject', 'BasicRecoverAsync', 'BasicRecover', 'BasicRecoverOk', 'BasicNack',
+           'TxSelect', 'TxSelectOk', 'TxCommit', 'TxCommitOk', 'TxRollback', 'TxRollbackOk',
+           'ConfirmSelect', 'ConfirmSelectOk']

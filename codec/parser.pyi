@@ -1,7 +1,9 @@
+from typing import Any, Optional
+
 from amqwire.codec.methods import Method
 from amqwire.codec.properties import BasicProperties
 
-Buffer = bytes | bytearray | memoryview
+_Buffer = bytes | bytearray | memoryview
 
 class MethodFrame:
     channel: int
@@ -39,21 +41,53 @@ class Command:
         self, channel: int, method: Method, properties: BasicProperties | None = ..., body: bytes | None = ...
     ) -> None: ...
 
-Frame = MethodFrame | HeaderFrame | BodyFrame | Heartbeat | ProtocolHeader
+class Delivery:
+    channel_id: int
+    channel: Any
+    consumer_tag: Optional[str]
+    delivery_tag: int
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    message_count: Optional[int]
+    properties: BasicProperties
+    body: bytes
+    def __init__(
+        self,
+        channel_id: int,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        properties: BasicProperties,
+        body: bytes,
+        consumer_tag: Optional[str] = None,
+        message_count: Optional[int] = None,
+        channel: Any = None,
+    ) -> None: ...
+
+_Frame = MethodFrame | HeaderFrame | BodyFrame | Heartbeat | ProtocolHeader
 
 class FrameParser:
     frame_max: int
     @property
     def buffered(self) -> int: ...
     def __init__(self, frame_max: int = ..., *, expect_protocol_header: bool = ...) -> None: ...
-    def feed(self, data: Buffer) -> list[Frame]: ...
+    def feed(self, data: _Buffer) -> list[_Frame]: ...
 
 class CommandParser:
     frame_max: int
     max_body_size: int
     @property
+    def delivery_type(self) -> type[Delivery] | None: ...
+    @property
     def buffered(self) -> int: ...
     def __init__(
-        self, frame_max: int = ..., *, max_body_size: int = ..., expect_protocol_header: bool = ...
+        self,
+        frame_max: int = ...,
+        *,
+        max_body_size: int = ...,
+        expect_protocol_header: bool = ...,
+        delivery_type: type[Delivery] | None = ...,
     ) -> None: ...
-    def feed(self, data: Buffer) -> list[Command | Heartbeat | ProtocolHeader]: ...
+    def feed(self, data: _Buffer) -> list[Command | Delivery | Heartbeat | ProtocolHeader]: ...

@@ -17,7 +17,8 @@ from libc.string cimport memcpy
 
 from amqwire.codec.buffer cimport (
     FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_HEARTBEAT, FRAME_METHOD,
-    FRAME_OVERHEAD, ReadView, amqw_unpack_u16, amqw_unpack_u32, expect_end, read_u16, read_u64,
+    FRAME_OVERHEAD, ReadView, amqw_unpack_u16, amqw_unpack_u32, expect_end, read_shortstr,
+    read_u8, read_u16, read_u32, read_u64,
 )
 from amqwire.codec.methods cimport Method, method_has_content, read_method
 from amqwire.codec.properties cimport BasicProperties, read_properties
@@ -28,6 +29,7 @@ from amqwire.codec.errors import (
 
 cdef enum:
     _BASIC_CLASS = 60
+    _BASIC_DELIVER = 0x003C003C
     _DEFAULT_FRAME_MAX = 131072
     _DEFAULT_MAX_BODY = 128 * 1024 * 1024
 
@@ -152,6 +154,7 @@ cdef class Command:
     cdef readonly bytes body
     cdef Py_ssize_t _size           # while being assembled: announced body size
     cdef Py_ssize_t _filled         # and bytes received so far
+    cdef Delivery _delivery         # a basic.deliver read as a Delivery (delivery_type)
 
     def __init__(self, int channel, Method method not None, BasicProperties properties=None,
                  bytes body=None):
@@ -173,6 +176,69 @@ cdef class Command:
         body = "None" if self.body is None else f"<{len(self.body)} bytes>"
         return (f"Command(channel={self.channel}, method={self.method!r}, "
                 f"properties={self.properties!r}, body={body})")
+
+
+cdef class Delivery:
+    """A basic.deliver with its content, flattened into one object.
+
+    ``CommandParser(delivery_type=...)`` returns deliveries as instances of ``Delivery``
+    (or of a subclass given as ``delivery_type``) instead of a Command holding a
+    BasicDeliver: one object per message instead of three.  ``channel`` and
+    ``message_count`` are never set by the parser; they are for whoever hands the
+    delivery on (a client keeps its channel object there; basic.get-ok has a count).
+    """
+    cdef public int channel_id
+    cdef public object channel
+    cdef public object consumer_tag
+    cdef public object delivery_tag
+    cdef public object redelivered
+    cdef public object exchange
+    cdef public object routing_key
+    cdef public object message_count
+    cdef public object properties
+    cdef public object body
+
+    def __init__(self, int channel_id, delivery_tag, redelivered, exchange, routing_key,
+                 properties, body, consumer_tag=None, message_count=None, channel=None):
+        self.channel_id = channel_id
+        self.channel = channel
+        self.consumer_tag = consumer_tag
+        self.delivery_tag = delivery_tag
+        self.redelivered = redelivered
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.message_count = message_count
+        self.properties = properties
+        self.body = body
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(channel_id={self.channel_id}, "
+                f"consumer_tag={self.consumer_tag!r}, delivery_tag={self.delivery_tag}, "
+                f"exchange={self.exchange!r}, routing_key={self.routing_key!r}, "
+                f"body=<{len(self.body) if self.body is not None else 0} bytes>)")
+
+
+cdef Delivery _read_delivery(ReadView *v, object delivery_type, uint16_t channel):
+    """basic.deliver's arguments, straight into a new ``delivery_type`` instance."""
+    cdef uint32_t index = 0
+    cdef uint64_t tag = 0
+    cdef uint8_t bits = 0
+    cdef Delivery d = <Delivery>delivery_type.__new__(delivery_type)
+    read_u32(v, &index, b"method id")
+    d.channel_id = channel
+    d.consumer_tag = read_shortstr(v, b"basic.deliver.consumer_tag")
+    read_u64(v, &tag, b"basic.deliver.delivery_tag")
+    d.delivery_tag = tag
+    read_u8(v, &bits, b"basic.deliver.redelivered")
+    d.redelivered = (bits & 1) != 0
+    d.exchange = read_shortstr(v, b"basic.deliver.exchange")
+    d.routing_key = read_shortstr(v, b"basic.deliver.routing_key")
+    expect_end(v, "basic.deliver")
+    return d
+
+
+cdef str _content_name(Command c):
+    return "basic.deliver" if c.method is None else c.method.NAME
 
 
 cdef Heartbeat _HEARTBEAT = Heartbeat()
@@ -450,7 +516,6 @@ cdef class FrameParser(_Scanner):
     cdef int _on_frame(self, uint8_t ftype, uint16_t channel, const char *payload,
                        Py_ssize_t size, list out) except -1:
         cdef ReadView v
-        cdef uint16_t class_id, weight
         cdef uint64_t body_size = 0
         v.buf = payload
         v.len = size
@@ -499,9 +564,14 @@ cdef class CommandParser(_Scanner):
     cdef int _cur_channel
     cdef dict _others
     cdef readonly Py_ssize_t max_body_size
+    cdef readonly object delivery_type
 
     def __init__(self, frame_max=_DEFAULT_FRAME_MAX, *, max_body_size=_DEFAULT_MAX_BODY,
-                 bint expect_protocol_header=False):
+                 bint expect_protocol_header=False, delivery_type=None):
+        if delivery_type is not None and not (
+                isinstance(delivery_type, type) and issubclass(delivery_type, Delivery)):
+            raise TypeError(f"delivery_type must be Delivery or a subclass of it, got {delivery_type!r}")
+        self.delivery_type = delivery_type
         self._set_frame_max(frame_max)
         if not isinstance(max_body_size, int) or max_body_size < 0:
             raise ValueError(f"max_body_size must be a non-negative int, got {max_body_size!r}")
@@ -536,7 +606,12 @@ cdef class CommandParser(_Scanner):
             self._cur_channel = -1
         else:
             cmd = self._others.pop(channel)
-        PyList_Append(out, cmd)
+        if cmd._delivery is None:
+            PyList_Append(out, cmd)
+        else:
+            cmd._delivery.properties = cmd.properties
+            cmd._delivery.body = cmd.body
+            PyList_Append(out, cmd._delivery)
         return 0
 
     cdef Command _body_target(self, uint16_t channel, Py_ssize_t size):
@@ -573,8 +648,6 @@ cdef class CommandParser(_Scanner):
                        Py_ssize_t size, list out) except -1:
         cdef ReadView v
         cdef Command c
-        cdef Method m
-        cdef uint16_t class_id, weight
         cdef uint64_t body_size = 0
         cdef Command cmd
         cdef Py_ssize_t at = self._consumed
@@ -597,9 +670,14 @@ cdef class CommandParser(_Scanner):
             if c is not None:
                 raise UnexpectedFrame(
                     f"method frame on channel {channel} at offset {at} while content for "
-                    f"{c.method.NAME} is incomplete", offset=at)
+                    f"{_content_name(c)} is incomplete", offset=at)
             cmd = Command.__new__(Command)
             cmd.channel = channel
+            if (self.delivery_type is not None and size >= 4
+                    and amqw_unpack_u32(payload) == _BASIC_DELIVER):
+                cmd._delivery = _read_delivery(&v, self.delivery_type, channel)
+                self._begin(channel, cmd)
+                return 0
             cmd.method = read_method(&v)
             if method_has_content(amqw_unpack_u32(payload)):
                 self._begin(channel, cmd)
@@ -624,4 +702,3 @@ cdef class CommandParser(_Scanner):
         if c._size == 0:
             self._finish(channel, out)
         return 0
-

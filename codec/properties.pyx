@@ -3,7 +3,7 @@
 
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, uint64_t
 
 from amqwire.codec.buffer cimport (
     FRAME_HEADER, amqw_pack_u16, expect_end, read_shortstr, read_u8, read_u16, read_u64,
@@ -246,7 +246,7 @@ cdef BasicProperties read_properties(ReadView *v):
     if flags & F_TIMESTAMP:
         at = v.base + v.pos
         read_u64(v, &ts, "basic properties timestamp")
-        p.timestamp = epoch_to_datetime(<int64_t>ts, at, "basic properties timestamp")
+        p.timestamp = epoch_to_datetime(ts, at, "basic properties timestamp")
     if flags & F_TYPE:
         p.type = read_shortstr(v, "basic properties type")
     if flags & F_USER_ID:

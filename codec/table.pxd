@@ -1,4 +1,4 @@
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 from amqwire.codec.buffer cimport WriteBuffer, ReadView
 
 cdef int write_table(WriteBuffer buf, object table, int depth, const char *name=*) except -1
@@ -7,7 +7,13 @@ cdef dict read_table(ReadView *v, int depth, const char *name=*)
 cdef list read_array(ReadView *v, int depth)
 cdef object name_error(object exc, str name)
 cdef int64_t datetime_to_epoch(object value, str what) except? -1
-cdef object epoch_to_datetime(int64_t seconds, Py_ssize_t at, str what)
+# AMQP timestamps are unsigned seconds since the epoch; a datetime ends at 9999-12-31T23:59:59Z.
+cdef extern from *:
+    """
+    #define AMQW_MAX_TIMESTAMP 253402300799LL
+    """
+    const int64_t MAX_TIMESTAMP "AMQW_MAX_TIMESTAMP"
+cdef object epoch_to_datetime(uint64_t seconds, Py_ssize_t at, str what)
 cdef void civil_from_days(int64_t days, int64_t *year, int *month, int *day) noexcept
 
 

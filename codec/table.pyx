@@ -113,8 +113,12 @@ cdef int64_t datetime_to_epoch(object value, str what) except? -1:
             if offset.microseconds:
                 raise AMQPSyntaxError(f"{what}: UTC offset {offset} is not whole seconds")
             seconds -= offset.days * 86400 + offset.seconds
-    if seconds < -62135596800 or seconds > 253402300799:
-        raise AMQPSyntaxError(f"{what}: {value.isoformat()} is outside years 1..9999 in UTC")
+    if seconds < 0:
+        raise AMQPSyntaxError(
+            f"{what}: {value.isoformat()} is before 1970-01-01T00:00:00Z; AMQP timestamps are "
+            "unsigned seconds since the epoch (RabbitMQ and other clients would read a far future)")
+    if seconds > MAX_TIMESTAMP:
+        raise AMQPSyntaxError(f"{what}: {value.isoformat()} is after 9999-12-31T23:59:59 in UTC")
     return seconds
 
 
@@ -132,18 +136,16 @@ cdef void civil_from_days(int64_t days, int64_t *year, int *month, int *day) noe
     year[0] = yoe + era * 400 + (1 if month[0] <= 2 else 0)
 
 
-cdef object epoch_to_datetime(int64_t seconds, Py_ssize_t at, str what):
-    """An aware UTC datetime; AMQPSyntaxError naming ``what`` and ``at`` when out of range."""
+cdef object epoch_to_datetime(uint64_t seconds, Py_ssize_t at, str what):
+    """An aware UTC datetime of unsigned epoch seconds; AMQPSyntaxError naming ``what`` and
+    ``at`` past the last second a datetime holds."""
     cdef int64_t days, secs, y
     cdef int m = 0, d = 0
-    # datetime covers years 1..9999: -62135596800 .. 253402300799
-    if seconds < -62135596800 or seconds > 253402300799:
-        raise AMQPSyntaxError(f"{what}: timestamp {seconds} at offset {at} is out of datetime's range",
-                              offset=at)
-    days = seconds // 86400      # cdivision: C truncates toward zero; floor it
-    if days * 86400 > seconds:
-        days -= 1
-    secs = seconds - days * 86400
+    if seconds > <uint64_t>MAX_TIMESTAMP:
+        raise AMQPSyntaxError(f"{what}: {seconds} at offset {at} is after "
+                              f"9999-12-31T23:59:59Z, the last second a datetime holds", offset=at)
+    days = <int64_t>(seconds // 86400)
+    secs = <int64_t>seconds - days * 86400
     civil_from_days(days, &y, &m, &d)
     return datetime_new(<int>y, <int>m, <int>d, <int>(secs // 3600), <int>((secs // 60) % 60),
                         <int>(secs % 60), 0, _UTC)
@@ -405,7 +407,7 @@ cdef object _read_value(ReadView *v, int depth):
         return None
     elif letter == c'T':
         read_u64(v, &u64, "timestamp")
-        return epoch_to_datetime(<int64_t>u64, at + 1, "timestamp")
+        return epoch_to_datetime(u64, at + 1, "timestamp")
     elif letter == c'D':
         read_u8(v, &u8, "decimal scale")
         read_u32(v, &u32, "decimal value")

@@ -1,7 +1,7 @@
 from amqwire.codec.methods import Method
 from amqwire.codec.properties import BasicProperties
 
-Body = bytes | bytearray | memoryview | str
+_Body = bytes | bytearray | memoryview | str
 
 DEFAULT_FRAME_MAX: int
 PROTOCOL_HEADER: bytes
@@ -11,7 +11,7 @@ def encode_publish(
     channel: int,
     exchange: str,
     routing_key: str,
-    body: Body,
+    body: _Body,
     properties: BasicProperties | None = ...,
     mandatory: bool = ...,
     immediate: bool = ...,
@@ -21,7 +21,7 @@ def encode_publish_iov(
     channel: int,
     exchange: str,
     routing_key: str,
-    body: Body,
+    body: _Body,
     properties: BasicProperties | None = ...,
     mandatory: bool = ...,
     immediate: bool = ...,
@@ -30,19 +30,20 @@ def encode_publish_iov(
 
 class FrameWriter:
     frame_max: int
-    def __init__(self, frame_max: int = ...) -> None: ...
+    # __cinit__ at run time: the arguments go to __new__
+    def __new__(cls, frame_max: int = ...) -> FrameWriter: ...
     def publish(
         self,
         channel: int,
         exchange: str,
         routing_key: str,
-        body: Body,
+        body: _Body,
         properties: BasicProperties | None = ...,
         mandatory: bool = ...,
         immediate: bool = ...,
     ) -> None: ...
     def method(self, channel: int, method: Method) -> None: ...
-    def content(self, channel: int, method: Method, properties: BasicProperties | None, body: Body) -> None: ...
+    def content(self, channel: int, method: Method, properties: BasicProperties | None, body: _Body) -> None: ...
     def heartbeat(self) -> None: ...
     def protocol_header(self) -> None: ...
     def __len__(self) -> int: ...

@@ -6,11 +6,15 @@ Column functions: :func:`to_amqp_frames`, :func:`from_amqp_frames`.  Data source
 Spark: :class:`PublishEncoder` / :func:`encode_batch` / :func:`decode_batch` on pyarrow
 arrays.  Needs ``pip install amqwire[spark]``.
 """
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amqwire.spark.decode import decode_batch
 from amqwire.spark.encode import DEFAULT_FRAME_MAX, PROPERTY_NAMES, PublishEncoder, encode_batch
 from amqwire.spark.errors import ArrowTypeError, RowEncodeError, SinkError
+
+if TYPE_CHECKING:  # imported on first use at run time (they import pyspark): see __getattr__
+    from amqwire.spark.datasource import AMQPCommitMessage, AMQPDataSource, register
+    from amqwire.spark.functions import from_amqp_frames, to_amqp_frames
 
 __all__ = [
     "ArrowTypeError",

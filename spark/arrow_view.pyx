@@ -3,7 +3,7 @@
 (``__arrow_c_array__``): the buffers are read in place, nothing is copied."""
 
 from cpython.pycapsule cimport PyCapsule_GetPointer
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t
 
 from amqwire.spark.errors import ArrowTypeError
 

@@ -26,15 +26,19 @@ import datetime
 import logging
 import time
 from collections import deque
-from typing import Any, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional
 
 from pyspark.sql import datasource as _ds
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from amqwire.client.url import ConnectionParameters, parameters_list, parse_option
+from amqwire.client.url import parameters_list, parse_option
 from amqwire.spark.encode import PublishEncoder
 from amqwire.spark.errors import SinkError
+from amqwire.spark.workers import workers_run_this_python
+
+if TYPE_CHECKING:
+    from amqwire.client.blocking import Channel, Connection, PublishFuture
 
 __all__ = ["AMQPDataSource", "AMQPCommitMessage", "SinkSettings", "publish_batches", "register"]
 
@@ -48,6 +52,12 @@ _CONNECT_OPTIONS = {"blocked_action": str, "blocked_timeout": float}
 _SINK_OPTIONS = {
     "url", "exchange", "routing_key", "mandatory", "confirm_window", "confirm_timeout",
     "frame_max", "body_format",
+}
+# Spark's camelCase spellings (options arrive lower-cased: Spark's options are
+# case-insensitive) of the snake_case names.
+_ALIASES = {
+    "routingkey": "routing_key", "confirmwindow": "confirm_window", "confirmtimeout": "confirm_timeout",
+    "bodyformat": "body_format", "framemax": "frame_max",
 }
 # Options Spark itself hands every data source (the save() path, streaming bookkeeping).
 _SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
@@ -66,7 +76,7 @@ class AMQPCommitMessage(WriterCommitMessage):
 class SinkSettings:
     """The options of one write, checked on the driver; pickled to the executors."""
 
-    parameters: tuple  # ConnectionParameters to try in order
+    parameters: tuple[Any, ...]  # ConnectionParameters to try in order
     exchange: Optional[str]
     routing_key: Optional[str]
     mandatory: bool
@@ -74,22 +84,23 @@ class SinkSettings:
     confirm_timeout: float
     frame_max: Optional[int]
     body_format: str
-    connect_kwargs: tuple  # (name, value) pairs for connect()
-    columns: tuple  # the DataFrame's column names, in order
+    connect_kwargs: tuple[tuple[str, Any], ...]  # (name, value) pairs for connect()
+    columns: tuple[str, ...]  # the DataFrame's column names, in order
 
     @classmethod
     def from_options(cls, options: Any, schema: StructType) -> "SinkSettings":
-        options = {str(key).lower(): value for key, value in dict(options).items()}
+        options = _canonical(options)
         for key in options:
             if key not in _SINK_OPTIONS and key not in _SPARK_OPTIONS and not key.startswith("amqp."):
                 raise ValueError(
                     f"unknown option {key!r} for the amqp data source (known: "
-                    f"{', '.join(sorted(_SINK_OPTIONS))}, and amqp.* connection options)"
+                    f"{', '.join(sorted(_SINK_OPTIONS))} (or routingKey, confirmWindow, confirmTimeout, "
+                    f"bodyFormat, frameMax), and amqp.* connection options)"
                 )
         urls = options.get("url") or options.get("path") or DEFAULT_URL  # save(url) works too
         url_list = [part.strip() for part in urls.replace(",", " ").split()] if isinstance(urls, str) else list(urls)
-        overrides: dict = {}
-        connect_kwargs: dict = {}
+        overrides: dict[str, Any] = {}
+        connect_kwargs: dict[str, Any] = {}
         for key, value in options.items():
             if not key.startswith("amqp."):
                 continue
@@ -153,7 +164,22 @@ class SinkSettings:
         return f"{', '.join(str(p) for p in self.parameters)} exchange={target}"
 
 
-def _int_option(options: dict, key: str, low: int, high: int, default: Optional[int] = None) -> int:
+def _canonical(options: Any) -> dict[str, Any]:
+    """Lower-cased option names with the camelCase spellings mapped onto the snake_case
+    ones; the same option given under both names is an error."""
+    canonical: dict[str, Any] = {}
+    given: dict[str, Any] = {}
+    for key, value in dict(options).items():
+        lowered = str(key).lower()
+        name = _ALIASES.get(lowered, lowered)
+        if name in canonical:
+            raise ValueError(f"option {name} is given twice (as {given[name]!r} and {key!r}): keep one")
+        canonical[name] = value
+        given[name] = key
+    return canonical
+
+
+def _int_option(options: dict[str, Any], key: str, low: int, high: int, default: Optional[int] = None) -> int:
     value = options.get(key)
     if value is None:
         return default  # type: ignore[return-value]
@@ -166,7 +192,7 @@ def _int_option(options: dict, key: str, low: int, high: int, default: Optional[
     return number
 
 
-def _float_option(options: dict, key: str, default: float) -> float:
+def _float_option(options: dict[str, Any], key: str, default: float) -> float:
     value = options.get(key)
     if value is None:
         return default
@@ -179,7 +205,7 @@ def _float_option(options: dict, key: str, default: float) -> float:
     return number
 
 
-def _bool_option(options: dict, key: str, default: bool) -> bool:
+def _bool_option(options: dict[str, Any], key: str, default: bool) -> bool:
     value = options.get(key)
     if value is None:
         return default
@@ -198,14 +224,16 @@ def publish_batches(settings: SinkSettings, batches: Iterator[Any]) -> AMQPCommi
 
     started = time.monotonic()
     rows = confirmed = sent_bytes = 0
-    conn = channel = encoder = None
-    pending: deque = deque()
+    conn: Optional[Connection] = None
+    channel: Optional[Channel] = None
+    encoder: Optional[PublishEncoder] = None
+    pending: deque[PublishFuture] = deque()
     try:
         for batch in batches:
             count = batch.num_rows
             if not count:
                 continue
-            if conn is None:
+            if conn is None or channel is None or encoder is None:
                 conn = connect(list(settings.parameters), **dict(settings.connect_kwargs))
                 channel = conn.channel()
                 channel.confirm_select(max_in_flight=settings.confirm_window)
@@ -214,7 +242,10 @@ def publish_batches(settings: SinkSettings, batches: Iterator[Any]) -> AMQPCommi
             frames = encoder.encode_frames(**columns)
             # a broker that stops confirming, blocks the connection or pauses the channel
             # fails the task after confirm_timeout instead of hanging it
-            pending.append(channel.publish_encoded(frames, count, timeout=settings.confirm_timeout))
+            future = channel.publish_encoded(frames, count, timeout=settings.confirm_timeout)
+            if future is None:  # only without confirm mode, which confirm_select above rules out
+                raise SinkError("the channel is not in confirm mode", rows_confirmed=confirmed)
+            pending.append(future)
             rows += count
             sent_bytes += len(frames)
             while pending and pending[0].done():
@@ -265,7 +296,7 @@ def _reply_code(error: Optional[BaseException]) -> Optional[int]:
     return None
 
 
-def _summary(messages: List[Optional[WriterCommitMessage]]) -> tuple:
+def _summary(messages: List[Optional[WriterCommitMessage]]) -> tuple[int, int, int]:
     done = [m for m in messages if isinstance(m, AMQPCommitMessage)]
     return sum(m.rows for m in done), sum(m.bytes for m in done), len(done)
 
@@ -344,7 +375,7 @@ def _rows_to_batches(rows: Iterator[Any], schema: StructType, size: int = 10000)
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    chunk: list = []
+    chunk: list[Any] = []
     for row in rows:
         chunk.append(_aware(row.asDict(recursive=True)))
         if len(chunk) >= size:
@@ -373,7 +404,11 @@ class AMQPDataSource(DataSource):
 
 def register(spark: Any = None) -> None:
     """Make ``format("amqp")`` available in ``spark`` (the active session by default).
-    Calling it again for the same session does nothing."""
+    Calling it again for the same session does nothing.
+
+    On a local master with ``PYSPARK_PYTHON`` unset, the session's Python workers are made
+    to run this interpreter, so a script started with a venv's python works without
+    activating the venv.  Works on Spark Connect sessions too."""
     if spark is None:
         from pyspark.sql import SparkSession
 
@@ -382,5 +417,6 @@ def register(spark: Any = None) -> None:
             raise RuntimeError("no active SparkSession: pass the session to register(spark)")
     if getattr(spark, "_amqwire_amqp_registered", False):
         return
+    workers_run_this_python(spark)
     spark.dataSource.register(AMQPDataSource)
     spark._amqwire_amqp_registered = True

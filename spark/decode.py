@@ -87,7 +87,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def decode_one(frames: bytes, row: int = 0) -> dict:
+def decode_one(frames: bytes, row: int = 0) -> dict[str, Any]:
     """One publish (the frames of one row) as a dict shaped like :func:`decoded_type`."""
     parser = CommandParser(0, max_body_size=1 << 40)
     try:
@@ -104,6 +104,8 @@ def decode_one(frames: bytes, row: int = 0) -> dict:
     if not isinstance(method, BasicPublish):
         raise FrameError(f"row {row}: expected basic.publish, found {method.NAME}")
     props = command.properties
+    if props is None or command.body is None:  # the parser joins content to basic.publish
+        raise FrameError(f"row {row}: basic.publish without its content header")
     headers = props.headers
     return {
         "exchange": method.exchange,

@@ -1,13 +1,18 @@
 """The main job: a DataFrame published to RabbitMQ through the "amqp" data source.
 
-    python -m amqwire.spark.demo                      # 1,000,000 generated rows
-    python -m amqwire.spark.demo --rows 50000
-    python -m amqwire.spark.demo --input orders.parquet --queue orders
+    bash spark/run                                 # 1,000,000 generated rows into amqwire-demo
+    bash spark/run --rows 50000
+    bash spark/run --input orders.parquet --queue orders
+    bash spark/run --purge                         # empty the queue first (says how many went)
+
+(``bash spark/run`` sets up the venv, Java and a local broker, then runs
+``python -m amqwire.spark.demo`` with the same arguments.)
 
 Starts a local Spark, generates a dataset (JSON bodies, a headers map and basic
 properties) or reads a Parquet/CSV path, declares the queue, publishes every row to
-AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/) with publisher confirms, shows
-progress from the broker's own count, and prints rows/s and what the queue holds.
+``--url`` (default $AMQP_URL or amqp://guest:guest@127.0.0.1:5672/) with publisher
+confirms, shows progress from the broker's own count, and prints rows/s and what the
+queue holds.  What the queue held before is kept unless ``--purge`` is given.
 A file with a ``body`` column is published as is (other sink columns too: routing_key,
 exchange, headers, properties); any other file has each row sent as a JSON body.
 """
@@ -19,37 +24,56 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
+DEFAULT_QUEUE = "amqwire-demo"
+TTY_EVERY = 0.5  # seconds between redraws of the progress line on a terminal
+LOG_EVERY = 5.0  # seconds between progress lines otherwise (a log file, a pipe)
 SINK_COLUMNS = ("body", "routing_key", "exchange", "headers", "properties")
 
 log = logging.getLogger("amqwire.spark.demo")
 
 
-def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m amqwire.spark.demo",
-        description="Publish a DataFrame to RabbitMQ with amqwire's Spark data source.",
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> "NoReturn":  # one line, not a usage block
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    parser = _Parser(
+        prog="bash spark/run",
+        description="Publish a DataFrame to RabbitMQ with amqwire's Spark data source "
+                    "(bash spark/run sets up .venv, Java and a local RabbitMQ, then runs "
+                    "python -m amqwire.spark.demo with these arguments).",
     )
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows to generate (default 1,000,000)")
     parser.add_argument("--input", help="a Parquet or CSV file/folder to publish instead of generated rows")
     parser.add_argument("--format", choices=("parquet", "csv"), help="the input's format (default: from the name)")
     parser.add_argument("--url", default=os.environ.get("AMQP_URL", DEFAULT_URL),
                         help="broker URL (default: $AMQP_URL or %(default)s)")
-    parser.add_argument("--queue", default="amqwire-demo", help="queue to declare and fill (default %(default)s)")
-    parser.add_argument("--keep", action="store_true", help="keep what the queue holds (default: purge it first)")
+    parser.add_argument("--queue", default=DEFAULT_QUEUE, help="queue to declare and fill (default %(default)s)")
+    keep = parser.add_mutually_exclusive_group()
+    keep.add_argument("--keep", action="store_true",
+                      help="keep what the queue already holds (the default)")
+    keep.add_argument("--purge", action="store_true",
+                      help="empty the queue first, and print how many messages that removed")
     parser.add_argument("--durable", action="store_true",
                         help="a durable queue: persistent messages then go to disk (slower)")
     parser.add_argument("--master", default="local[2]", help="Spark master (default %(default)s)")
     parser.add_argument("--partitions", type=int, default=2, help="write tasks (default %(default)s)")
-    parser.add_argument("--confirm-window", type=int, default=20000, help="unconfirmed rows per task")
-    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument("--confirm-window", type=int, default=20000,
+                        help="unconfirmed rows per task (default %(default)s)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
     if args.rows < 0:
         parser.error("--rows must be >= 0")
     if args.partitions < 1:
         parser.error("--partitions must be >= 1")
+    if args.confirm_window < 1:
+        parser.error("--confirm-window must be >= 1")
+    if args.input is not None and not os.path.exists(args.input):
+        parser.error(f"--input {args.input}: no such file or directory")
     return args
 
 
@@ -59,12 +83,15 @@ def start_spark(master: str) -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback" warning
+    # Spark's start-up warnings print while its JVM starts, before any setting made through
+    # the builder reaches it: the log configuration goes on the JVM's command line.
+    os.environ.setdefault(
+        "PYSPARK_SUBMIT_ARGS", f"--driver-java-options -Dlog4j2.configurationFile={_quiet_log4j()} pyspark-shell")
     from pyspark.sql import SparkSession
 
     spark = (
         SparkSession.builder.master(master)
         .appName("amqwire demo")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_quiet_log4j()}")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -75,16 +102,20 @@ def start_spark(master: str) -> Any:
 
 
 def _quiet_log4j() -> str:
-    """A log4j2 configuration that lets only errors through (Spark's default prints its
-    start-up warnings before setLogLevel can act)."""
+    """A log4j2 configuration that lets only errors through.  Spark compares the level of
+    the logger that starts logging (an org.apache one) with the root's and prints "Setting
+    default log level..." when they differ: both are set."""
     import tempfile
 
     path = os.path.join(tempfile.gettempdir(), "amqwire-demo-log4j2.properties")
+    quiet = ("org.apache", "org.sparkproject", "io.netty", "org.eclipse")
     with open(path, "w") as f:
         f.write("rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
                 "appender.console.type = Console\nappender.console.name = console\n"
                 "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
                 "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n\n")
+        for i, name in enumerate(quiet):
+            f.write(f"logger.q{i}.name = {name}\nlogger.q{i}.level = error\n")
     return path
 
 
@@ -131,11 +162,17 @@ def from_file(spark: Any, path: str, fmt: Optional[str], partitions: int) -> Any
 
 
 class Progress:
-    """Polls the queue's message count and redraws one line on stderr."""
+    """Polls the queue's message count and shows it on stderr: one line redrawn in place on
+    a terminal, a new line every LOG_EVERY seconds otherwise; nothing before the first
+    rows arrive."""
 
-    def __init__(self, url: str, queue: str, total: Optional[int], start_count: int, enabled: bool) -> None:
+    def __init__(self, url: str, queue: str, total: Optional[int], start_count: int, enabled: bool,
+                 tty: Optional[bool] = None) -> None:
         self.url, self.queue, self.total, self.start_count = url, queue, total, start_count
         self.enabled = enabled and total != 0
+        self.tty = sys.stderr.isatty() if tty is None else tty
+        self.every = TTY_EVERY if self.tty else LOG_EVERY
+        self._drawn = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="amqwire-demo-progress", daemon=True)
         self.started = time.monotonic()
@@ -149,6 +186,7 @@ class Progress:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        if self._drawn and self.tty:
             sys.stderr.write("\n")
 
     def _run(self) -> None:
@@ -156,26 +194,29 @@ class Progress:
 
         try:
             with connect(self.url) as conn, conn.channel() as ch:
-                while not self._stop.wait(0.5):
+                while not self._stop.wait(self.every):
                     count = ch.queue_declare(self.queue, passive=True).message_count - self.start_count
-                    self._draw(count)
+                    if count > 0:
+                        self._draw(count)
         except (AMQPError, OSError) as exc:  # progress is cosmetic; the job goes on
             log.debug("progress display stopped: %s", exc)
 
-    def _draw(self, count: int) -> None:
+    def line(self, count: int) -> str:
         elapsed = time.monotonic() - self.started
         rate = count / elapsed if elapsed > 0 else 0.0
         if self.total:
             done = min(count / self.total, 1.0)
             bar = "#" * int(done * 30)
-            line = f"\r  [{bar:<30}] {count:>12,} / {self.total:,} rows  {rate:>9,.0f} rows/s"
-        else:
-            line = f"\r  {count:>12,} rows  {rate:>9,.0f} rows/s"
-        sys.stderr.write(line)
+            return f"  [{bar:<30}] {count:>12,} / {self.total:,} rows  {rate:>9,.0f} rows/s"
+        return f"  {count:>12,} rows  {rate:>9,.0f} rows/s"
+
+    def _draw(self, count: int) -> None:
+        sys.stderr.write(f"\r{self.line(count)}" if self.tty else f"{self.line(count)}\n")
         sys.stderr.flush()
+        self._drawn = True
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from amqwire.client import connect
@@ -190,9 +231,13 @@ def main(argv: Optional[list] = None) -> int:
         print(f"amqwire demo: broker {target}, queue {args.queue!r}")
         with connect(args.url) as conn, conn.channel() as ch:
             ch.queue_declare(args.queue, durable=args.durable)
-            if not args.keep:
-                ch.queue_purge(args.queue)
+            if args.purge:
+                purged = ch.queue_purge(args.queue)
+                print(f"purged {purged:,} messages from queue {args.queue!r} (--purge)")
             start_count = ch.queue_declare(args.queue, passive=True).message_count
+            if start_count:
+                print(f"queue {args.queue!r} already holds {start_count:,} messages: kept "
+                      f"(--purge empties it first)")
     except (ValueError, AMQPError, OSError) as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
@@ -233,7 +278,8 @@ def main(argv: Optional[list] = None) -> int:
     rows = total if total is not None else published
     print(f"published {rows:,} rows in {seconds:.2f} s: {rows / seconds if seconds else 0:,.0f} rows/s "
           f"(confirmed by the broker, at-least-once)")
-    print(f"queue {args.queue!r} holds {held:,} messages")
+    print(f"queue {args.queue!r} holds {held:,} messages; to remove them: "
+          f"rabbitmqctl purge_queue {args.queue} (or delete_queue), or run again with --purge")
     if total is not None and published < total:
         print(f"error: the queue gained {published:,} messages, expected {total:,}", file=sys.stderr)
         return 1

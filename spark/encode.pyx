@@ -18,7 +18,7 @@ from amqwire.codec.buffer cimport (
     WriteBuffer, FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_METHOD, FRAME_OVERHEAD, FRAME_END,
     MAX_NESTING, amqw_pack_u16, amqw_pack_u32, amqw_pack_u64,
 )
-from amqwire.codec.table cimport civil_from_days
+from amqwire.codec.table cimport MAX_TIMESTAMP, civil_from_days
 from amqwire.codec.writer cimport check_frame_max, write_body_frames
 from amqwire.spark.arrow_view cimport (
     ArrowColumn, column_of, floor_div,
@@ -98,6 +98,22 @@ cdef int _check_string(ArrowColumn col, str what) except -1:
 
 cdef int _row_error(int64_t row, str field, str problem) except -1:
     raise RowEncodeError(row=row, field=field, problem=problem)
+
+
+cdef int64_t _timestamp_seconds(ArrowColumn col, int64_t slot, int64_t row, str field) except -1:
+    """Whole epoch seconds of a timestamp, date or integer value, checked against what AMQP's
+    unsigned timestamp holds and a reader's datetime can show: 1970 .. 9999 in UTC."""
+    cdef int64_t v
+    if col.kind == K_UINT64 and (<const uint64_t *>col.values)[slot] > <uint64_t>MAX_TIMESTAMP:
+        return _row_error(row, field, f"timestamp {(<const uint64_t *>col.values)[slot]} s is after "
+                                      f"9999-12-31T23:59:59Z")
+    v = col.epoch_seconds_at(slot)
+    if v < 0:
+        return _row_error(row, field, f"timestamp {v} s is before 1970-01-01T00:00:00Z; AMQP "
+                                      f"timestamps are unsigned seconds since the epoch")
+    if v > MAX_TIMESTAMP:
+        return _row_error(row, field, f"timestamp {v} s is after 9999-12-31T23:59:59Z")
+    return v
 
 
 cdef int _reraise_for(exc, str field) except -1:
@@ -213,7 +229,7 @@ cdef int write_field_value(WriteBuffer buf, ArrowColumn col, int64_t slot, int64
         buf._len += 9
     elif kind == K_TIMESTAMP or kind == K_DATE32 or kind == K_DATE64:
         out[0] = c'T'
-        amqw_pack_u64(out + 1, <uint64_t>col.epoch_seconds_at(slot))
+        amqw_pack_u64(out + 1, <uint64_t>_timestamp_seconds(col, slot, row, col.name))
         buf._len += 9
     elif kind == K_DECIMAL128:
         if col.decimal_scale < 0 or col.decimal_scale > 255 \
@@ -465,7 +481,7 @@ cdef int write_json(WriteBuffer buf, ArrowColumn col, int64_t slot, int64_t row)
     cdef int kind = col.kind
     cdef Py_ssize_t n
     cdef const char *p
-    cdef int64_t v, i, start, end = 0
+    cdef int64_t i, start, end = 0
     cdef bint first
     cdef ArrowColumn child, entries, keys, items
     if kind == K_NULL or col.is_null(slot):
@@ -867,10 +883,7 @@ cdef bint _write_property(WriteBuffer out, ArrowColumn prop, int i, int64_t slot
             _row_error(row, f"properties.{PROPERTY_NAMES[i]}", f"{shown} is out of range 0..255")
         out.write_u8(<uint8_t>v)
     elif i == P_TIMESTAMP:
-        v = prop.epoch_seconds_at(slot)
-        if v < 0 or (prop.kind == K_UINT64 and (<const uint64_t *>prop.values)[slot] > <uint64_t>INT64_MAX):
-            _row_error(row, "properties.timestamp", f"{v} is before the epoch; AMQP timestamps are unsigned")
-        out.write_u64(<uint64_t>v)
+        out.write_u64(<uint64_t>_timestamp_seconds(prop, slot, row, "properties.timestamp"))
     else:
         p = prop.bytes_at(slot, &n)
         if n > 255:

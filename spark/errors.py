@@ -1,7 +1,7 @@
 """Errors of amqwire.spark: bad rows, unsupported column types, failed publishes."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from amqwire.codec.errors import AMQPSyntaxError
 
@@ -23,8 +23,8 @@ class RowEncodeError(AMQPSyntaxError):
         self.field = field
         self.problem = problem
 
-    def __reduce__(self):  # picklable, so Spark can ship it from a worker
-        return (_rebuild_row_error, (str(self), self.row, self.field, self.problem))
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable, so Spark can ship it from a worker
+        return (_rebuild_row_error, (str(self), self.row, self.field, self.problem), self.__dict__)
 
 
 def _rebuild_row_error(message: str, row: int, field: str, problem: str = "") -> RowEncodeError:
@@ -43,8 +43,8 @@ class SinkError(RuntimeError):
         self.rows_confirmed = rows_confirmed
         self.reply_code = reply_code
 
-    def __reduce__(self):
-        return (_rebuild_sink_error, (str(self), self.rows_confirmed, self.reply_code))
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_sink_error, (str(self), self.rows_confirmed, self.reply_code), self.__dict__)
 
 
 def _rebuild_sink_error(message: str, rows_confirmed: int, reply_code: Optional[int]) -> SinkError:

@@ -7,10 +7,11 @@ buffers in Cython, one encoder per task.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Tuple, Union
+from typing import Any, Iterator, Optional, Tuple, Union, cast
 
 from amqwire.spark.decode import DECODED_DDL, decode_batch
 from amqwire.spark.encode import DEFAULT_FRAME_MAX, PublishEncoder
+from amqwire.spark.workers import workers_run_this_python
 
 __all__ = ["to_amqp_frames", "from_amqp_frames"]
 
@@ -53,7 +54,6 @@ def to_amqp_frames(
     number written into the frames.
     """
     from pyspark.sql import Column
-    from pyspark.sql import functions as F
 
     if routing_key is None:
         raise TypeError("to_amqp_frames needs a routing_key: a Column, or a str literal")
@@ -72,7 +72,7 @@ def to_amqp_frames(
         if value is not None:
             columns.append(_column(value))
             names.append(name)
-    settings = dict(
+    settings: dict[str, Any] = dict(
         channel=channel,
         frame_max=frame_max,
         mandatory=mandatory,
@@ -90,21 +90,38 @@ def to_amqp_frames(
             yield encoder.encode(**dict(zip(names, arrays)))
 
     _iterator_hints(encode_batches, len(columns))
-    return F.arrow_udf(encode_batches, "binary")(*columns).alias("frames")
+    _local_workers()
+    return _arrow_udf(encode_batches, "binary")(*columns).alias("frames")
 
 
 def from_amqp_frames(frames: ColumnOrName) -> Any:
     """A struct column of exchange, routing_key, mandatory, properties (13 fields: the
     basic properties but headers), headers (``map<string, string>``: string values as
     they are, others as JSON text) and body, decoded from :func:`to_amqp_frames` output."""
-    from pyspark.sql import functions as F
 
     def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
         for array in batches:
             yield decode_batch(array)
 
     _iterator_hints(decode_batches, 1)
-    return F.arrow_udf(decode_batches, DECODED_DDL)(_column(frames)).alias("publish")
+    _local_workers()
+    return _arrow_udf(decode_batches, DECODED_DDL)(_column(frames)).alias("publish")
+
+
+def _arrow_udf(fn: Any, return_type: str) -> Any:
+    # The UDF's flavour comes from the annotations _iterator_hints sets at run time, which
+    # pyspark's typed overloads of arrow_udf cannot see.
+    from pyspark.sql import functions as F
+
+    return cast(Any, F).arrow_udf(fn, return_type)
+
+
+def _local_workers() -> None:
+    """The UDF is bound to the Python its workers run when it is created: on a local
+    master, this interpreter (see :mod:`amqwire.spark.workers`)."""
+    from pyspark.sql import SparkSession
+
+    workers_run_this_python(SparkSession.getActiveSession())
 
 
 def _iterator_hints(fn: Any, arity: int) -> None:
@@ -112,5 +129,5 @@ def _iterator_hints(fn: Any, arity: int) -> None:
     of arrays) to iterator of arrays, so that one encoder serves a whole task."""
     import pyarrow as pa
 
-    item = pa.Array if arity == 1 else Tuple[(pa.Array,) * arity]  # type: ignore[misc]
-    fn.__annotations__ = {"batches": Iterator[item], "return": Iterator[pa.Array]}
+    item = pa.Array if arity == 1 else cast(Any, Tuple)[(pa.Array,) * arity]
+    fn.__annotations__ = {"batches": cast(Any, Iterator)[item], "return": Iterator[pa.Array]}

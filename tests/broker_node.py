@@ -552,7 +552,7 @@ class BrokerNode:
                 self._proc.wait(max(1.0, timeout - (time.monotonic() - t0)))
             except subprocess.TimeoutExpired:
                 self._force_kill()
-                raise self._fail(f"did not stop within {timeout:.0f} s; killed it")
+                raise self._fail(f"did not stop within {timeout:.0f} s; killed it") from None
         self._reap()
         if was_running:
             self.timings["stop"].append(time.monotonic() - t0)

@@ -121,7 +121,7 @@ def test_restart_same_url_same_data(broker_node):
         assert node.url == url
         if restart == node.restart:
             assert node.beam_pid != beam and beam not in _node_pids(node.name)
-        assert wait_until(lambda: not old.is_open, 10, old), "the old connection survived the restart"
+        assert wait_until(lambda old=old: not old.is_open, 10, old), "the old connection survived the restart"
         with pytest.raises(errors.AMQPError):
             ch.queue_declare("kept", passive=True)
         new = connect(url)
@@ -197,7 +197,7 @@ def test_close_all_connections(broker_node):
     assert wait_until(lambda: len(node.list_connections()) == 2, 10)
     node.close_all_connections("amqwire test: bye")
     for conn, ch in zip(conns, channels):
-        assert wait_until(lambda: not conn.is_open, 10, conn)
+        assert wait_until(lambda conn=conn: not conn.is_open, 10, conn)
         with pytest.raises(errors.ConnectionClosed) as ei:
             ch.queue_declare("", exclusive=True)
         assert ei.value.reply_code == 320 and "amqwire test: bye" in ei.value.reply_text

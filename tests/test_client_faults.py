@@ -383,7 +383,7 @@ def test_coroutine_callbacks_exceptions_are_logged(amqp_url, names, caplog):
             await ch.consume(q, on_message)
             await ch.basic_publish("", q, b"y")
             deadline = time.monotonic() + 10
-            while len([r for r in caplog.records if r.exc_info]) < 2 and time.monotonic() < deadline:
+            while len([r for r in caplog.records if r.exc_info]) < 2 and time.monotonic() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
             assert not conn._tasks  # finished tasks are not kept
 

@@ -334,7 +334,7 @@ def test_connection_secure_without_a_handler():
     start(p, broker)
     try:
         broker.send(0, ConnectionSecure(b"challenge"))
-    except AuthenticationError as exc:
+    except AuthenticationError:
         assert p.state in ("closing", "closed")
     else:
         assert isinstance(broker.sent_methods()[0][1], ConnectionSecureOk)
@@ -884,7 +884,7 @@ def test_each_seqno_resolved_exactly_once():
          BasicAck(30, True).encode(cid), BasicNack(40, True, False).encode(cid), BasicAck(50, True).encode(cid)]
     )
     seen = []
-    for _, ack, seqnos, tokens in confirmed(p.receive_data(data)):
+    for _, _ack, seqnos, tokens in confirmed(p.receive_data(data)):
         assert tokens == [f"t{s}" for s in seqnos]
         seen += seqnos
     assert sorted(seen) == list(range(1, 51))
@@ -986,7 +986,7 @@ def test_confirms_before_a_protocol_error_are_not_lost():
         events = p.receive_data(data)
     except (AMQPError, CodecError) as exc:
         events = getattr(exc, "events", None) or []
-    for _, ack, seqnos, tokens in confirmed(events):
+    for _, _ack, _seqnos, tokens in confirmed(events):
         seen += tokens
     for pairs in p.drain_unconfirmed().values():
         seen += [token for seqno, token in pairs]
@@ -1191,7 +1191,7 @@ def test_broker_closes_the_connection():
 
 def test_broker_connection_close_with_a_method():
     p, broker, _ = connect()
-    cid = open_channel(p, broker)
+    open_channel(p, broker)
     event = one(broker.send(0, ConnectionClose(530, "NOT_ALLOWED - x", 20, 10)), proto.ConnectionClosedEvent)
     assert (event.reply_code, event.class_id, event.method_id) == (530, 20, 10)
 

@@ -477,7 +477,8 @@ def test_unexpected_frames(case, frames, completed):
 
 def test_unexpected_frame_parsed_includes_commands_of_same_feed():
     ok = method("basic.ack", 2, delivery_tag=5)
-    stream = PREFIX + ok[0] + R.content(3, R.BY_NAME["basic.deliver"], dict(consumer_tag="c", delivery_tag=1, redelivered=False, exchange="", routing_key="q"), b"hi") + body(1, b"x")[0]
+    deliver = dict(consumer_tag="c", delivery_tag=1, redelivered=False, exchange="", routing_key="q")
+    stream = PREFIX + ok[0] + R.content(3, R.BY_NAME["basic.deliver"], deliver, b"hi") + body(1, b"x")[0]
     parser = codec.CommandParser()
     with pytest.raises(UnexpectedFrame) as info:
         parser.feed(stream)

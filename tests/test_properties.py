@@ -215,7 +215,7 @@ def test_equality():
     b = BasicProperties(**copy.deepcopy(FULL_KW))
     assert a == b and not (a != b)
     assert BasicProperties() == BasicProperties()
-    for name, value, _, _ in SINGLE:
+    for name, _value, _, _ in SINGLE:
         c = BasicProperties(**copy.deepcopy(FULL_KW))
         setattr(c, name, None)
         assert a != c and not (a == c), name

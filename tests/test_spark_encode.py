@@ -457,8 +457,6 @@ HEADER_TYPES = [
     ("timestamp_us_tz", pa.timestamp("us", tz="UTC"), datetime.datetime(2021, 1, 1, 0, 0, 0, 999999, tzinfo=UTC),
      "54 000000005fee6600", JAN1),
     ("timestamp_ns_tz", pa.timestamp("ns", tz="America/New_York"), JAN1, "54 000000005fee6600", JAN1),
-    ("timestamp_s_before_epoch_midnight", pa.timestamp("s"), datetime.datetime(1969, 12, 31),
-     "54 fffffffffffeae80", datetime.datetime(1969, 12, 31, tzinfo=UTC)),
     ("date32", pa.date32(), datetime.date(2021, 1, 1), "54 000000005fee6600", JAN1),
     ("date64", pa.date64(), datetime.date(2021, 1, 1), "54 000000005fee6600", JAN1),
     ("decimal", pa.decimal128(10, 2), decimal.Decimal("123.45"), "44 02 00003039", decimal.Decimal("123.45")),
@@ -534,20 +532,30 @@ def test_header_timestamp_units_and_zones(unit, tz):
         datetime.datetime.fromtimestamp(expected_first, UTC), datetime.datetime.fromtimestamp(1609459201, UTC)]
 
 
-def test_header_timestamp_before_epoch_is_floored():
-    headers = pa.array([[("k", datetime.datetime(1969, 12, 31, 23, 59, 59, 500000))]],
-                       pa.map_(pa.string(), pa.timestamp("ms")))
-    [value] = encode_ok(PublishEncoder(), bodies(1), rks(1), headers=headers).to_pylist()
-    assert headers_table_bytes(value) == h("0000000b 01 6b 54 ffffffffffffffff")  # -1 s, floored
+@pytest.mark.parametrize("arrow_type, bad, shown", [
+    (pa.timestamp("ms"), datetime.datetime(1969, 12, 31, 23, 59, 59, 500000), "timestamp -1 s is before 1970"),
+    (pa.timestamp("s"), datetime.datetime(1, 1, 1), "timestamp -62135596800 s is before 1970"),
+    (pa.date32(), datetime.date(1969, 12, 31), "timestamp -86400 s is before 1970"),
+    (pa.date32(), 2932897, "timestamp 253402300800 s is after 9999-12-31T23:59:59Z"),  # day 10000-01-01
+])
+def test_header_timestamp_outside_unsigned_seconds_is_a_row_error(arrow_type, bad, shown):
+    # AMQP timestamps are unsigned: a pre-1970 value written as negative seconds would be
+    # read by RabbitMQ, pika, pamqp and py-amqp as a date far in the future.
+    enc = PublishEncoder()
+    headers = pa.array([[("k", datetime.datetime(2021, 1, 1) if arrow_type != pa.date32()
+                          else datetime.date(2021, 1, 1))], [("k", bad)]], pa.map_(pa.string(), arrow_type))
+    err = row_error(enc, bodies(2), rks(2), headers=headers)
+    assert (err.row, err.field) == (1, "headers") and shown in err.problem, err  # as other header value errors
+    assert_still_good(enc)
 
 
-def test_header_timestamp_before_epoch_decodes():
-    headers = pa.array([[("k", datetime.datetime(1969, 12, 31, 23, 59, 59, 500000))]],
-                       pa.map_(pa.string(), pa.timestamp("ms")))
+def test_header_timestamp_bounds_are_unsigned_seconds_a_datetime_holds():
+    headers = pa.array([[("lo", 0), ("hi", 253402300799)]], pa.map_(pa.string(), pa.timestamp("s")))
     frames = encode_ok(PublishEncoder(), bodies(1), rks(1), headers=headers)
-    expected = datetime.datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC)
-    assert commands_of(frames)[0].properties.headers == {"k": expected}
-    assert decode_batch(frames).to_pylist()[0]["headers"] == [("k", '"1969-12-31T23:59:59Z"')]
+    assert headers_table_bytes(frames.to_pylist()[0]) == (
+        h("00000018 026c6f 54 0000000000000000 026869 54") + (253402300799).to_bytes(8, "big"))
+    assert commands_of(frames)[0].properties.headers == {
+        "lo": datetime.datetime(1970, 1, 1, tzinfo=UTC), "hi": datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)}
 
 
 def test_header_text_in_decode_batch():
@@ -942,7 +950,9 @@ def test_octet_property_out_of_range(name, arrow_type, bad):
 @pytest.mark.parametrize("arrow_type, bad", [(pa.int64(), -1), (pa.int32(), -1),
                                              (pa.timestamp("s"), datetime.datetime(1969, 12, 31, 23, 59, 59)),
                                              (pa.date32(), datetime.date(1969, 12, 31)),
-                                             (pa.uint64(), 2**63)])
+                                             (pa.date32(), 2932897),  # day of 10000-01-01
+                                             (pa.int64(), 253402300800),
+                                             (pa.uint64(), 2**63), (pa.uint64(), 2**64 - 1)])
 def test_timestamp_property_out_of_range(arrow_type, bad):
     enc = PublishEncoder()
     props = pa.StructArray.from_arrays([pa.array([bad], arrow_type)], names=["timestamp"])

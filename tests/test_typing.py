@@ -1,4 +1,5 @@
 """The installed package is typed for users: py.typed, .pyi stubs for every compiled module."""
+import re
 import subprocess
 import sys
 import textwrap
@@ -142,9 +143,34 @@ def test_channel_methods_return_their_concrete_types(tmp_path):
     assert result.stdout.count("[assignment]") == 4, result.stdout
 
 
-def test_the_client_itself_type_checks_strictly(tmp_path):
+def test_the_package_itself_type_checks_strictly(tmp_path):
+    # The client, the Python parts of spark and the codec's Python modules and .pyi stubs,
+    # as installed; pyproject.toml says pyarrow has no type information.
+    config = Path(__file__).resolve().parent.parent / "pyproject.toml"
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "-p", "amqwire.client"],
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", str(config),
+         "-p", "amqwire.client", "-p", "amqwire.spark", "-p", "amqwire.codec"],
         capture_output=True, text=True, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    checked = re.search(r"in (\d+) source files", result.stdout)
+    assert checked and int(checked.group(1)) >= 28, result.stdout  # 6 codec stubs, 2 spark stubs, ...
+
+
+METHOD_ARGUMENTS = textwrap.dedent(
+    """
+    from amqwire.codec import BasicDeliver, ChannelClose, ExchangeDeclare, QueueBind
+
+    ok = [ExchangeDeclare(exchange="x"), ExchangeDeclare(0, "x", "topic"), QueueBind(queue="q", exchange="x"),
+          BasicDeliver("ctag", 1, False, "ex", "rk"), ChannelClose(404, "NOT_FOUND", 50, 10),
+          ChannelClose(200, class_id=0, method_id=0)]
+    missing_exchange = ExchangeDeclare()
+    missing_ids = ChannelClose(200, "bye")
+    """
+)
+
+
+def test_the_stubs_require_what_the_method_classes_require(tmp_path):
+    result = _mypy(tmp_path, METHOD_ARGUMENTS)
+    lines = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert [line.split(":")[1] for line in lines] == ["7", "8"], result.stdout  # the last two lines

@@ -128,7 +128,8 @@ def test_publish_with_properties():
 
 @pytest.mark.parametrize(
     "props",
-    [dict(delivery_mode=2), dict(content_type="text/plain"), dict(headers={}), dict(cluster_id="x"), dict(priority=0), dict(timestamp=datetime.datetime(1970, 1, 1, tzinfo=UTC))],
+    [dict(delivery_mode=2), dict(content_type="text/plain"), dict(headers={}), dict(cluster_id="x"), dict(priority=0),
+     dict(timestamp=datetime.datetime(1970, 1, 1, tzinfo=UTC))],
 )
 def test_publish_with_single_property(props):
     got = codec.encode_publish(1, "", "q", b"hi", properties=codec.BasicProperties(**props))
@@ -285,7 +286,8 @@ def test_writer_content(size):
     props = codec.BasicProperties(content_type="text/plain", headers={"k": "v"})
     w.content(9, deliver, props, body)
     values = dict(consumer_tag="ctag", delivery_tag=42, redelivered=True, exchange="ex", routing_key="rk")
-    expected = R.content(9, R.BY_NAME["basic.deliver"], values, body, R.properties(content_type="text/plain", headers={"k": "v"}), frame_max=4096)
+    expected = R.content(9, R.BY_NAME["basic.deliver"], values, body,
+                         R.properties(content_type="text/plain", headers={"k": "v"}), frame_max=4096)
     assert w.getvalue() == expected
     # the same through content() with a publish equals publish()
     w2 = codec.FrameWriter(frame_max=4096)

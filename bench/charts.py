@@ -1,0 +1,159 @@
+"""Benchmark results as charts (PNG and SVG), from the JSON document each bench script writes.
+
+    python bench/codec_bench.py --chart bench/charts/codec      # run, then write the charts
+    python -m bench.charts codec results.json bench/charts/codec  # from a saved --json file
+
+One panel per case, one horizontal bar per library: the bar is the best run, the black tick
+the median; amqwire's bars are coloured, the raw-socket limits grey, the other libraries
+neutral.  The subtitle carries what makes the numbers comparable: the date, the load
+average at the start and at the end, the repeats.  Needs matplotlib (the bench extra).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+AMQWIRE = "#c2410c"
+LIMIT = "#9ca3af"
+OTHER = "#4b6584"
+
+
+class Bar(NamedTuple):
+    label: str
+    best: float
+    median: float
+    kind: str  # "amqwire", "limit" or "other"
+
+
+def _kind(lib: str | None, label: str) -> str:
+    if lib == "amqwire" or label.startswith("amqwire"):
+        return "amqwire"
+    if lib == "raw" or "raw socket" in label or label.startswith("raw"):
+        return "limit"
+    return "other"
+
+
+def codec_panels(doc: dict[str, Any]) -> list[tuple[str, list[Bar]]]:
+    panels: dict[str, list[Bar]] = {}
+    for r in doc["results"]:
+        if not r.get("available", True) or r.get("ns_best") is None:
+            continue
+        title = r.get("title") or r["case"]
+        panels.setdefault(title, []).append(Bar(r["row"], r["ns_best"], r["ns_median"], _kind(r.get("lib"), r["row"])))
+    return list(panels.items())
+
+
+def rate_panels(doc: dict[str, Any], group: str, best: str, median: str) -> list[tuple[str, list[Bar]]]:
+    panels: dict[str, list[Bar]] = {}
+    for r in doc["results"]:
+        if r.get("na") or r.get("error") or r.get(best) is None:
+            continue
+        panels.setdefault(r[group], []).append(
+            Bar(r["row"], r[best], r[median], _kind(r.get("lib") or r.get("anchor"), r["row"])))
+    return list(panels.items())
+
+
+def _load(doc: dict[str, Any]) -> str:
+    start, end = doc.get("loadavg_start"), doc.get("loadavg_end")
+    if not start:
+        return ""
+    text = f"load average {start[0]:.2f} at the start"
+    if end:
+        text += f", {end[0]:.2f} at the end"
+    return f"{text} ({doc.get('cpus', '?')} CPUs)"
+
+
+def subtitle(doc: dict[str, Any], what: str) -> str:
+    versions = doc.get("versions") or {}
+    finished = doc.get("timestamp", "").replace("T", " ")
+    parts = [f"run finished {finished}" if finished else "", _load(doc), what]
+    if versions.get("python"):
+        parts.append(f"Python {str(versions['python']).split()[0]}")
+    return "; ".join(p for p in parts if p)
+
+
+def write(panels: list[tuple[str, list[Bar]]], prefix: str | Path, *, title: str, subtitle: str,
+          unit: str, log: bool) -> list[Path]:
+    """Draw the panels and write ``prefix.png`` and ``prefix.svg``; return both paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    if not panels:
+        raise ValueError("no results to chart")
+    heights = [max(1.0, 0.38 * len(bars) + 0.7) for _, bars in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, sum(heights) + 1.2),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    for ax, (name, bars) in zip(axes[:, 0], panels):
+        ys = range(len(bars))
+        colours = [{"amqwire": AMQWIRE, "limit": LIMIT}.get(b.kind, OTHER) for b in bars]
+        ax.barh(list(ys), [b.best for b in bars], color=colours, height=0.6)
+        ax.scatter([b.median for b in bars], list(ys), marker="|", s=160, color="black", zorder=3,
+                   label="median")
+        ax.set_yticks(list(ys), [b.label for b in bars], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(name, fontsize=9, loc="left")
+        if log:
+            ax.set_xscale("log")
+        ax.grid(axis="x", alpha=0.3)
+        ax.tick_params(axis="x", labelsize=8)
+        if not log:
+            ax.xaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
+        top = max(max(b.best, b.median) for b in bars)
+        for y, b in zip(ys, bars):
+            ax.text(b.best, y, f" {b.best:,.0f}" if b.best >= 100 else f" {b.best:,.2f}", va="center", fontsize=7)
+        ax.set_xlim(right=top * (3 if log else 1.18))
+    axes[-1, 0].set_xlabel(unit + "  (bar: best run, tick: median)", fontsize=8)
+    inches = sum(heights) + 1.2
+    fig.suptitle(title, fontsize=11, x=0.01, y=1 - 0.1 / inches, ha="left", va="top")
+    fig.text(0.01, 1 - 0.42 / inches, subtitle, fontsize=7.5, ha="left", va="top", color="#374151")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.7 / inches))
+    prefix = Path(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    paths = [prefix.with_name(prefix.name + ".png"), prefix.with_name(prefix.name + ".svg")]
+    fig.savefig(paths[0], dpi=110)
+    fig.savefig(paths[1], metadata={"Date": None})  # no timestamp: a re-render is byte-identical
+    plt.close(fig)
+    return paths
+
+
+def chart(kind: str, doc: dict[str, Any], prefix: str | Path) -> list[Path]:
+    """The charts of one bench script's JSON document (``kind``: codec, client or spark)."""
+    if kind == "codec":
+        return write(codec_panels(doc), prefix, title="amqwire codec: ns per operation (lower is faster)",
+                     subtitle=subtitle(doc, f"{doc.get('repeats')} repeats per row"), unit="ns per operation",
+                     log=True)
+    if kind == "client":
+        return write(rate_panels(doc, "case", "best_msg_s", "median_msg_s"), prefix,
+                     title="amqwire client against a local RabbitMQ: messages per second (higher is faster)",
+                     subtitle=subtitle(doc, f"{doc.get('count'):,} messages x {doc.get('repeats')} runs per row"),
+                     unit="messages per second", log=False)
+    if kind == "spark":
+        return write(rate_panels(doc, "section", "best_rows_s", "median_rows_s"), prefix,
+                     title="amqwire.spark: rows per second (higher is faster)",
+                     subtitle=subtitle(doc, f"{doc.get('rows'):,} rows x {doc.get('repeats')} runs per row"),
+                     unit="rows per second", log=False)
+    raise ValueError(f"unknown benchmark kind {kind!r}: codec, client or spark")
+
+
+def report(paths: list[Path]) -> None:
+    print("wrote %s" % ", ".join(str(p) for p in paths))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.charts", description=__doc__.splitlines()[0])
+    ap.add_argument("kind", choices=["codec", "client", "spark"])
+    ap.add_argument("json", help="the file a bench script wrote with --json")
+    ap.add_argument("prefix", help="write PREFIX.png and PREFIX.svg")
+    args = ap.parse_args(argv)
+    report(chart(args.kind, json.loads(Path(args.json).read_text()), args.prefix))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

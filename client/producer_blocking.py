@@ -1,0 +1,188 @@
+"""The blocking Producer: a sender thread under the flows of ``producer_sync.py``.
+
+Thread-safe: any number of threads may send through one Producer; their messages go into
+one accumulator that the sender thread drains.  Futures' callbacks and the ``after_send``
+hook run in the thread that settles the send: the connection's I/O thread for a confirm or a
+lost connection, the sender thread for a timeout; keep them short and never wait there for
+another send.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Optional, Sequence, Union
+
+from .blocking import connect
+from .errors import OperationTimeout
+from .producer_core import TICK, SendResult
+from .producer_sync import SyncProducer
+from .url import ConnectionParameters, ParametersLike
+
+__all__ = ["Producer", "SendFuture"]
+
+_CALLBACKS = threading.Lock()  # registering a callback against settling a future
+
+
+class SendFuture:
+    """The outcome of one ``send_async``: a SendResult, or the error the send failed with."""
+
+    __slots__ = ("_waiter", "_result", "_error", "_callbacks")
+
+    def __init__(self) -> None:
+        self._waiter: Optional[Any] = None  # a held lock, made by the first wait
+        self._result: Optional[SendResult] = None
+        self._error: Optional[BaseException] = None
+        self._callbacks: Optional[list[Callable[["SendFuture"], Any]]] = []
+
+    def done(self) -> bool:
+        return self._callbacks is None
+
+    def _wait(self, timeout: Optional[float]) -> None:
+        if self._callbacks is None:
+            return
+        with _CALLBACKS:
+            if self._callbacks is None:
+                return
+            waiter = self._waiter
+            if waiter is None:
+                waiter = self._waiter = threading.Lock()
+                waiter.acquire()
+        if not waiter.acquire(timeout=-1 if timeout is None else timeout):
+            raise OperationTimeout("the send's outcome", timeout)
+        waiter.release()  # the next waiter, if any
+
+    def result(self, timeout: Optional[float] = None) -> SendResult:
+        """The SendResult once the broker confirmed; raises SendFailed / SendTimeout / ...
+        OperationTimeout if ``timeout`` passes first (the send goes on)."""
+        self._wait(timeout)
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[return-value]  # settled without an error: a result
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        self._wait(timeout)
+        return self._error
+
+    def add_done_callback(self, fn: Callable[["SendFuture"], Any]) -> None:
+        """``fn(future)``, once: now if the future is done, else when it settles."""
+        with _CALLBACKS:
+            callbacks = self._callbacks
+            if callbacks is not None:
+                callbacks.append(fn)
+                return
+        _run(fn, self)
+
+    def _settle(self, result: Optional[SendResult], error: Optional[BaseException]) -> None:
+        self._result = result
+        self._error = error
+        with _CALLBACKS:
+            callbacks, self._callbacks = self._callbacks, None
+            waiter = self._waiter
+        if waiter is not None:
+            waiter.release()
+        if callbacks:
+            for fn in callbacks:
+                _run(fn, self)
+
+    def __repr__(self) -> str:
+        state = "pending" if self._callbacks is not None else ("failed" if self._error else "confirmed")
+        return f"<SendFuture {state}>"
+
+
+def _run(fn: Callable[[SendFuture], Any], future: SendFuture) -> None:
+    try:
+        fn(future)
+    except Exception:
+        logging.getLogger("amqwire.client.producer").exception("send callback %r failed", fn)
+
+
+class Producer(SyncProducer[SendFuture]):
+    """A blocking, thread-safe producer over one or several brokers (see the README).
+
+    ``Producer(urls, **options)`` connects (to every broker with ``policy='round_robin'``,
+    to the first that answers with ``'pinned'``) and starts the sender thread; use it as a
+    context manager, or call ``close()``.
+    """
+
+    def __init__(self, urls: Union[ParametersLike, Sequence[ParametersLike], None] = None, **options: Any) -> None:
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(threading.Lock())
+        self._waiters = 0
+        self._work = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        super().__init__(urls, **options)
+        self._start()
+
+    # primitives ---------------------------------------------------------------------------
+
+    def _open(self, params: ConnectionParameters) -> Any:
+        return connect(params, **self._connect_options)
+
+    def _new_future(self) -> SendFuture:
+        return SendFuture()
+
+    def _resolve(self, future: SendFuture, result: Any, error: Optional[BaseException]) -> None:
+        future._settle(result, error)
+
+    def _resolve_all(self, results: list[tuple[SendFuture, SendResult]]) -> None:
+        """SendFuture._settle for a confirmed batch: one lock for all (the hot path)."""
+        with _CALLBACKS:
+            work = []
+            for future, result in results:
+                future._result = result
+                callbacks, future._callbacks = future._callbacks, None
+                if callbacks or future._waiter is not None:
+                    work.append((future, callbacks))
+        for future, callbacks in work:
+            if future._waiter is not None:
+                future._waiter.release()
+            if callbacks:
+                for fn in callbacks:
+                    _run(fn, future)
+
+    def _wake(self) -> None:
+        self._work.set()
+
+    def _clear_work(self) -> None:
+        self._work.clear()
+
+    def _wait_work(self, timeout: float) -> None:
+        self._work.wait(timeout)
+
+    def _notify(self) -> None:
+        if self._waiters:
+            with self._changed:
+                self._changed.notify_all()
+
+    def _wait_until(self, ready: Callable[[], bool], timeout: Optional[float]) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            self._waiters += 1
+            try:
+                while not ready():
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._changed.wait(TICK if left is None else min(left, TICK))
+                return True
+            finally:
+                self._waiters -= 1
+
+    def _wait_result(self, future: SendFuture) -> SendResult:
+        return future.result()
+
+    def _wait_confirm(self, token: Any, timeout: float) -> bool:
+        try:
+            token.exception(timeout)
+        except OperationTimeout:
+            return False
+        return True
+
+    def _start_sender(self) -> None:
+        self._thread = threading.Thread(target=self._run_sender, name="amqwire-producer-sender", daemon=True)
+        self._thread.start()
+
+    def _join_sender(self, timeout: Optional[float]) -> None:
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)

@@ -1,0 +1,970 @@
+"""The Producer's policies, written once for both transports.
+
+Everything a Producer decides lives here and never waits: validation and compression at the
+call site, message ids, the accumulator and its batching decisions, deadlines, retries with
+back-off and jitter, the choice of a broker and the avoidance of one that failed, hooks and
+statistics.  ``producer_async.py`` holds the flows that wait (written once in async style;
+``producer_sync.py`` is generated from it by ``client/make_sync.py``), and the transports
+(``producer_blocking.py``, ``producer_aio.py``) only supply the waiting primitives.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import os
+import random
+import threading
+import time
+import zlib
+from collections import deque
+from typing import Any, Callable, Deque, NamedTuple, Optional, Sequence, Union
+
+from amqwire.codec import AMQPSyntaxError, BasicProperties, encode_publish
+
+from .errors import (
+    AMQPConnectionError,
+    AMQPError,
+    ChannelClosed,
+    InvalidStateError,
+    MessageReturned,
+    OperationTimeout,
+    PublishError,
+    PublishNacked,
+    PublishUnconfirmed,
+)
+from .url import ConnectionParameters, ParametersLike, parameters_list
+
+log = logging.getLogger("amqwire.client.producer")
+
+Body = Union[bytes, bytearray, memoryview, str]
+
+ROUND_ROBIN = "round_robin"
+PINNED = "pinned"
+POLICIES = (ROUND_ROBIN, PINNED)
+
+#: RabbitMQ 4's default max_message_size.
+DEFAULT_MAX_BODY_SIZE = 16 * 1024 * 1024
+#: How often at most a sender that waits looks at the deadlines of what it holds.
+TICK = 0.25
+_FOREVER = float("inf")
+
+# Channel closes that a retry cannot cure: the same publish fails the same way again.
+_FINAL_CODES = (403, 404, 406)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One try of a send: the broker (URL without password) and how it ended."""
+
+    broker: str
+    error: BaseException
+    at: float  # time.monotonic()
+
+
+class SendFailed(PublishError):
+    """A send that did not make it.  ``error``: the last error (also ``__cause__``);
+    ``attempts``: every try, in order."""
+
+    def __init__(self, error: BaseException, attempts: Sequence[Attempt], message_id: Optional[str] = None) -> None:
+        self.error = error
+        self.attempts = list(attempts)
+        self.message_id = message_id
+        super().__init__(error, self.attempts, message_id)
+
+    def __str__(self) -> str:
+        tries = len(self.attempts)
+        return f"send of message {self.message_id} failed after {tries} attempt{'s' if tries != 1 else ''}: {self.error}"
+
+    def __reduce__(self) -> Any:
+        return (SendFailed, (self.error, self.attempts, self.message_id))
+
+
+class SendTimeout(OperationTimeout):
+    """The send's deadline passed; ``operation`` names the wait it was in (room in the
+    producer's buffer, a connection to a broker, connection.blocked, room in the confirm
+    window, the back-off before a retry, the broker's confirm).  ``attempts`` as in
+    SendFailed; ``error``: the last attempt's error, if any."""
+
+    def __init__(self, operation: str, timeout: Optional[float], attempts: Sequence[Attempt] = (),
+                 message_id: Optional[str] = None) -> None:
+        super().__init__(operation, timeout)
+        self.attempts = list(attempts)
+        self.message_id = message_id
+        self.error: Optional[BaseException] = self.attempts[-1].error if self.attempts else None
+
+    def __str__(self) -> str:
+        text = f"send of message {self.message_id} timed out after {self.timeout} s waiting for {self.operation}"
+        if self.attempts:
+            text += f" ({len(self.attempts)} failed attempt(s), the last: {self.error})"
+        return text
+
+    def __reduce__(self) -> Any:
+        return (SendTimeout, (self.operation, self.timeout, self.attempts, self.message_id))
+
+
+class BufferFullError(AMQPError):
+    """``buffer_full='raise'`` and the producer's buffer (``buffer_memory``) cannot take the message."""
+
+    def __init__(self, size: int, buffered: int, limit: int) -> None:
+        self.size, self.buffered, self.limit = size, buffered, limit
+        super().__init__(size, buffered, limit)
+
+    def __str__(self) -> str:
+        return (f"the producer's buffer is full: {self.buffered} of {self.limit} bytes (buffer_memory) "
+                f"held, no room for {self.size} more")
+
+
+# --------------------------------------------------------------------------- results
+
+
+class SendResult(NamedTuple):
+    """A confirmed send: the broker it landed on (URL without password), how many attempts
+    it took, its message id and the time from the call to the confirm (seconds)."""
+
+    broker: str
+    attempts: int
+    message_id: Optional[str]
+    latency: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ProducerStats:
+    """A snapshot of a Producer's counters; latencies (seconds) of the last confirmed sends."""
+
+    sent: int  # sends accepted (send, send_async, send_oneway)
+    confirmed: int
+    oneway: int  # one-way sends written
+    retried: int  # attempts after the first
+    failed: int
+    bytes: int  # body bytes confirmed or written one-way (after compression)
+    pending: int  # accepted, not settled yet
+    buffered_bytes: int
+    latency_p50: Optional[float]
+    latency_p90: Optional[float]
+    latency_p99: Optional[float]
+    latency_max: Optional[float]
+
+
+class Latencies:
+    """The last ``size`` latencies, for percentiles."""
+
+    def __init__(self, size: int = 65536) -> None:
+        self._values = [0.0] * size
+        self._size = size
+        self._count = 0
+
+    def add(self, value: float) -> None:
+        self._values[self._count % self._size] = value
+        self._count += 1
+
+    def extend(self, values: list[float]) -> None:
+        size = self._size
+        store = self._values
+        count = self._count
+        for value in values:
+            store[count % size] = value
+            count += 1
+        self._count = count
+
+    def percentiles(self, *ps: float) -> list[Optional[float]]:
+        n = min(self._count, self._size)
+        if n == 0:
+            return [None for _ in ps]
+        values = sorted(self._values[:n])
+        return [values[min(n - 1, int(p / 100.0 * n))] for p in ps]
+
+
+# --------------------------------------------------------------------------- message ids
+
+
+class MessageIds:
+    """Unique, time-ordered message ids in the UUIDv7 layout: 48 bits of Unix time in ms,
+    then (where v7 has random bits) 30 random bits fixed per generator and a 44-bit counter,
+    so ids of one producer sort in the order they were made and never repeat, and ids of
+    different producers differ."""
+
+    def __init__(self) -> None:
+        node = int.from_bytes(os.urandom(4), "big") >> 2
+        self._rand_a = (0x7 << 12) | ((node >> 18) & 0xFFF)
+        # the variant bits, 18 node bits and the counter's top 12 bits: the 4th group
+        self._node_b = (0x2 << 14) | ((node & 0x3FFFF) >> 4)
+        self._node_low = node & 0xF  # the node's last 4 bits start the 5th group
+        # next() on a count is atomic under the GIL: ids stay unique across threads
+        self._counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
+        self._ms = -1
+        self._prefix = ""
+
+    def next(self) -> str:
+        n = next(self._counter) & 0xFFFFFFFFFFF
+        ms = time.time_ns() // 1_000_000
+        prefix = self._prefix
+        if ms != self._ms:  # all but the counter's 11 digits change at most once a millisecond
+            h = f"{ms << 16 | self._rand_a:016x}"
+            # rand_b (62 bits) = node (18 bits: 14 in the 4th group, 4 in the 5th) + counter (44 bits)
+            prefix = self._prefix = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{self._node_b:04x}-{self._node_low:x}"
+            self._ms = ms
+        return prefix + format(n, "011x")
+
+
+# --------------------------------------------------------------------------- compression
+
+
+def _zstd_module() -> Any:
+    try:
+        from compression import zstd  # type: ignore[import-not-found]  # Python 3.14
+        return zstd
+    except ImportError:
+        pass
+    try:
+        import zstandard  # type: ignore[import-not-found, import-untyped, unused-ignore]
+        return zstandard
+    except ImportError:
+        return None
+
+
+def zstd_available() -> bool:
+    return _zstd_module() is not None
+
+
+class Compressor:
+    """Compresses bodies of at least ``threshold`` bytes: ``zstd`` (the ``zstd`` extra, or
+    Python 3.14's compression.zstd), ``zlib`` (content_encoding ``deflate``), or ``auto``
+    (zstd when available, else zlib)."""
+
+    def __init__(self, method: Optional[str], threshold: int, level: Optional[int] = None) -> None:
+        if method not in (None, "auto", "zstd", "zlib"):
+            raise ValueError(f"compression must be 'auto', 'zstd', 'zlib' or None, not {method!r}")
+        if threshold < 0:
+            raise ValueError(f"compress_threshold must be >= 0, not {threshold}")
+        self.threshold = threshold
+        self.encoding: Optional[str] = None
+        self._compress: Optional[Callable[[bytes], bytes]] = None
+        zstd = _zstd_module() if method in ("auto", "zstd") else None
+        if method == "zstd" and zstd is None:
+            raise ValueError("compression='zstd' needs the zstandard package: pip install amqwire[zstd]")
+        if zstd is not None:
+            self.encoding = "zstd"
+            zlevel = 3 if level is None else level
+            if hasattr(zstd, "ZstdCompressor") and hasattr(zstd.ZstdCompressor, "copy_stream"):  # zstandard
+                local = threading.local()
+
+                def compress_zstd(data: bytes) -> bytes:
+                    compressor = getattr(local, "c", None)
+                    if compressor is None:
+                        compressor = local.c = zstd.ZstdCompressor(level=zlevel)
+                    return bytes(compressor.compress(data))
+                self._compress = compress_zstd
+            else:
+                self._compress = lambda data: bytes(zstd.compress(data, level=zlevel))
+        elif method is not None:
+            self.encoding = "deflate"
+            zl = 6 if level is None else level
+            self._compress = lambda data: zlib.compress(data, zl)
+
+    def apply(self, body: bytes, properties: Optional[BasicProperties]) -> tuple[bytes, Optional[BasicProperties]]:
+        if self._compress is None or len(body) < self.threshold:
+            return body, properties
+        if properties is not None and properties.content_encoding:
+            return body, properties  # the caller encoded it already: left alone
+        packed = self._compress(body)
+        if len(packed) >= len(body):
+            return body, properties
+        if properties is None:
+            return packed, BasicProperties(content_encoding=self.encoding)
+        return packed, _with(properties, content_encoding=self.encoding)
+
+
+def decode_body(body: bytes, content_encoding: Optional[str]) -> bytes:
+    """The body with a compression named by ``content_encoding`` undone (``zstd``,
+    ``deflate``, ``gzip``); any other encoding (or none) leaves it as it is."""
+    if not content_encoding:
+        return body
+    encoding = content_encoding.strip().lower()
+    if encoding == "deflate":
+        return zlib.decompress(body)
+    if encoding == "gzip":
+        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+    if encoding == "zstd":
+        zstd = _zstd_module()
+        if zstd is None:
+            raise ValueError("the body is zstd-compressed: decoding it needs the zstandard package "
+                             "(pip install amqwire[zstd])")
+        if hasattr(zstd, "ZstdDecompressor") and hasattr(zstd.ZstdDecompressor, "copy_stream"):
+            return bytes(zstd.ZstdDecompressor().decompressobj().decompress(bytes(body)))
+        return bytes(zstd.decompress(bytes(body)))
+    return body
+
+
+_PROPERTY_NAMES = (
+    "content_type", "content_encoding", "headers", "delivery_mode", "priority", "correlation_id", "reply_to",
+    "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id",
+)
+
+
+def _with(properties: BasicProperties, **changes: Any) -> BasicProperties:
+    """A copy of ``properties`` with some fields changed (the caller's object stays as it is)."""
+    values = {name: getattr(properties, name) for name in _PROPERTY_NAMES}
+    values.update(changes)
+    return BasicProperties(**values)
+
+
+# --------------------------------------------------------------------------- records
+
+
+class OutgoingMessage:
+    """A send on its way: what the hooks see.  ``body`` and ``properties`` are what goes on
+    the wire (compressed, with the message id)."""
+
+    __slots__ = (
+        "exchange", "routing_key", "body", "properties", "mandatory", "message_id", "oneway",
+        "timeout", "deadline", "started", "attempts", "future", "size", "not_before", "stage",
+        "epoch", "done", "broker", "solo",
+    )
+
+    def __init__(self, exchange: str, routing_key: str, body: bytes, properties: Optional[BasicProperties],
+                 mandatory: bool, message_id: Optional[str], oneway: bool, timeout: Optional[float]) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.body = body
+        self.properties = properties
+        self.mandatory = mandatory
+        self.message_id = message_id
+        self.oneway = oneway
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.deadline = _FOREVER if timeout is None else self.started + timeout
+        self.attempts: Optional[list[Attempt]] = None
+        self.future: Any = None
+        self.size = len(body)
+        self.not_before = 0.0
+        self.stage = "the producer's queue"  # the wait it is in, for its timeout error
+        self.epoch = 0
+        self.done = False
+        self.broker: Any = None
+        self.solo = False  # sent alone, its confirm awaited before the next (see _batch_cb)
+
+    def __repr__(self) -> str:
+        return (f"<OutgoingMessage {self.message_id} exchange={self.exchange!r} "
+                f"routing_key={self.routing_key!r} body={self.size} bytes>")
+
+
+# --------------------------------------------------------------------------- brokers
+
+
+class Broker:
+    """One URL of the Producer: its connection and channels once open, and its avoidance."""
+
+    def __init__(self, index: int, params: ConnectionParameters) -> None:
+        self.index = index
+        self.params = params
+        self.url = params.display_url
+        self.connection: Any = None
+        self.channel: Any = None  # confirm mode
+        self.oneway_channel: Any = None
+        self.failures = 0  # consecutive
+        self.avoid_until = 0.0
+        self.last_error: Optional[BaseException] = None
+
+    def usable(self) -> bool:
+        return self.connection is not None and self.connection.is_open
+
+    def blocked_reason(self) -> str:
+        """Why the broker blocks the connection (connection.blocked's reason)."""
+        core = getattr(self.connection, "_core", None)
+        return str(getattr(core, "blocked", None) or "blocked")
+
+    def __repr__(self) -> str:
+        return f"<Broker {self.url} failures={self.failures}>"
+
+
+class BrokerSelector:
+    """Picks the broker for the next batch.
+
+    ``round_robin``: the usable brokers in turn; ``pinned``: the first usable broker in the
+    order given, the next ones only while it is avoided (failover), back to it once its
+    avoidance is over.  A broker that failed is avoided for ``avoid_backoff`` seconds,
+    doubled at each consecutive failure up to ``avoid_backoff_max``; a broker whose
+    connection is blocked (connection.blocked) is used only when every other one is
+    blocked or avoided too.
+    """
+
+    def __init__(self, brokers: list[Broker], policy: str, avoid_backoff: float, avoid_backoff_max: float) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+        self.brokers = brokers
+        self.policy = policy
+        self.avoid_backoff = avoid_backoff
+        self.avoid_backoff_max = avoid_backoff_max
+        self._next = 0
+
+    def avoid(self, broker: Broker, error: BaseException, now: float) -> float:
+        broker.failures += 1
+        broker.last_error = error
+        period = min(self.avoid_backoff * 2.0 ** (broker.failures - 1), self.avoid_backoff_max)
+        broker.avoid_until = now + period
+        return period
+
+    def succeeded(self, broker: Broker) -> None:
+        broker.failures = 0
+
+    def choose(self, now: float, is_blocked: Callable[[Broker], bool]) -> tuple[Optional[Broker], float]:
+        """(broker, 0) or (None, seconds until one may be tried again)."""
+        n = len(self.brokers)
+        if self.policy == ROUND_ROBIN:
+            order = [self.brokers[(self._next + i) % n] for i in range(n)]
+        else:
+            order = self.brokers
+        allowed = [b for b in order if b.avoid_until <= now]
+        if not allowed:
+            return None, min(b.avoid_until for b in self.brokers) - now
+        chosen = next((b for b in allowed if not is_blocked(b)), allowed[0])
+        if self.policy == ROUND_ROBIN:
+            self._next = (chosen.index + 1) % n
+        return chosen, 0.0
+
+
+# --------------------------------------------------------------------------- the core
+
+
+def retryable(error: BaseException, retry_on_return: bool) -> bool:
+    if isinstance(error, MessageReturned):
+        return retry_on_return
+    if isinstance(error, PublishUnconfirmed):
+        cause = error.cause
+        if isinstance(cause, ChannelClosed) and cause.by_broker and cause.reply_code in _FINAL_CODES:
+            return False
+        return True
+    return isinstance(error, (PublishNacked, AMQPConnectionError, ChannelClosed, InvalidStateError, OSError))
+
+
+def final_error(error: BaseException) -> BaseException:
+    """What a send that cannot be retried fails with: the broker's channel error itself
+    when a publish was never confirmed because of it (a missing exchange: NotFound)."""
+    if isinstance(error, PublishUnconfirmed) and isinstance(error.cause, ChannelClosed) and error.cause.by_broker:
+        return error.cause
+    return error
+
+
+class ProducerCore:
+    """The Producer's state and decisions; the transport supplies ``_lock`` (a context
+    manager), ``_new_future()``, ``_resolve(future, result, error)``, ``_wake()`` (the
+    sender) and ``_notify()`` (callers waiting for room or a flush)."""
+
+    _lock: Any
+
+    def __init__(
+        self,
+        urls: Union[ParametersLike, Sequence[ParametersLike], None] = None,
+        *,
+        policy: str = ROUND_ROBIN,
+        timeout: Optional[float] = 30.0,
+        retries: int = 2,
+        retry_backoff: float = 0.1,
+        retry_backoff_max: float = 2.0,
+        retry_on_return: bool = False,
+        avoid_backoff: float = 1.0,
+        avoid_backoff_max: float = 30.0,
+        batch_size: int = 1000,
+        batch_bytes: int = 1024 * 1024,
+        linger: float = 0.0,
+        buffer_memory: int = 32 * 1024 * 1024,
+        buffer_full: str = "block",
+        max_in_flight: int = 10000,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        compression: Optional[str] = "auto",
+        compress_threshold: int = 4096,
+        compress_level: Optional[int] = None,
+        message_ids: bool = True,
+        before_send: Optional[Callable[[OutgoingMessage], Any]] = None,
+        after_send: Optional[Callable[[OutgoingMessage, Optional[SendResult], Optional[BaseException]], Any]] = None,
+        connection_timeout: Optional[float] = 5.0,
+        heartbeat: Optional[int] = None,
+        ssl_context: Any = None,
+        client_properties: Optional[dict[str, Any]] = None,
+    ) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 or None, not {timeout!r}")
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, not {retries}")
+        if batch_size < 1 or batch_bytes < 1:
+            raise ValueError("batch_size and batch_bytes must be >= 1")
+        if linger < 0:
+            raise ValueError(f"linger must be >= 0, not {linger}")
+        if buffer_full not in ("block", "raise"):
+            raise ValueError(f"buffer_full must be 'block' or 'raise', not {buffer_full!r}")
+        if buffer_memory < 1:
+            raise ValueError(f"buffer_memory must be >= 1, not {buffer_memory}")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
+        if retry_backoff < 0 or retry_backoff_max < retry_backoff:
+            raise ValueError("retry_backoff must be >= 0 and retry_backoff_max >= retry_backoff")
+        params = parameters_list(urls, connection_timeout=connection_timeout, heartbeat=heartbeat)
+        self.brokers = [Broker(i, p) for i, p in enumerate(params)]
+        self.selector = BrokerSelector(self.brokers, policy, avoid_backoff, avoid_backoff_max)
+        self.timeout = timeout
+        self.retries = retries
+        self.retry_backoff = retry_backoff
+        self.retry_backoff_max = retry_backoff_max
+        self.retry_on_return = retry_on_return
+        self.batch_size = batch_size
+        self.batch_bytes = batch_bytes
+        self.linger = linger
+        self.buffer_memory = buffer_memory
+        self.buffer_full = buffer_full
+        self.max_in_flight = max_in_flight
+        self.max_body_size = max_body_size
+        self.compressor = Compressor(compression, compress_threshold, compress_level)
+        self._compress_at = compress_threshold if self.compressor.encoding else _FOREVER
+        self._ids = MessageIds() if message_ids else None
+        self.before_send = before_send
+        self.after_send = after_send
+        self._connect_options: dict[str, Any] = {"recovery": False, "blocked_action": "wait"}
+        if ssl_context is not None:
+            self._connect_options["ssl_context"] = ssl_context
+        if client_properties is not None:
+            self._connect_options["client_properties"] = client_properties
+        self._random = random.Random()
+        # the accumulator
+        self._queue: Deque[OutgoingMessage] = deque()
+        self._queued_bytes = 0
+        self._retrying: list[OutgoingMessage] = []  # waiting for their back-off
+        self._inflight: set[OutgoingMessage] = set()
+        self._buffered = 0  # bytes of everything accepted and not settled
+        self._pending = 0
+        self._epochs: dict[int, int] = {}
+        self._epoch = 0
+        self._next_sweep = _FOREVER
+        self._no_broker_until = 0.0
+        self._sender_idle = False
+        self._flushing = 0
+        self._closed = False  # no more sends
+        self._stopping = False  # the sender ends once everything is settled
+        self._waiting = "the producer's queue"  # what the sender waits for now
+        # statistics
+        self._sent = 0
+        self._confirmed = 0
+        self._oneway = 0
+        self._retried = 0
+        self._failed = 0
+        self._bytes = 0
+        self._latencies = Latencies()
+
+    # transport primitives (never wait) ------------------------------------------------
+
+    def _new_future(self) -> Any:
+        raise NotImplementedError
+
+    def _resolve(self, future: Any, result: Any, error: Optional[BaseException]) -> None:
+        raise NotImplementedError
+
+    def _wake(self) -> None:
+        raise NotImplementedError
+
+    def _notify(self) -> None:
+        raise NotImplementedError
+
+    # the call site ----------------------------------------------------------------------
+
+    def _prepare(self, exchange: str, routing_key: str, body: Body, properties: Optional[BasicProperties],
+                 mandatory: bool, timeout: Optional[float], oneway: bool) -> OutgoingMessage:
+        """Validate and shape one send, before anything is queued: the codec's typed errors."""
+        if self._closed:
+            raise InvalidStateError("the producer is closed")
+        if timeout is None:
+            timeout = self.timeout
+        elif not timeout > 0:
+            raise ValueError(f"timeout must be > 0, not {timeout!r}")
+        if properties is not None or type(body) is not bytes or type(exchange) is not str \
+                or type(routing_key) is not str or len(exchange) > 63 or len(routing_key) > 63:
+            body = self._check(exchange, routing_key, body, properties, mandatory)
+        if len(body) >= self._compress_at:
+            body, properties = self.compressor.apply(body, properties)
+        message_id = None
+        if self._ids is not None and (properties is None or properties.message_id is None):
+            message_id = self._ids.next()
+            properties = (BasicProperties(message_id=message_id) if properties is None
+                          else _with(properties, message_id=message_id))
+        elif properties is not None:
+            message_id = properties.message_id
+        if len(body) > self.max_body_size:
+            raise AMQPSyntaxError(f"body: {len(body)} bytes, over max_body_size ({self.max_body_size} bytes)")
+        message = OutgoingMessage(exchange, routing_key, body, properties, mandatory, message_id, oneway, timeout)
+        if self.before_send is not None:
+            self.before_send(message)
+        return message
+
+    def _check(self, exchange: str, routing_key: str, body: Body, properties: Optional[BasicProperties],
+               mandatory: bool) -> bytes:
+        """The slow path of _prepare: types, and the codec's checks of names and properties."""
+        if isinstance(body, str):
+            body = body.encode()
+        elif not isinstance(body, bytes):
+            if not isinstance(body, (bytearray, memoryview)):
+                raise TypeError(f"body must be bytes, bytearray, memoryview or str, not {type(body).__name__}")
+            body = bytes(body)
+        if properties is not None and not isinstance(properties, BasicProperties):
+            raise TypeError(f"properties must be a BasicProperties, not {type(properties).__name__}")
+        if not isinstance(exchange, str):
+            raise TypeError(f"exchange must be a str, not {type(exchange).__name__}")
+        if not isinstance(routing_key, str):
+            raise TypeError(f"routing_key must be a str, not {type(routing_key).__name__}")
+        # The codec names the field: basic.publish.routing_key, BasicProperties.headers['x']...
+        encode_publish(1, exchange, routing_key, b"", properties, mandatory)
+        return body
+
+    def _admit(self, message: OutgoingMessage) -> int:
+        """Queue the message if the buffer has room: 0 it has not, 1 queued, 2 queued and the
+        sender must be woken (outside the lock).  Under the lock."""
+        if self._closed:
+            raise InvalidStateError("the producer is closed")
+        size = message.size
+        if self._buffered + size > self.buffer_memory and self._pending:
+            if self.buffer_full == "raise":
+                raise BufferFullError(size, self._buffered, self.buffer_memory)
+            return 0
+        if not message.oneway:
+            message.future = self._new_future()
+        message.epoch = self._epoch
+        self._epochs[self._epoch] = self._epochs.get(self._epoch, 0) + 1
+        self._buffered += size
+        self._pending += 1
+        self._sent += 1
+        self._queue.append(message)
+        self._queued_bytes += size
+        if message.deadline < self._next_sweep:
+            self._next_sweep = message.deadline
+        if self._sender_idle and (self.linger == 0 or len(self._queue) == 1 or len(self._queue) >= self.batch_size
+                                  or self._queued_bytes >= self.batch_bytes):
+            self._sender_idle = False
+            return 2
+        return 1
+
+    def _room_timeout(self, message: OutgoingMessage) -> SendTimeout:
+        return SendTimeout("room in the producer's buffer (buffer_memory)", message.timeout, (), message.message_id)
+
+    # settling -----------------------------------------------------------------------------
+
+    def _settle(self, message: OutgoingMessage, result: Optional[SendResult], error: Optional[BaseException]) -> None:
+        """The end of a send, exactly once: its future, its callback, the hooks, the stats."""
+        with self._lock:
+            if message.done:
+                return
+            message.done = True
+            self._inflight.discard(message)
+            self._buffered -= message.size
+            self._pending -= 1
+            left = self._epochs[message.epoch] - 1
+            if left:
+                self._epochs[message.epoch] = left
+            else:
+                del self._epochs[message.epoch]
+            if error is None:
+                if message.oneway:
+                    self._oneway += 1
+                else:
+                    self._confirmed += 1
+                    self._latencies.add(result.latency if result is not None else 0.0)
+                self._bytes += message.size
+            else:
+                self._failed += 1
+        if error is not None and message.oneway:
+            log.warning("one-way send of message %s dropped: %s", message.message_id, error)
+        if message.future is not None:
+            self._resolve(message.future, result, error)
+        if self.after_send is not None:
+            try:
+                self.after_send(message, result, error)
+            except Exception:
+                log.exception("after_send hook %r failed", self.after_send)
+        self._notify()
+
+    def _succeeded(self, message: OutgoingMessage, broker: Broker) -> None:
+        attempts = 1 + (len(message.attempts) if message.attempts else 0)
+        latency = time.monotonic() - message.started
+        self._settle(message, SendResult(broker.url, attempts, message.message_id, latency), None)
+
+    def _fail(self, message: OutgoingMessage, error: BaseException) -> None:
+        attempts = message.attempts or ()
+        self._settle(message, None, SendFailed(final_error(error), attempts, message.message_id))
+
+    def _expire(self, message: OutgoingMessage, wait: str) -> None:
+        self._settle(message, None, SendTimeout(wait, message.timeout, message.attempts or (), message.message_id))
+
+    def _attempt_failed(self, message: OutgoingMessage, broker: Broker, error: BaseException) -> None:
+        """A try ended badly: retry after a back-off if the error, the attempts left and the
+        deadline allow, else fail the send."""
+        now = time.monotonic()
+        if message.attempts is None:
+            message.attempts = []
+        message.attempts.append(Attempt(broker.url, error, now))
+        if message.done:
+            return
+        if message.oneway or not retryable(error, self.retry_on_return) or len(message.attempts) > self.retries:
+            self._fail(message, error)
+            return
+        backoff = self._backoff(len(message.attempts))
+        if now + backoff >= message.deadline:
+            self._settle(message, None, SendTimeout(
+                f"the back-off before retry {len(message.attempts)}", message.timeout, message.attempts,
+                message.message_id))
+            return
+        with self._lock:
+            self._inflight.discard(message)
+            message.not_before = now + backoff
+            message.stage = f"the back-off before retry {len(message.attempts)}"
+            self._retrying.append(message)
+            self._retried += 1
+            self._sender_idle = False
+        self._wake()
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential from retry_backoff, capped, with full jitter in its upper half."""
+        base = min(self.retry_backoff * 2.0 ** (attempt - 1), self.retry_backoff_max)
+        return base * (0.5 + 0.5 * self._random.random())
+
+    def _succeeded_all(self, messages: Sequence[OutgoingMessage], broker: Broker) -> None:
+        """A batch the broker confirmed: _succeeded for each, one lock for all."""
+        now = time.monotonic()
+        settled = []
+        with self._lock:
+            epochs = self._epochs
+            discard = self._inflight.discard
+            size = 0
+            epoch = -1
+            count = 0
+            for message in messages:
+                if message.done:
+                    continue
+                message.done = True
+                discard(message)
+                size += message.size
+                if message.epoch != epoch:
+                    if count:
+                        self._drop_epoch(epoch, count)
+                    epoch, count = message.epoch, 0
+                count += 1
+                settled.append(message)
+            if count:
+                self._drop_epoch(epoch, count)
+            latencies = [now - m.started for m in settled]
+            self._latencies.extend(latencies)
+            self._buffered -= size
+            self._bytes += size
+            self._pending -= len(settled)
+            self._confirmed += len(settled)
+        url = broker.url
+        results = [
+            (m.future, SendResult(url, 1 + len(m.attempts) if m.attempts else 1, m.message_id, latency))
+            for m, latency in zip(settled, latencies)
+        ]
+        self._resolve_all(results)
+        after = self.after_send
+        if after is not None:
+            for message, (_, result) in zip(settled, results):
+                try:
+                    after(message, result, None)
+                except Exception:
+                    log.exception("after_send hook %r failed", after)
+        self._notify()
+
+    def _drop_epoch(self, epoch: int, count: int) -> None:
+        left = self._epochs[epoch] - count
+        if left:
+            self._epochs[epoch] = left
+        else:
+            del self._epochs[epoch]
+
+    def _resolve_all(self, results: list[tuple[Any, SendResult]]) -> None:
+        for future, result in results:
+            self._resolve(future, result, None)
+
+    def _encode(self, messages: Sequence[OutgoingMessage], channel_id: int, frame_max: int) -> bytes:
+        return b"".join([
+            encode_publish(channel_id, m.exchange, m.routing_key, m.body, m.properties, False, False, frame_max)
+            for m in messages
+        ])
+
+    def _batch_cb(self, messages: Sequence[OutgoingMessage], broker: Broker) -> Callable[[Any], None]:
+        """The callback of a batch's confirm future (it may be called twice: once only counts)."""
+        handled: list[bool] = []
+
+        def done(token: Any) -> None:
+            with self._lock:
+                if handled:
+                    return
+                handled.append(True)
+            error = token.exception()
+            if error is None:
+                self._succeeded_all(messages, broker)
+            elif len(messages) > 1 and not retryable(error, self.retry_on_return):
+                # A channel error (a missing exchange...) caused by one message of the batch
+                # fails every publish after it on the channel: each is sent again alone, so
+                # that only the one at fault fails with it.  Not counted as an attempt.
+                self._isolate(messages)
+            else:
+                for message in messages:
+                    self._attempt_failed(message, broker, error)
+        return done
+
+    def _isolate(self, messages: Sequence[OutgoingMessage]) -> None:
+        with self._lock:
+            for message in messages:
+                if not message.done:
+                    self._inflight.discard(message)
+                    message.solo = True
+                    message.not_before = 0.0
+                    message.stage = "the producer's queue"
+                    self._retrying.append(message)
+            self._sender_idle = False
+        self._wake()
+
+    def _confirmed_cb(self, message: OutgoingMessage, broker: Broker) -> Callable[[Any], None]:
+        def done(token: Any) -> None:
+            if message.done:
+                return
+            error = token.exception()
+            if error is None:
+                self._succeeded(message, broker)
+            else:
+                self._attempt_failed(message, broker, error)
+        return done
+
+    # the sender's decisions ------------------------------------------------------------
+
+    def _next_batch(self, now: float) -> tuple[list[OutgoingMessage], float]:
+        """(messages to write now, []) or ([], seconds to wait before asking again).  Under the lock."""
+        if self._retrying:
+            due = [m for m in self._retrying if m.not_before <= now]
+            if due:
+                self._retrying = [m for m in self._retrying if m.not_before > now]
+                for m in reversed(due):
+                    m.stage = "the producer's queue"
+                    self._queue.appendleft(m)
+                    self._queued_bytes += m.size
+        wait = _FOREVER
+        if self._retrying:
+            wait = min(m.not_before for m in self._retrying) - now
+        queue = self._queue
+        if queue and now < self._no_broker_until:
+            wait = min(wait, self._no_broker_until - now)
+        elif queue:
+            oldest = queue[0].started
+            if (self.linger == 0 or len(queue) >= self.batch_size or self._queued_bytes >= self.batch_bytes
+                    or self._flushing or self._stopping or now - oldest >= self.linger or queue[0].attempts):
+                batch: list[OutgoingMessage] = []
+                size = 0
+                while queue and len(batch) < self.batch_size and size < self.batch_bytes:
+                    m = queue.popleft()
+                    size += m.size
+                    batch.append(m)
+                self._queued_bytes -= size
+                return batch, 0.0
+            wait = min(wait, oldest + self.linger - now)
+        if self._pending:
+            wait = min(wait, max(self._next_sweep - now, 0.0) + 0.001)
+        return [], wait
+
+    def _requeue(self, batch: Sequence[OutgoingMessage]) -> None:
+        """Put messages not written back at the head of the queue, in order."""
+        with self._lock:
+            for m in reversed(batch):
+                if not m.done:
+                    m.stage = "the producer's queue"
+                    self._queue.appendleft(m)
+                    self._queued_bytes += m.size
+
+    def _sweep(self, now: float) -> None:
+        """Fail every send whose deadline passed, with the wait it was in."""
+        if now < self._next_sweep:
+            return
+        expired: list[tuple[OutgoingMessage, str]] = []
+        with self._lock:
+            nearest = _FOREVER
+            keep: Deque[OutgoingMessage] = deque()
+            for m in self._queue:
+                if m.deadline <= now:
+                    expired.append((m, self._waiting))
+                    self._queued_bytes -= m.size
+                else:
+                    keep.append(m)
+                    nearest = min(nearest, m.deadline)
+            if len(keep) != len(self._queue):
+                self._queue = keep
+            retrying = []
+            for m in self._retrying:
+                if m.deadline <= now:
+                    expired.append((m, m.stage))
+                else:
+                    retrying.append(m)
+                    nearest = min(nearest, m.deadline)
+            self._retrying = retrying
+            for m in list(self._inflight):
+                if m.deadline <= now:
+                    broker = m.broker
+                    if broker is not None and broker.usable() and broker.connection.blocked:
+                        expired.append((m, f"{m.stage}, held back by connection.blocked ({broker.blocked_reason()})"))
+                    else:
+                        expired.append((m, m.stage))
+                else:
+                    nearest = min(nearest, m.deadline)
+            self._next_sweep = nearest
+        for m, wait in expired:
+            self._expire(m, wait)
+
+    def _published(self, messages: Sequence[OutgoingMessage], broker: Broker) -> None:
+        """Written, waiting for their confirms (some may be settled already)."""
+        for message in messages:
+            message.broker = broker
+        with self._lock:
+            nearest = self._next_sweep
+            inflight = self._inflight
+            for message in messages:
+                if not message.done and not message.oneway:
+                    message.stage = "the broker's confirm"
+                    inflight.add(message)
+                    if message.deadline < nearest:
+                        nearest = message.deadline
+            self._next_sweep = nearest
+
+    def _flushed(self, epoch: int) -> bool:
+        return not any(e <= epoch for e in self._epochs)
+
+    def _begin_flush(self) -> int:
+        with self._lock:
+            epoch = self._epoch
+            self._epoch += 1
+            self._flushing += 1
+            self._sender_idle = False
+        self._wake()
+        return epoch
+
+    def _fail_all(self, error: BaseException) -> None:
+        """Settle everything still held (the producer is closing, or its sender died)."""
+        with self._lock:
+            held = list(self._queue) + self._retrying + list(self._inflight)
+            self._queue.clear()
+            self._queued_bytes = 0
+            self._retrying = []
+        for m in held:
+            self._settle(m, None, error)
+
+    def stats(self) -> ProducerStats:
+        with self._lock:
+            p50, p90, p99, pmax = self._latencies.percentiles(50, 90, 99, 100)
+            return ProducerStats(
+                sent=self._sent, confirmed=self._confirmed, oneway=self._oneway, retried=self._retried,
+                failed=self._failed, bytes=self._bytes, pending=self._pending, buffered_bytes=self._buffered,
+                latency_p50=p50, latency_p90=p90, latency_p99=p99, latency_max=pmax,
+            )
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Producer {state} brokers={[b.url for b in self.brokers]} pending={self._pending}>"

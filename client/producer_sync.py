@@ -1,0 +1,408 @@
+# GENERATED from producer_async.py by client/make_sync.py: do not edit.
+# The blocking transport's flows; tests/test_client_sync.py checks it is up to date.
+"""The Producer's waiting flows, written once: sending, the sender, connecting, flush, close.
+
+The source of truth: ``producer_sync.py`` is generated from it by ``client/make_sync.py``
+(as ``operations_sync.py`` is) and ``tests/test_client_sync.py`` fails when they drift.  The
+decisions are in ``producer_core.py``; a transport supplies, besides the core's primitives,
+``_open(params)`` (a connection), ``_wait_until(ready, timeout)`` (callers waiting for room
+or a flush), ``_wait_work(timeout)`` (the sender waiting for something to do),
+``_wait_result(future)``, ``_start_sender()`` and ``_join_sender(timeout)``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Generic, Optional, TypeVar
+
+from amqwire.codec import BasicProperties
+
+from .errors import (
+    AMQPConnectionError,
+    AMQPError,
+    ChannelClosed,
+    ConnectionBlockedError,
+    InvalidStateError,
+    OperationTimeout,
+)
+from .producer_core import (
+    TICK,
+    Body,
+    Broker,
+    OutgoingMessage,
+    ProducerCore,
+    SendResult,
+)
+from .url import ConnectionParameters
+
+log = logging.getLogger("amqwire.client.producer")
+
+_BROKER_ERRORS = (AMQPConnectionError, InvalidStateError, OSError)
+_Self = TypeVar("_Self")
+_Future = TypeVar("_Future")  # a transport's send future
+
+
+class SyncProducer(ProducerCore, Generic[_Future]):
+    """The flows of a Producer (see ``amqwire.client.Producer`` / ``amqwire.client.aio.Producer``)."""
+
+    # waiting primitives of the transport -------------------------------------------------
+
+    def _open(self, params: ConnectionParameters) -> Any:
+        raise NotImplementedError
+
+    def _wait_until(self, ready: Callable[[], bool], timeout: Optional[float]) -> bool:
+        raise NotImplementedError
+
+    def _wait_work(self, timeout: float) -> None:
+        raise NotImplementedError
+
+    def _wait_result(self, future: _Future) -> SendResult:
+        raise NotImplementedError
+
+    def _wait_confirm(self, token: Any, timeout: float) -> bool:
+        """Wait until a publish's confirm future is done; False after ``timeout``."""
+        raise NotImplementedError
+
+    def _start_sender(self) -> None:
+        raise NotImplementedError
+
+    def _clear_work(self) -> None:
+        """The sender is about to wait: forget earlier wake-ups (called under the lock)."""
+        raise NotImplementedError
+
+    def _join_sender(self, timeout: Optional[float]) -> None:
+        raise NotImplementedError
+
+    # opening -------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        """Connect to the first broker that answers (every broker with round_robin), then
+        start the sender.  AMQPConnectionError when none answers."""
+        errors = []
+        now = time.monotonic()
+        for broker in self.brokers:
+            try:
+                self._connect(broker)
+            except (AMQPError, OSError, TimeoutError) as exc:
+                self.selector.avoid(broker, exc, now)
+                errors.append(f"{broker.url}: {exc}")
+                continue
+            if self.selector.policy != "round_robin":
+                break
+        if not any(b.usable() for b in self.brokers):
+            self._close_connections()
+            raise AMQPConnectionError("the producer could not connect: " + "; ".join(errors))
+        self._start_sender()
+
+    def _connect(self, broker: Broker, within: Optional[float] = None) -> None:
+        params = broker.params
+        if within is not None and within < params.connection_timeout:
+            params = params.replace(connection_timeout=within)
+        connection = self._open(params)
+        try:
+            channel = connection.channel()
+            channel.confirm_select(max_in_flight=self.max_in_flight)
+        except BaseException:
+            self._close_quietly(connection)
+            raise
+        broker.connection = connection
+        broker.channel = channel
+        broker.oneway_channel = None
+        log.info("producer: connected to %s", broker.url)
+
+    def _close_quietly(self, connection: Any) -> None:
+        try:
+            connection.close()
+        except Exception as exc:  # a connection that failed: nothing more to say
+            log.debug("closing a failed connection: %s", exc)
+
+    def _close_connections(self) -> None:
+        for broker in self.brokers:
+            if broker.connection is not None:
+                connection, broker.connection = broker.connection, None
+                broker.channel = broker.oneway_channel = None
+                self._close_quietly(connection)
+
+    # sending -------------------------------------------------------------------------------
+
+    def _enqueue(self, message: OutgoingMessage) -> None:
+        with self._lock:
+            admitted = self._admit(message)
+        if admitted == 0:
+            deadline = message.deadline
+
+            def room() -> bool:
+                return self._closed or self._buffered + message.size <= self.buffer_memory or not self._pending
+
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._wait_until(room, min(left, TICK)):
+                    if time.monotonic() >= deadline:
+                        raise self._room_timeout(message)
+                    continue
+                with self._lock:
+                    admitted = self._admit(message)
+                if admitted:
+                    break
+        if admitted == 2:
+            self._wake()
+
+    def send(
+        self,
+        exchange: str,
+        routing_key: str,
+        body: Body,
+        properties: Optional[BasicProperties] = None,
+        *,
+        mandatory: bool = False,
+        timeout: Optional[float] = None,
+    ) -> SendResult:
+        """Send and wait for the broker's confirm: the SendResult, or SendFailed (with the
+        attempts) / SendTimeout (naming the wait it was in) / the codec's error for bad input."""
+        message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
+        self._enqueue(message)
+        return self._wait_result(message.future)
+
+    def send_async(
+        self,
+        exchange: str,
+        routing_key: str,
+        body: Body,
+        properties: Optional[BasicProperties] = None,
+        *,
+        mandatory: bool = False,
+        timeout: Optional[float] = None,
+        callback: Optional[Callable[[_Future], Any]] = None,
+    ) -> _Future:
+        """Queue a send and return its future (its result: a SendResult); ``callback(future)``
+        runs exactly once when it settles.  Waits only for room in the buffer."""
+        message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
+        self._enqueue(message)
+        future: _Future = message.future
+        if callback is not None:
+            message.future.add_done_callback(callback)
+        return future
+
+    def send_oneway(
+        self,
+        exchange: str,
+        routing_key: str,
+        body: Body,
+        properties: Optional[BasicProperties] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> None:
+        """Queue a send without a confirm and without retries: it returns once the message is
+        queued, and the message may be lost (a connection lost before the broker read it, an
+        unroutable message).  Counted in ``stats().oneway``; a drop is logged."""
+        message = self._prepare(exchange, routing_key, body, properties, False, timeout, True)
+        self._enqueue(message)
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Write everything queued now, without lingering, and wait until each of those sends
+        is settled (confirmed or failed).  OperationTimeout after ``timeout`` seconds."""
+        epoch = self._begin_flush()
+        try:
+            if not self._wait_until(lambda: self._flushed(epoch), timeout):
+                raise OperationTimeout("the producer's flush", timeout)
+        finally:
+            with self._lock:
+                self._flushing -= 1
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Refuse new sends, flush (within ``timeout``), wait for the confirms and close the
+        connections; a send still unsettled then fails with InvalidStateError."""
+        if self._stopping:
+            self._join_sender(timeout)
+            return
+        with self._lock:
+            self._closed = True
+        try:
+            self.flush(timeout)
+        except OperationTimeout:
+            log.warning("producer closed with %d sends unsettled after %s s", self._pending, timeout)
+        with self._lock:
+            self._stopping = True
+            self._sender_idle = False
+        self._wake()
+        self._join_sender(TICK * 4)
+        self._fail_all(InvalidStateError("the producer was closed before the send completed"))
+        self._close_connections()
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # the sender ----------------------------------------------------------------------------
+
+    def _run_sender(self) -> None:
+        try:
+            while True:
+                now = time.monotonic()
+                self._sweep(now)
+                with self._lock:
+                    batch, wait = self._next_batch(now)
+                    if not batch:
+                        if self._stopping and not self._pending:
+                            return
+                        self._sender_idle = True
+                        self._clear_work()
+                if batch:
+                    self._write(batch)
+                else:
+                    self._wait_work(min(wait, TICK * 4))
+        except BaseException as exc:
+            log.exception("producer: the sender failed")
+            with self._lock:
+                self._closed = True  # nothing would send what comes next: refused at the call
+            self._fail_all(InvalidStateError(f"the producer's sender failed: {exc!r}"))
+            raise
+
+    def _is_blocked(self, broker: Broker) -> bool:
+        return broker.usable() and bool(broker.connection.blocked)
+
+    def _pick(self) -> Optional[Broker]:
+        """A broker ready to publish to, connecting as needed; None when every broker is
+        avoided (``_no_broker_until`` then says when to try again)."""
+        while True:
+            now = time.monotonic()
+            if self._stopping:  # close() is closing the connections: open none
+                with self._lock:
+                    self._no_broker_until = now + TICK
+                return None
+            broker, wait = self.selector.choose(now, self._is_blocked)
+            if broker is None:
+                with self._lock:
+                    self._no_broker_until = now + min(wait, TICK)
+                    self._waiting = "a connection to a broker (every broker failed recently)"
+                return None
+            if broker.connection is not None and not broker.usable():
+                self._broker_failed(broker, broker.connection._error or AMQPConnectionError("connection lost"))
+                continue
+            if broker.connection is None:
+                self._waiting = f"a connection to {broker.url}"
+                try:
+                    # no longer than the nearest deadline allows: the sends say why they failed in time
+                    self._connect(broker, max(self._next_sweep - now, 0.1))
+                except (AMQPError, OSError, TimeoutError) as exc:
+                    log.warning("producer: cannot connect to %s: %s", broker.url, exc)
+                    self.selector.avoid(broker, exc, time.monotonic())
+                    continue
+            if not broker.channel.is_open:
+                try:
+                    broker.channel = broker.connection.channel()
+                    broker.channel.confirm_select(max_in_flight=self.max_in_flight)
+                except _BROKER_ERRORS + (ChannelClosed, OperationTimeout) as exc:
+                    self._broker_failed(broker, exc)
+                    continue
+            return broker
+
+    def _broker_failed(self, broker: Broker, error: BaseException) -> None:
+        period = self.selector.avoid(broker, error, time.monotonic())
+        log.warning("producer: %s failed (%s): avoided for %.1f s", broker.url, error, period)
+        if broker.connection is not None:
+            connection, broker.connection = broker.connection, None
+            broker.channel = broker.oneway_channel = None
+            self._close_quietly(connection)
+
+    def _write(self, batch: list[OutgoingMessage]) -> None:
+        """Publish a batch through one broker, in one write: the plain confirmed sends as one
+        run of frames under one confirm future (a failure retries the whole run: at least
+        once), mandatory and one-way sends one by one.  What cannot be written now goes back
+        to the head of the queue."""
+        broker = self._pick()
+        if broker is None:
+            self._requeue(batch)
+            return
+        now = time.monotonic()
+        live = []
+        for message in batch:
+            if message.done:
+                continue
+            if message.deadline <= now:
+                self._expire(message, self._waiting)
+                continue
+            live.append(message)
+        if not live:
+            return
+        slice_ = min(min(m.deadline for m in live) - now, TICK, max(self._next_sweep - now, 0.001))
+        if live[0].solo:
+            self._write_solo(broker, live[0], slice_)
+            self._requeue(live[1:])
+            return
+        plain = [m for m in live if not m.oneway and not m.mandatory and not m.solo]
+        rest = [m for m in live if m.oneway or m.mandatory or m.solo] if len(plain) != len(live) else []
+        channel = broker.channel
+        unwritten: list[OutgoingMessage] = live
+        try:
+            with channel.batch():
+                if plain:
+                    for message in plain:
+                        message.stage = "room in the confirm window"
+                    frames = self._encode(plain, channel.channel_id, broker.connection.frame_max)
+                    token = channel.publish_encoded(frames, len(plain), timeout=slice_)
+                    unwritten = rest
+                    self._published(plain, broker)
+                    done = self._batch_cb(plain, broker)
+                    token.add_done_callback(done)
+                    if token.done():  # settled before the callback was added: never missed
+                        done(token)
+                for index, message in enumerate(rest):
+                    unwritten = rest[index:]
+                    if message.oneway:
+                        if broker.oneway_channel is None or not broker.oneway_channel.is_open:
+                            broker.oneway_channel = broker.connection.channel()
+                        broker.oneway_channel.basic_publish(
+                            message.exchange, message.routing_key, message.body, message.properties, timeout=slice_)
+                        self._settle(message, None, None)
+                        continue
+                    if message.solo:
+                        self._requeue(rest[index:])  # written alone, after this batch
+                        break
+                    message.stage = "room in the confirm window"
+                    channel.publish_async(
+                        message.exchange, message.routing_key, message.body, message.properties,
+                        mandatory=True, callback=self._confirmed_cb(message, broker), timeout=slice_)
+                    self._published([message], broker)
+                unwritten = []
+        except OperationTimeout as exc:  # window full, channel.flow, socket buffer: the deadlines decide
+            self._waiting = exc.operation
+            self._requeue(unwritten)
+            return
+        except ConnectionBlockedError:
+            self._waiting = f"the broker to lift connection.blocked ({broker.blocked_reason()})"
+            self._requeue(unwritten)
+            return
+        except ChannelClosed as exc:  # what it had written fails through the futures
+            log.info("producer: channel to %s closed: %s", broker.url, exc)
+            self._requeue(unwritten)
+            return
+        except _BROKER_ERRORS as exc:
+            self._broker_failed(broker, exc)
+            self._requeue(unwritten)
+            return
+        self._waiting = "the producer's queue"
+        self.selector.succeeded(broker)
+
+    def _write_solo(self, broker: Broker, message: OutgoingMessage, timeout: float) -> None:
+        """One message alone, its confirm awaited (within ``timeout``) before anything else
+        goes out on the channel: its verdict is its own."""
+        message.stage = "room in the confirm window"
+        try:
+            token = broker.channel.publish_async(
+                message.exchange, message.routing_key, message.body, message.properties,
+                mandatory=message.mandatory, callback=self._confirmed_cb(message, broker), timeout=timeout)
+        except (OperationTimeout, ConnectionBlockedError, ChannelClosed):
+            self._requeue([message])
+            return
+        except _BROKER_ERRORS as exc:
+            self._broker_failed(broker, exc)
+            self._requeue([message])
+            return
+        self._published([message], broker)
+        self._wait_confirm(token, min(max(message.deadline - time.monotonic(), 0.0), 1.0))
+
+
+__all__ = ["AsyncProducer"]

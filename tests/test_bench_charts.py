@@ -1,0 +1,66 @@
+"""bench/charts.py: the benchmark results drawn as PNG and SVG from the scripts' JSON."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from bench import charts  # noqa: E402  (bench/ is not installed: it lives beside the tests)
+
+sys.path.pop(0)
+
+CODEC_DOC = {
+    "timestamp": "2026-11-22T21:00:00", "loadavg_start": [0.9, 0.8, 0.7], "loadavg_end": [1.2, 0.9, 0.7],
+    "cpus": 2, "repeats": 7, "versions": {"python": "3.11.7 (CPython)"},
+    "results": [
+        {"case": "a", "title": "(a) encode one publish", "row": "amqwire", "lib": "amqwire", "available": True,
+         "ns_best": 146.0, "ns_median": 162.0},
+        {"case": "a", "title": "(a) encode one publish", "row": "pika", "lib": "pika", "available": True,
+         "ns_best": 7108.0, "ns_median": 7300.0},
+        {"case": "a", "title": "(a) encode one publish", "row": "pamqp", "lib": "pamqp", "available": False,
+         "ns_best": None, "ns_median": None},
+        {"case": "c", "title": "(c) decode deliveries", "row": "amqwire", "lib": "amqwire", "available": True,
+         "ns_best": 360.0, "ns_median": 401.0},
+    ],
+}
+CLIENT_DOC = {
+    "timestamp": "2026-11-22T21:00:00", "loadavg_start": [0.1, 0.1, 0.1], "cpus": 2, "count": 5000, "repeats": 1,
+    "results": [
+        {"case": "publish", "row": "raw socket", "lib": "raw", "best_msg_s": 47227.0, "median_msg_s": 47000.0},
+        {"case": "publish", "row": "amqwire blocking", "lib": "amqwire", "best_msg_s": 40901.0,
+         "median_msg_s": 40378.0},
+        {"case": "publish", "row": "pika", "lib": "pika", "best_msg_s": None, "median_msg_s": None, "na": "absent"},
+    ],
+}
+
+
+@pytest.mark.parametrize("kind, doc", [("codec", CODEC_DOC), ("client", CLIENT_DOC)])
+def test_png_and_svg_are_written(tmp_path, kind, doc):
+    pytest.importorskip("matplotlib")
+    paths = charts.chart(kind, doc, tmp_path / "sub" / kind)
+    assert [p.name for p in paths] == [f"{kind}.png", f"{kind}.svg"]
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = paths[1].read_text()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    assert "load average" in svg and "run finished 2026-11-22 21:00:00" in svg
+
+
+def test_panels_keep_what_ran_and_drop_what_did_not():
+    panels = charts.codec_panels(CODEC_DOC)
+    assert [name for name, _ in panels] == ["(a) encode one publish", "(c) decode deliveries"]
+    assert [(b.label, b.kind) for b in panels[0][1]] == [("amqwire", "amqwire"), ("pika", "other")]
+    rates = charts.rate_panels(CLIENT_DOC, "case", "best_msg_s", "median_msg_s")
+    assert [(b.label, b.kind, b.best) for b in rates[0][1]] == [
+        ("raw socket", "limit", 47227.0), ("amqwire blocking", "amqwire", 40901.0)]
+
+
+def test_the_command_line_renders_a_saved_run(tmp_path):
+    pytest.importorskip("matplotlib")
+    saved = tmp_path / "codec.json"
+    saved.write_text(json.dumps(CODEC_DOC))
+    assert charts.main(["codec", str(saved), str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out.png").exists() and (tmp_path / "out.svg").exists()
+    with pytest.raises(ValueError):
+        charts.chart("codec", dict(CODEC_DOC, results=[]), tmp_path / "none")

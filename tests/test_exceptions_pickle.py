@@ -1,0 +1,142 @@
+"""Every exception class amqwire defines survives pickle with its attributes.
+
+Spark ships a worker's exception to the driver by pickling it, and multiprocessing or
+concurrent.futures users do the same; ``BaseException`` pickles as ``cls(*self.args)``, which
+loses (or fails on) attributes the constructor takes by keyword or keeps outside ``args``.
+The classes are found by walking the packages, so a new one cannot escape this test.
+"""
+import importlib
+import inspect
+import pickle
+import pkgutil
+
+import pytest
+
+import amqwire.client
+import amqwire.codec
+import amqwire.spark
+from amqwire.codec import BasicProperties
+
+
+def _all_exception_classes():
+    found = {}
+    for package in (amqwire.codec, amqwire.client, amqwire.spark):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            for obj in vars(module).values():
+                if (isinstance(obj, type) and issubclass(obj, BaseException)
+                        and obj.__module__.startswith("amqwire.")):
+                    found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return found
+
+
+CLASSES = _all_exception_classes()
+
+
+def _returned_message():
+    from amqwire.client.message import ReturnedMessage
+
+    return ReturnedMessage(3, 312, "NO_ROUTE", "ex", "rk", BasicProperties(message_id="m-1"), b"body")
+
+
+# A value for every constructor parameter name in use; a class with a new name fails below
+# until it gets one here.
+SAMPLES = {
+    "message": "the message text",
+    "offered": b"AMQP\x00\x00\x09\x01",
+    "offset": 17,
+    "reply_code": 406,
+    "reply_text": "PRECONDITION_FAILED - unknown delivery tag 9",
+    "class_id": 60,
+    "method_id": 80,
+    "by_broker": False,
+    "channel": 5,
+    "delivery_tag": 42,
+    "failures": [41, 42],
+    "cause": ConnectionResetError(104, "reset by peer"),
+    "operation": "queue.declare",
+    "timeout": 2.5,
+    "earlier": True,
+    "consumer_tag": "ctag-1",
+    "reason": "low on memory",
+    "row": 12,
+    "field": "properties.timestamp",
+    "problem": "timestamp -1 s is before 1970-01-01T00:00:00Z",
+    "rows_confirmed": 9000,
+}
+
+
+def _make(cls):
+    params = {}
+    for name, param in inspect.signature(cls.__init__).parameters.items():
+        if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if name == "message" and cls.__name__ == "MessageReturned":
+            value = _returned_message()
+        elif name in SAMPLES:
+            value = SAMPLES[name]
+        elif param.default is not param.empty:
+            continue
+        else:
+            raise AssertionError(f"{cls.__qualname__}({name}=...): add a sample value for {name!r}")
+        params[name] = (param, value)
+    args = [v for p, v in params.values() if p.kind == p.POSITIONAL_ONLY]
+    kwargs = {name: v for name, (p, v) in params.items() if p.kind != p.POSITIONAL_ONLY}
+    return cls(*args, **kwargs)
+
+
+def _comparable(value):
+    if isinstance(value, BaseException):
+        return (type(value), value.args)
+    if hasattr(value, "__slots__"):
+        return (type(value), tuple(_comparable(getattr(value, s)) for s in value.__slots__))
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
+
+
+def _state(exc):
+    attrs = {name: _comparable(value) for name, value in vars(exc).items()}
+    for name in dir(type(exc)):  # annotated attributes set in __init__ but kept in slots/properties
+        if name in ("reply_code", "reply_text", "offered", "row", "field", "problem") and hasattr(exc, name):
+            attrs[name] = _comparable(getattr(exc, name))
+    return attrs
+
+
+def test_the_walk_finds_the_classes_of_all_three_error_modules():
+    names = set(CLASSES)
+    for expected in ("amqwire.codec.errors.ProtocolHeaderError", "amqwire.client.errors.MessageReturned",
+                     "amqwire.client.errors.OperationTimeout", "amqwire.spark.errors.RowEncodeError",
+                     "amqwire.spark.errors.SinkError"):
+        assert expected in names
+    assert len(names) >= 29, sorted(names)  # 6 codec + 20 client + 3 spark today
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_pickles_with_its_attributes(name):
+    cls = CLASSES[name]
+    exc = _make(cls)
+    if isinstance(exc, amqwire.codec.CodecError):
+        exc.parsed = [amqwire.codec.ProtocolHeader(0, 9, 1)]  # what a parser had read before the error
+    for protocol in (2, pickle.HIGHEST_PROTOCOL):
+        back = pickle.loads(pickle.dumps(exc, protocol=protocol))
+        assert type(back) is cls
+        assert str(back) == str(exc)
+        assert _state(back) == _state(exc), name
+        assert back.args == exc.args or _comparable(list(back.args)) == _comparable(list(exc.args))
+
+
+def test_protocol_header_error_keeps_what_the_peer_offered():
+    exc = amqwire.codec.ProtocolHeaderError("the peer wants AMQP 1.0", b"AMQP\x03\x01\x00\x00")
+    back = pickle.loads(pickle.dumps(exc))
+    assert (back.offered, back.offset, back.reply_code) == (b"AMQP\x03\x01\x00\x00", 0, 501)
+
+
+def test_a_row_error_keeps_its_codec_attributes():
+    from amqwire.spark.errors import RowEncodeError
+
+    exc = RowEncodeError(row=3, field="headers.when", problem="bad")
+    exc.offset = 99
+    back = pickle.loads(pickle.dumps(exc))
+    assert (back.row, back.field, back.problem, back.offset, str(back)) == (3, "headers.when", "bad", 99,
+                                                                           "row 3: headers.when: bad")

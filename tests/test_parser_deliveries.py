@@ -1,0 +1,192 @@
+"""CommandParser(delivery_type=...): basic.deliver comes out as one flat Delivery object.
+
+The same streams as test_parser.py, fed whole, byte by byte and in random chunks, must
+give the same content as the Command form; malformed input must give the same errors."""
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import amqwire.codec as codec
+from amqwire.codec import AMQPSyntaxError, CodecError, Delivery, UnexpectedFrame
+
+import amqp_reference as R
+from test_parser import (
+    ACK,
+    DELIVER,
+    MODES,
+    PREFIX,
+    STREAM,
+    body,
+    check_poisoned,
+    feed_chunks,
+    header,
+    method,
+    split,
+)
+
+
+class Flat(Delivery):
+    """What a client does: a subclass adding behaviour, no state."""
+
+    __slots__ = ()
+
+    def tag(self):
+        return self.delivery_tag
+
+
+def content_of(item):
+    """Comparable content of a Command, a Delivery or a Heartbeat."""
+    if isinstance(item, Delivery):
+        return ("deliver", item.channel_id, item.consumer_tag, item.delivery_tag, item.redelivered,
+                item.exchange, item.routing_key, item.properties, item.body)
+    if isinstance(item, codec.Command) and type(item.method) is codec.BasicDeliver:
+        m = item.method
+        return ("deliver", item.channel, m.consumer_tag, m.delivery_tag, m.redelivered,
+                m.exchange, m.routing_key, item.properties, item.body)
+    return item
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stream_same_content_as_commands(mode):
+    data = STREAM.data
+    got = feed_chunks(codec.CommandParser(frame_max=4096, delivery_type=Flat), data, split(mode, len(data)))
+    assert [content_of(x) for x in got] == [content_of(x) for x in STREAM.commands]
+    deliveries = [x for x in got if isinstance(x, Delivery)]
+    assert len(deliveries) == 2 and all(type(x) is Flat for x in deliveries)
+    # everything else is untouched: get-ok and return stay commands
+    assert {type(x.method).__name__ for x in got if isinstance(x, codec.Command)} >= {"BasicGetOk", "BasicReturn"}
+
+
+def test_delivery_fields_and_free_slots():
+    frames = R.content(7, R.BY_NAME["basic.deliver"], dict(consumer_tag="ct\u00e9", delivery_tag=2**64 - 1,
+                       redelivered=True, exchange="ex", routing_key="rk"), b"hello",
+                       R.properties(content_type="text/plain", delivery_mode=2))
+    [d] = codec.CommandParser(delivery_type=Flat).feed(frames + R.HEARTBEAT_FRAME)[:1]
+    assert (d.channel_id, d.consumer_tag, d.delivery_tag, d.redelivered, d.exchange, d.routing_key, d.body) == (
+        7, "ct\u00e9", 2**64 - 1, True, "ex", "rk", b"hello")
+    assert d.properties == codec.BasicProperties(content_type="text/plain", delivery_mode=2)
+    assert d.channel is None and d.message_count is None and d.tag() == 2**64 - 1
+    d.channel = "owner"
+    d.delivery_tag += 1  # a client renumbers tags after a recovery
+    assert d.channel == "owner" and d.delivery_tag == 2**64
+    with pytest.raises(AttributeError):
+        d.other = 1  # no instance dict: a subclass with __slots__ = () stays flat
+
+
+def test_zero_length_body_and_default_type():
+    frames = DELIVER[0] + header(1, 0)[0]
+    [d] = codec.CommandParser(delivery_type=Delivery).feed(frames)
+    assert type(d) is Delivery and d.body == b"" and d.properties == codec.BasicProperties()
+
+
+def test_constructor_and_repr():
+    d = Delivery(3, 9, False, "e", "k", codec.BasicProperties(), b"abc", "tag", 4, None)
+    assert (d.channel_id, d.delivery_tag, d.consumer_tag, d.message_count) == (3, 9, "tag", 4)
+    assert repr(d) == "Delivery(channel_id=3, consumer_tag='tag', delivery_tag=9, exchange='e', routing_key='k', body=<3 bytes>)"
+
+
+@pytest.mark.parametrize("bad", [object, int, codec.Command, "Delivery", Delivery(1, 1, False, "", "", None, b"")])
+def test_delivery_type_must_be_a_delivery_class(bad):
+    with pytest.raises(TypeError, match="delivery_type must be Delivery or a subclass"):
+        codec.CommandParser(delivery_type=bad)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\x00\x3c\x00\x3c",  # no arguments
+        b"\x00\x3c\x00\x3c\x01c",  # consumer tag, then nothing
+        b"\x00\x3c\x00\x3c\x09c",  # consumer tag overruns the frame
+        b"\x00\x3c\x00\x3c\x01c" + b"\x00" * 8 + b"\x00\x00",  # routing key missing
+        b"\x00\x3c\x00\x3c\x01c" + b"\x00" * 8 + b"\x00\x00\x00\x00",  # one trailing byte
+        b"\x00\x3c\x00\x3c\x01\xff" + b"\x00" * 8 + b"\x00\x00\x00",  # consumer tag not UTF-8
+    ],
+)
+def test_malformed_deliver_same_error_as_commands(payload):
+    stream = PREFIX + R.frame(1, 1, payload)
+    errors = []
+    for kw in ({}, {"delivery_type": Flat}):
+        parser = codec.CommandParser(**kw)
+        with pytest.raises(AMQPSyntaxError) as info:
+            parser.feed(stream)
+        check_poisoned(parser, AMQPSyntaxError)
+        errors.append((type(info.value), str(info.value), info.value.offset, info.value.reply_code))
+    assert errors[0] == errors[1]
+    assert errors[1][3] == 502
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [DELIVER[0], ACK[0]],  # method while header pending
+        [DELIVER[0], header(1, 5)[0], body(1, b"ab")[0], ACK[0]],  # method while body pending
+        [DELIVER[0], header(1, 5)[0], body(1, b"abcdef")[0]],  # body longer than announced
+        [DELIVER[0], header(1, 5)[0], header(1, 5)[0]],  # second header
+        [DELIVER[0], header(1, 0)[0], body(1, b"a")[0]],  # body after empty content
+    ],
+)
+def test_content_errors_same_as_commands(frames):
+    stream = PREFIX + b"".join(frames)
+    errors = []
+    for kw in ({}, {"delivery_type": Flat}):
+        with pytest.raises(UnexpectedFrame) as info:
+            codec.CommandParser(**kw).feed(stream)
+        errors.append((str(info.value), info.value.offset, [content_of(x) for x in info.value.parsed]))
+    assert errors[0] == errors[1]
+
+
+def test_interleaved_deliveries_on_many_channels():
+    frames = []
+    for ch in (1, 2, 3):
+        frames.append(method("basic.deliver", ch, consumer_tag=f"c{ch}", delivery_tag=ch, exchange="", routing_key="q")[0])
+        frames.append(header(ch, 4)[0])
+    for ch in (3, 1, 2):
+        frames.append(body(ch, b"ab")[0])
+    for ch in (2, 3, 1):
+        frames.append(body(ch, b"cd")[0])
+    data = b"".join(frames)
+    for mode in ("whole", "bytewise", "random3"):
+        got = feed_chunks(codec.CommandParser(delivery_type=Flat), data, split(mode, len(data)))
+        assert [(d.channel_id, d.consumer_tag, d.body) for d in got] == [(2, "c2", b"abcd"), (3, "c3", b"abcd"), (1, "c1", b"abcd")]
+
+
+def test_trailing_partial_delivery_is_buffered():
+    data = R.content(1, R.BY_NAME["basic.deliver"], dict(consumer_tag="c", delivery_tag=5, redelivered=False,
+                     exchange="", routing_key="q"), b"x" * 100)
+    parser = codec.CommandParser(delivery_type=Flat)
+    assert len(parser.feed(data + data[:20])) == 1 and parser.buffered == 20
+    [d] = parser.feed(data[20:])
+    assert d.body == b"x" * 100 and parser.buffered == 0
+
+
+shortstr = st.text(max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    channel=st.integers(1, 65535),
+    consumer_tag=shortstr,
+    tag=st.integers(0, 2**64 - 1),
+    redelivered=st.booleans(),
+    exchange=shortstr,
+    routing_key=shortstr,
+    payload=st.binary(max_size=9000),
+    cut=st.integers(1, 5000),
+)
+def test_hypothesis_matches_command_form(channel, consumer_tag, tag, redelivered, exchange, routing_key, payload, cut):
+    values = dict(consumer_tag=consumer_tag, delivery_tag=tag, redelivered=redelivered, exchange=exchange,
+                  routing_key=routing_key)
+    data = R.content(channel, R.BY_NAME["basic.deliver"], values, payload, R.properties(priority=3), frame_max=4096)
+    whole = codec.CommandParser(frame_max=4096).feed(data)
+    sizes = [cut] * (len(data) // cut + 1)
+    flat = feed_chunks(codec.CommandParser(frame_max=4096, delivery_type=Flat), data, sizes)
+    assert [content_of(x) for x in flat] == [content_of(x) for x in whole]
+    assert len(flat) == 1 and type(flat[0]) is Flat
+
+
+def test_codec_errors_stay_codec_errors():
+    # an unknown method after a good delivery: the delivery is in exc.parsed
+    good = R.content(1, R.BY_NAME["basic.deliver"], dict(consumer_tag="c", delivery_tag=1, redelivered=False,
+                     exchange="", routing_key="q"), b"hi")
+    with pytest.raises(CodecError) as info:
+        codec.CommandParser(delivery_type=Flat).feed(good + R.frame(1, 1, b"\x00\x3c\x00\xff"))
+    assert [type(x) for x in info.value.parsed] == [Flat]

@@ -1,0 +1,444 @@
+"""The Producer's transport-neutral policies (client/producer_core.py), without a broker."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import zlib
+
+import pytest
+
+from amqwire.codec import AMQPSyntaxError, BasicProperties, UnsupportedValueError
+from amqwire.client.errors import (
+    AMQPConnectionError,
+    ConnectionLost,
+    InvalidStateError,
+    MessageReturned,
+    NotFound,
+    PublishNacked,
+    PublishUnconfirmed,
+)
+from amqwire.client.message import Message, ReturnedMessage
+from amqwire.client.producer_core import (
+    PINNED,
+    ROUND_ROBIN,
+    Broker,
+    BrokerSelector,
+    BufferFullError,
+    Compressor,
+    Latencies,
+    MessageIds,
+    ProducerCore,
+    SendFailed,
+    SendTimeout,
+    decode_body,
+    retryable,
+    zstd_available,
+)
+from amqwire.client.url import ConnectionParameters
+
+
+class _Future:
+    def __init__(self) -> None:
+        self.outcomes: list = []
+
+    def done(self) -> bool:
+        return bool(self.outcomes)
+
+
+class Core(ProducerCore):
+    """The core with primitives that record instead of waiting."""
+
+    def __init__(self, *urls: str, **options) -> None:
+        self._lock = threading.Lock()
+        self.wakes = 0
+        super().__init__(list(urls) or None, **options)
+
+    def _new_future(self) -> _Future:
+        return _Future()
+
+    def _resolve(self, future, result, error) -> None:
+        future.outcomes.append((result, error))
+
+    def _wake(self) -> None:
+        self.wakes += 1
+
+    def _notify(self) -> None:
+        pass
+
+    def queue(self, routing_key="rk", body=b"x", **kw):
+        message = self._prepare("", routing_key, body, kw.pop("properties", None), kw.pop("mandatory", False),
+                                kw.pop("timeout", None), kw.pop("oneway", False))
+        with self._lock:
+            assert self._admit(message)
+        return message
+
+
+def _broker(core: Core, index: int = 0) -> Broker:
+    return core.brokers[index]
+
+
+# --------------------------------------------------------------------------- message ids
+
+
+def test_message_ids_are_unique_and_time_ordered_across_threads():
+    ids = MessageIds()
+    made: list[list[str]] = [[] for _ in range(4)]
+
+    def work(out: list[str]) -> None:
+        for _ in range(5000):
+            out.append(ids.next())
+
+    threads = [threading.Thread(target=work, args=(out,)) for out in made]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [i for out in made for i in out]
+    assert len(set(every)) == len(every) == 20000
+    for out in made:  # one thread's ids sort in the order it made them
+        assert out == sorted(out)
+    first = ids.next()
+    time.sleep(0.002)
+    assert ids.next() > first > max(every)
+    assert first[14] == "7" and first[19] in "89ab"  # the UUIDv7 version and variant
+    ms = int(first.replace("-", "")[:12], 16)
+    assert abs(ms / 1000 - time.time()) < 5
+
+
+# --------------------------------------------------------------------------- compression
+
+
+@pytest.mark.parametrize("method", ["zlib", "zstd", "auto"])
+def test_compression_round_trips_above_the_threshold(method):
+    if method != "zlib" and not zstd_available():
+        pytest.skip("zstandard not installed (the zstd extra)")
+    c = Compressor(method, 1000)
+    small = b"a" * 999
+    assert c.apply(small, None) == (small, None)
+    body = b"hello world " * 500
+    packed, props = c.apply(body, BasicProperties(content_type="text/plain"))
+    assert len(packed) < len(body)
+    assert props.content_type == "text/plain"
+    assert props.content_encoding == ("deflate" if method == "zlib" else "zstd")
+    assert decode_body(packed, props.content_encoding) == body
+    message = Message(1, 1, False, "", "q", props, packed)
+    assert message.decoded_body() == body
+
+
+def test_compression_leaves_encoded_or_incompressible_bodies_alone():
+    c = Compressor("zlib", 10)
+    body = b"z" * 100
+    props = BasicProperties(content_encoding="gzip")
+    assert c.apply(body, props) == (body, props)
+    random_body = os.urandom(2000)  # does not shrink
+    out, p = c.apply(random_body, None)
+    assert out == random_body and p is None
+    assert Compressor(None, 0).apply(body, None) == (body, None)
+    with pytest.raises(ValueError, match="compression must be"):
+        Compressor("lz4", 0)
+
+
+def test_decode_body_knows_gzip_and_passes_unknown_encodings():
+    import gzip
+
+    assert decode_body(gzip.compress(b"abc"), "gzip") == b"abc"
+    assert decode_body(b"abc", "utf-8") == b"abc"
+    assert decode_body(b"abc", None) == b"abc"
+    with pytest.raises(zlib.error):
+        decode_body(b"not deflate", "deflate")
+
+
+# --------------------------------------------------------------------------- brokers
+
+
+def _brokers(n: int) -> list[Broker]:
+    return [Broker(i, ConnectionParameters(port=5000 + i)) for i in range(n)]
+
+
+def test_round_robin_takes_brokers_in_turn_and_avoids_a_failed_one():
+    brokers = _brokers(3)
+    s = BrokerSelector(brokers, ROUND_ROBIN, 1.0, 8.0)
+    never = lambda b: False  # noqa: E731
+    assert [s.choose(0.0, never)[0].index for _ in range(4)] == [0, 1, 2, 0]
+    assert s.avoid(brokers[1], ConnectionLost("x"), 10.0) == 1.0
+    assert [s.choose(10.5, never)[0].index for _ in range(4)] == [2, 0, 2, 0]
+    assert s.choose(11.0, never)[0].index == 1  # the avoidance is over
+    # consecutive failures double the period, up to the maximum
+    assert [s.avoid(brokers[1], ConnectionLost("x"), 20.0) for _ in range(4)] == [2.0, 4.0, 8.0, 8.0]
+    s.succeeded(brokers[1])
+    assert s.avoid(brokers[1], ConnectionLost("x"), 30.0) == 1.0
+
+
+def test_every_broker_avoided_says_how_long_to_wait():
+    brokers = _brokers(2)
+    s = BrokerSelector(brokers, ROUND_ROBIN, 1.0, 8.0)
+    s.avoid(brokers[0], ConnectionLost("x"), 0.0)
+    s.avoid(brokers[1], ConnectionLost("x"), 0.5)
+    broker, wait = s.choose(0.25, lambda b: False)
+    assert broker is None and wait == pytest.approx(0.75)
+
+
+def test_pinned_fails_over_in_order_and_goes_back():
+    brokers = _brokers(3)
+    s = BrokerSelector(brokers, PINNED, 1.0, 8.0)
+    never = lambda b: False  # noqa: E731
+    assert {s.choose(0.0, never)[0].index for _ in range(3)} == {0}
+    s.avoid(brokers[0], ConnectionLost("x"), 0.0)
+    assert s.choose(0.5, never)[0].index == 1
+    s.avoid(brokers[1], ConnectionLost("x"), 0.5)
+    assert s.choose(0.6, never)[0].index == 2
+    assert s.choose(1.0, never)[0].index == 0
+
+
+def test_a_blocked_broker_is_used_only_when_no_other_is_there():
+    brokers = _brokers(2)
+    s = BrokerSelector(brokers, PINNED, 1.0, 8.0)
+    assert s.choose(0.0, lambda b: b.index == 0)[0].index == 1
+    assert s.choose(0.0, lambda b: True)[0].index == 0
+    with pytest.raises(ValueError, match="policy"):
+        BrokerSelector(brokers, "random", 1.0, 1.0)
+
+
+# --------------------------------------------------------------------------- retries
+
+
+def test_what_is_retried():
+    returned = MessageReturned(ReturnedMessage(1, 312, "NO_ROUTE", "", "rk", BasicProperties(), b""))
+    assert retryable(PublishNacked(1), False)
+    assert retryable(PublishUnconfirmed(1, ConnectionLost("gone")), False)
+    assert retryable(AMQPConnectionError("refused"), False)
+    assert not retryable(returned, False) and retryable(returned, True)
+    missing = NotFound(404, "NOT_FOUND - no exchange 'x'", 60, 40, channel=1)
+    assert not retryable(PublishUnconfirmed(1, missing), False)
+    assert not retryable(ValueError("x"), False)
+
+
+def test_backoff_is_exponential_capped_and_jittered():
+    core = Core(retry_backoff=0.1, retry_backoff_max=0.35)
+    for attempt, base in ((1, 0.1), (2, 0.2), (3, 0.35), (6, 0.35)):
+        values = [core._backoff(attempt) for _ in range(200)]
+        assert all(base * 0.5 <= v <= base for v in values)
+        assert len(set(values)) > 100  # jittered
+
+
+def test_a_send_is_tried_at_most_retries_plus_one_times_then_fails_with_every_attempt():
+    core = Core(retries=2, retry_backoff=0.0, retry_backoff_max=0.0)
+    message = core.queue()
+    broker = _broker(core)
+    core._attempt_failed(message, broker, PublishNacked(1))
+    core._attempt_failed(message, broker, PublishUnconfirmed(2, ConnectionLost("gone")))
+    assert not message.done and core._retried == 2 and core.wakes == 2
+    core._attempt_failed(message, broker, PublishNacked(3))
+    assert message.done
+    (result, error), = message.future.outcomes
+    assert result is None and isinstance(error, SendFailed)
+    assert isinstance(error.error, PublishNacked) and len(error.attempts) == 3
+    assert [a.broker for a in error.attempts] == [broker.url] * 3
+    assert "after 3 attempts" in str(error) and message.message_id in str(error)
+    assert core.stats().failed == 1 and core.stats().pending == 0
+
+
+def test_a_final_error_is_not_retried_and_is_the_brokers_own():
+    core = Core(retries=5)
+    message = core.queue()
+    missing = NotFound(404, "NOT_FOUND - no exchange 'x'", 60, 40, channel=1)
+    core._attempt_failed(message, _broker(core), PublishUnconfirmed(1, missing))
+    (result, error), = message.future.outcomes
+    assert isinstance(error, SendFailed) and error.error is missing and len(error.attempts) == 1
+
+
+def test_a_retry_that_would_end_after_the_deadline_times_out_naming_the_back_off():
+    core = Core(retries=5, retry_backoff=10.0, retry_backoff_max=10.0)
+    message = core.queue(timeout=1.0)
+    core._attempt_failed(message, _broker(core), PublishNacked(1))
+    (result, error), = message.future.outcomes
+    assert isinstance(error, SendTimeout) and "back-off before retry 1" in str(error)
+    assert len(error.attempts) == 1 and isinstance(error.error, PublishNacked)
+
+
+def test_a_confirm_settles_once():
+    core = Core()
+    message = core.queue()
+    core._succeeded_all([message], _broker(core))
+    core._succeeded_all([message], _broker(core))
+    core._attempt_failed(message, _broker(core), PublishNacked(1))
+    assert len(message.future.outcomes) == 1
+    result, error = message.future.outcomes[0]
+    assert error is None and result.attempts == 1 and result.message_id == message.message_id
+    stats = core.stats()
+    assert (stats.sent, stats.confirmed, stats.failed, stats.pending, stats.buffered_bytes) == (1, 1, 0, 0, 0)
+
+
+# --------------------------------------------------------------------------- the accumulator
+
+
+def test_linger_holds_a_batch_until_it_is_full_or_old_enough():
+    core = Core(linger=10.0, batch_size=3)
+    core.queue()
+    core.queue()
+    now = time.monotonic()
+    batch, wait = core._next_batch(now)
+    assert batch == [] and 9 < wait <= 10.0
+    core.queue()
+    core.queue()
+    batch, wait = core._next_batch(now)
+    assert len(batch) == 3  # batch_size
+    batch, wait = core._next_batch(now + 11)
+    assert len(batch) == 1  # lingered long enough
+    batch, wait = core._next_batch(now + 11)
+    assert batch == [] and 18 < wait < 20  # nothing to write: wake up by the nearest deadline (30 s)
+
+
+def test_batch_bytes_and_flush_end_the_linger():
+    core = Core(linger=10.0, batch_size=100, batch_bytes=250, compression=None)
+    now = time.monotonic()
+    for _ in range(3):
+        core.queue(body=b"b" * 100)
+    batch, _ = core._next_batch(now)
+    assert len(batch) == 3  # 300 bytes >= batch_bytes: the batch stops past the limit
+    core.queue()
+    assert core._next_batch(now)[0] == []
+    epoch = core._begin_flush()
+    assert len(core._next_batch(now)[0]) == 1
+    assert not core._flushed(epoch)  # written, not settled
+
+
+def test_retries_go_first_once_their_back_off_is_over():
+    core = Core(retry_backoff=1.0, retry_backoff_max=1.0)
+    first = core.queue()
+    core._next_batch(time.monotonic())
+    core._published([first], _broker(core))
+    second = core.queue()
+    core._attempt_failed(first, _broker(core), PublishNacked(1))
+    now = time.monotonic()
+    batch, _ = core._next_batch(now)
+    assert batch == [second]
+    batch, _ = core._next_batch(now + 1.01)
+    assert batch == [first]
+
+
+def test_the_sweep_fails_each_send_with_the_wait_it_was_in():
+    core = Core(retry_backoff=100.0, retry_backoff_max=100.0)
+    queued = core.queue(timeout=0.5)
+    inflight = core.queue(timeout=0.5)
+    backing_off = core.queue(timeout=200.0)
+    keep = core.queue(timeout=60.0)
+    core._queue.remove(inflight)
+    core._published([inflight], _broker(core))
+    core._queue.remove(backing_off)
+    core._attempt_failed(backing_off, _broker(core), PublishNacked(1))
+    backing_off.deadline = time.monotonic()  # its deadline passes during the back-off
+    core._waiting = "room in the confirm window"
+    core._sweep(time.monotonic() + 1)
+    waits = {m.message_id: m.future.outcomes[0][1] for m in (queued, inflight, backing_off)}
+    assert all(isinstance(e, SendTimeout) for e in waits.values())
+    assert waits[queued.message_id].operation == "room in the confirm window"
+    assert waits[inflight.message_id].operation == "the broker's confirm"
+    assert waits[backing_off.message_id].operation == "the back-off before retry 1"
+    assert "timed out after 0.5 s waiting for the broker's confirm" in str(waits[inflight.message_id])
+    assert not keep.done and list(core._queue) == [keep]
+
+
+def test_buffer_memory_bounds_what_is_held():
+    core = Core(buffer_memory=250, compression=None)
+    core.queue(body=b"a" * 100)
+    core.queue(body=b"a" * 100)
+    message = core._prepare("", "rk", b"a" * 100, None, False, None, False)
+    with core._lock:
+        assert core._admit(message) == 0
+    raising = Core(buffer_memory=250, buffer_full="raise", compression=None)
+    raising.queue(body=b"a" * 200)
+    with pytest.raises(BufferFullError, match="200 of 250 bytes"):
+        raising.queue(body=b"a" * 100)
+    assert raising.stats().sent == 1
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def test_bad_input_is_refused_at_the_call_with_the_codecs_typed_errors():
+    core = Core(max_body_size=1000, compression=None)
+    with pytest.raises(AMQPSyntaxError, match="routing_key"):
+        core.queue(routing_key="k" * 256)
+    with pytest.raises(AMQPSyntaxError, match="exchange"):
+        core._prepare("e" * 256, "rk", b"", None, False, None, False)
+    with pytest.raises(AMQPSyntaxError, match="body: 1001 bytes, over max_body_size"):
+        core.queue(body=b"x" * 1001)
+    with pytest.raises(UnsupportedValueError, match=r"headers\['bad'\]"):
+        core.queue(properties=BasicProperties(headers={"bad": object()}))
+    with pytest.raises(TypeError, match="body must be"):
+        core.queue(body=123)
+    with pytest.raises(ValueError, match="timeout must be"):
+        core.queue(timeout=0)
+    assert core.stats().sent == 0 and not core._queue
+    core._closed = True
+    with pytest.raises(InvalidStateError, match="closed"):
+        core.queue()
+
+
+def test_a_message_id_is_added_unless_the_caller_gave_one():
+    core = Core()
+    mine = core.queue(properties=BasicProperties(message_id="mine", priority=3))
+    assert mine.message_id == "mine" and mine.properties.priority == 3
+    made = core.queue()
+    assert made.properties.message_id == made.message_id and len(made.message_id) == 36
+    assert Core(message_ids=False).queue().properties is None
+
+
+def test_hooks_see_each_send_and_a_before_send_error_refuses_it():
+    seen = []
+    core = Core(before_send=lambda m: seen.append(("before", m.routing_key)),
+                after_send=lambda m, r, e: seen.append(("after", r is not None, e)))
+    message = core.queue(routing_key="a")
+    core._succeeded_all([message], _broker(core))
+    assert seen == [("before", "a"), ("after", True, None)]
+
+    def refuse(m):
+        raise PermissionError("not this one")
+
+    strict = Core(before_send=refuse)
+    with pytest.raises(PermissionError):
+        strict.queue()
+    assert strict.stats().sent == 0
+
+
+def test_latency_percentiles():
+    lat = Latencies(size=100)
+    assert lat.percentiles(50) == [None]
+    for i in range(1, 201):
+        lat.add(i / 1000)
+    p50, p99, pmax = lat.percentiles(50, 99, 100)
+    assert (p50, p99, pmax) == (0.151, 0.2, 0.2)  # the last 100 values: 0.101 .. 0.200
+
+
+# --------------------------------------------------------------------------- typing
+
+PRODUCER_USER_CODE = '''
+import asyncio
+from amqwire.client import Producer, SendFuture, SendResult, aio
+
+def blocking_user() -> None:
+    with Producer(["amqp://a/", "amqp://b/"], policy="pinned", linger=0.005) as producer:
+        result: SendResult = producer.send("", "q", b"x")
+        future: SendFuture = producer.send_async("", "q", b"x", callback=lambda f: None)
+        latency: float = future.result().latency
+        producer.send_oneway("", "q", b"x")
+        producer.flush(5)
+
+async def aio_user() -> None:
+    async with aio.Producer("amqp://a/") as producer:
+        result: SendResult = await producer.send("", "q", b"x")
+        future: "asyncio.Future[SendResult]" = await producer.send_async("", "q", b"x")
+        latency: float = (await future).latency
+        forgotten: SendResult = producer.send("", "q", b"x")
+'''
+
+
+def test_the_producers_are_typed_and_a_missing_await_is_a_type_error(tmp_path):
+    from test_typing import _mypy
+
+    result = _mypy(tmp_path, PRODUCER_USER_CODE)
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1, result.stdout + result.stderr
+    assert "user.py:18:" in errors[0] and "Coroutine" in errors[0], errors  # the forgotten await
