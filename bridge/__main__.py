@@ -154,10 +154,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return asyncio.run(run(args, Display(sys.stdout)))
     except BridgeError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
         return exc.exit_code
     except ValueError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
         return 2
 
 

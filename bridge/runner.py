@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 from amqwire.client import aio
 from amqwire.client.errors import (
@@ -173,7 +173,8 @@ class Direction:
 
     async def _run(self) -> None:
         forwarder = self.forwarder
-        assert forwarder is not None  # noqa: S101 - set before the task starts
+        if forwarder is None:
+            raise BridgeError(f"{self.label}: not opened")
         wake = self._wake
         while True:
             if self._confirmed:
@@ -346,8 +347,8 @@ class Bridge:
             await self._close_connections()
             raise
         for direction in self.directions:
-            assert direction.task is not None  # noqa: S101
-            direction.task.add_done_callback(self._direction_done)
+            if direction.task is not None:
+                direction.task.add_done_callback(self._direction_done)
         self._started_at = time.monotonic()
         self._watch = asyncio.get_running_loop().create_task(self._watchdog(), name="amqwire.bridge watch")
         log.info("bridge started: %s queue %r -> %s exchange %r (%s, prefetch %d%s)", _display(self.src),
@@ -362,8 +363,7 @@ class Bridge:
         if error is not None and self._failure is None:
             self._failure = error
             log.error("bridge failed: %s", error)
-        if error is not None or not self._stopped:
-            assert self._finished is not None  # noqa: S101
+        if (error is not None or not self._stopped) and self._finished is not None:
             self._finished.set()
 
     async def _watchdog(self) -> None:
@@ -378,8 +378,8 @@ class Bridge:
                 if ended is not None and self._failure is None:
                     self._failure = ended
                     log.error("bridge failed: the consumer on %r ended: %s", direction.queue, ended)
-                    assert self._finished is not None  # noqa: S101
-                    self._finished.set()
+                    if self._finished is not None:
+                        self._finished.set()
             if next_stats is not None and time.monotonic() >= next_stats:
                 next_stats += interval  # type: ignore[operator]
                 for direction in self.directions:

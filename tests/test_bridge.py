@@ -167,7 +167,7 @@ def test_every_property_and_header_type_forwarded_byte_for_byte(nodes):
         assert len(received) == COUNT
         entry = bytes([len(PATH_HEADER)]) + PATH_HEADER.encode() + b"A" + struct.pack(">I", 5 + len(source_name)) \
             + b"S" + struct.pack(">I", len(source_name)) + source_name.encode()
-        for i, (m, (wire, body)) in enumerate(zip(received, sent)):
+        for i, (m, (_sent_wire, body)) in enumerate(zip(received, sent)):
             expected = all_properties(i)
             for name in ("content_type", "content_encoding", "delivery_mode", "priority", "correlation_id",
                          "reply_to", "expiration", "message_id", "timestamp", "type", "user_id", "app_id",
@@ -467,7 +467,7 @@ def test_two_processes_share_one_source_queue(nodes):
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert sorted(int(m.properties.message_id) for m in got) == list(range(n))
     forwarded = []
-    for out, err in outputs:
+    for out, _err in outputs:
         final = [line for line in out.splitlines() if line.startswith("stopped: ")]
         assert len(final) == 1, out
         forwarded.append(int(final[0].split("forwarded ")[1].split()[0]))
