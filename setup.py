@@ -21,7 +21,7 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client", "amqwire.spark": "spark"}
+PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client", "amqwire.spark": "spark", "amqwire.bridge": "bridge"}
 # (folder, module): compiled in this order; spark's modules cimport the codec's
 CYTHON_MODULES = [("codec", name) for name in ["buffer", "table", "properties", "methods", "writer", "parser"]]
 CYTHON_MODULES += [("spark", name) for name in ["arrow_view", "encode"]]
@@ -99,6 +99,7 @@ setup(
         "amqwire.codec": ["*.pyi", "*.pxd", "*.h", "py.typed"],
         "amqwire.client": ["py.typed"],
         "amqwire.spark": ["*.pyi", "*.pxd", "py.typed"],
+        "amqwire.bridge": ["py.typed"],
     },
     ext_modules=extensions(),
     cmdclass={"build_ext": cythonize_then_build_ext, "build_py": build_py_without_tools},

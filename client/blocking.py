@@ -158,6 +158,10 @@ class Connection(SyncConnection):
         self._monitor.interval = self.heartbeat
 
     def _stop_io(self) -> None:
+        # shutdown() wakes the I/O thread's select() at once; close() alone does not, and
+        # close() then waited up to a second for the thread to notice.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._sock.close()
 

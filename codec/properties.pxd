@@ -16,6 +16,7 @@ cdef class BasicProperties:
     cdef public object user_id
     cdef public object app_id
     cdef public object cluster_id
+    cdef readonly bytes wire
 
     cdef tuple _values(self)
 

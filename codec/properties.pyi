@@ -18,6 +18,8 @@ class BasicProperties:
     user_id: str | None
     app_id: str | None
     cluster_id: str | None
+    @property
+    def wire(self) -> bytes | None: ...
     def __init__(
         self,
         *,

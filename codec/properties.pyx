@@ -19,6 +19,7 @@ cdef extern from "Python.h":
     bint PyLong_Check(object o)
     bint PyBool_Check(object o)
     long PyLong_AsLongAndOverflow(object o, int *overflow) except? -1
+    bytes PyBytes_FromStringAndSize(const char *v, Py_ssize_t len)
 
 
 # Flag bits, highest first, in wire order.
@@ -53,6 +54,11 @@ cdef class BasicProperties:
     Cheap to build and compare; shortstr properties are ``str``, ``headers`` a dict,
     ``delivery_mode`` and ``priority`` ints 0..255, ``timestamp`` a datetime (whole
     seconds; naive means UTC; decoded as aware UTC).
+
+    ``wire``: for properties decoded from a content header, the exact bytes they were
+    decoded from (flags and list), so a message can be passed on unchanged (header field
+    types included) without encoding it again; None for properties built in Python.  It
+    is not updated when an attribute is changed afterwards.
     """
 
     def __init__(self, *, content_type=None, content_encoding=None, headers=None,
@@ -201,6 +207,7 @@ cdef BasicProperties read_properties(ReadView *v):
     cdef uint16_t flags = 0, more = 0
     cdef uint64_t ts = 0
     cdef Py_ssize_t at = v.base + v.pos
+    cdef Py_ssize_t start = v.pos
     cdef BasicProperties p = BasicProperties.__new__(BasicProperties)
     read_u16(v, &flags, "basic properties flags")
     more = flags
@@ -216,6 +223,7 @@ cdef BasicProperties read_properties(ReadView *v):
         raise AMQPSyntaxError(
             f"basic properties: unknown property flag 0x0002 at offset {at}", offset=at)
     if flags == 0:
+        p.wire = PyBytes_FromStringAndSize(v.buf + start, v.pos - start)
         return p
     if flags & F_CONTENT_TYPE:
         p.content_type = read_shortstr(v, "basic properties content_type")
@@ -247,6 +255,7 @@ cdef BasicProperties read_properties(ReadView *v):
         p.app_id = read_shortstr(v, "basic properties app_id")
     if flags & F_CLUSTER_ID:
         p.cluster_id = read_shortstr(v, "basic properties cluster_id")
+    p.wire = PyBytes_FromStringAndSize(v.buf + start, v.pos - start)
     return p
 
 

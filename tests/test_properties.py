@@ -27,7 +27,9 @@ from amqp_reference import canon
 from amqwire.codec import (
     AMQPSyntaxError,
     BasicProperties,
+    CommandParser,
     UnsupportedValueError,
+    encode_publish,
 )
 
 UTC = timezone.utc
@@ -558,3 +560,18 @@ def test_hypothesis_ours_to_pamqp(kw):
     pp = from_pamqp_bytes(ours)
     for n in NAMES:
         assert canon(getattr(pp, PAMQP_NAME[n])) == canon(kw.get(n)), n
+
+
+def test_wire_keeps_the_bytes_decoded_from():
+    # header types that Python values would encode differently: b (int8), s (int16), f (float32), x
+    table = (b"\x01bb\xfe" + b"\x01ss\xff\x9c" + b"\x01ff\x3f\xc0\x00\x00" + b"\x01xx\x00\x00\x00\x02\x00\xff")
+    raw = h("2000") + struct.pack(">I", len(table)) + table
+    p = BasicProperties.decode(raw)
+    assert p.headers == {"b": -2, "s": -100, "f": 1.5, "x": b"\x00\xff"}
+    assert p.wire == raw and p.encode() != raw
+    assert BasicProperties(delivery_mode=2).wire is None
+    assert BasicProperties.decode(h("0000")).wire == h("0000")
+    frames = encode_publish(1, "", "q", b"body", BasicProperties(content_type="t", priority=3))
+    assert CommandParser().feed(frames)[0].properties.wire == BasicProperties(content_type="t", priority=3).encode()
+    p.headers = {}  # a changed object keeps what it was decoded from
+    assert p.wire == raw

@@ -1,0 +1,33 @@
+"""amqwire.bridge: forward messages from a queue on one RabbitMQ broker to an exchange on
+another, without losing one (Shovel's ack modes, a loop guard, hop limits, filters).
+
+    python -m amqwire.bridge --src amqp://a/ --src-queue orders --dest amqp://b/
+
+or from Python, on asyncio::
+
+    async with Bridge("amqp://a/", "orders", "amqp://b/") as bridge:
+        await bridge.wait()
+"""
+from .errors import AccessRefused, BridgeError, BridgeFailed, BrokerUnreachable, MissingResource
+from .filters import TopicFilter, topic_matches
+from .forwarder import AckMode, Forwarder
+from .path import PATH_HEADER, read_path
+from .runner import Bridge, Direction
+from .stats import BridgeStats
+
+__all__ = [
+    "Bridge",
+    "Direction",
+    "BridgeStats",
+    "AckMode",
+    "Forwarder",
+    "TopicFilter",
+    "topic_matches",
+    "PATH_HEADER",
+    "read_path",
+    "BridgeError",
+    "BrokerUnreachable",
+    "AccessRefused",
+    "MissingResource",
+    "BridgeFailed",
+]

@@ -1,0 +1,455 @@
+"""The running bridge: :class:`Bridge`, on the asyncio transport of ``amqwire.client``.
+
+Why asyncio rather than the blocking transport: a bridge is two connections feeding each
+other (and four channels with ``duplex``).  On asyncio one thread runs both sockets, the
+consumer callbacks, the destination's confirms and the source's acks, with no handoff
+between an I/O thread and a caller thread per delivery and no lock on the hot path; the
+blocking transport would need a reader thread per connection plus a forwarding thread
+per direction, and every delivery and confirm would cross threads.  The forwarding logic
+itself (``forwarder.py``) does no I/O and would serve a blocking runner unchanged.
+
+Per direction, deliveries are taken in the batches one read of the socket brings, turned
+into one buffer of publish frames (the received content headers passed on, see
+``path.py``) and written with one ``publish_encoded`` call; in on-confirm mode the
+batch's confirm settles it at the source (``forwarder.py``).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable, Iterable, Optional, Union
+
+from amqwire.client import aio
+from amqwire.client.errors import (
+    AccessRefused as ClientAccessRefused,
+    AMQPConnectionError,
+    AMQPError,
+    AuthenticationError,
+    ConnectionClosed,
+    NotFound,
+)
+from amqwire.client.recovery import RecoveryPolicy
+from amqwire.client.url import parse_url
+
+from .errors import AccessRefused, BridgeError, BridgeFailed, BrokerUnreachable, MissingResource
+from .filters import TopicFilter
+from .forwarder import ACK, AckMode, Batch, Forwarder
+from .stats import BridgeStats
+
+log = logging.getLogger("amqwire.bridge")
+
+DEFAULT_RECOVERY = RecoveryPolicy(initial_delay=0.5, max_delay=10.0)
+
+
+def _display(url: str) -> str:
+    try:
+        return str(parse_url(url))
+    except Exception:  # noqa: BLE001 - only for messages; a bad URL fails in connect
+        return "<bad URL>"
+
+
+def broker_name(connection: Any) -> str:
+    """How ``x-amqwire-path`` names a broker: its cluster name and the vhost."""
+    props = connection.server_properties or {}
+    name = props.get("cluster_name")
+    if isinstance(name, bytes):
+        name = name.decode("utf-8", "replace")
+    if not name:
+        name = f"{connection.params.host}:{connection.params.port}"
+    return f"{name}{connection.params.vhost if connection.params.vhost.startswith('/') else '/' + connection.params.vhost}"
+
+
+async def _connect(url: str, role: str, recovery: RecoveryPolicy, connection_timeout: float, heartbeat: Optional[int]) -> Any:
+    try:
+        return await aio.connect(url, recovery=recovery, connection_timeout=connection_timeout, heartbeat=heartbeat,
+                                 client_properties={"connection_name": f"amqwire.bridge {role}"})
+    except AuthenticationError as exc:
+        raise AccessRefused(f"{role} broker {_display(url)} refused the credentials: {exc}") from exc
+    except ConnectionClosed as exc:
+        if exc.reply_code in (402, 403, 530):
+            raise AccessRefused(f"{role} broker {_display(url)} refused access: {exc}") from exc
+        raise BrokerUnreachable(f"{role} broker {_display(url)} closed the connection: {exc}") from exc
+    except (AMQPConnectionError, OSError, TimeoutError) as exc:
+        raise BrokerUnreachable(f"cannot reach the {role} broker {_display(url)}: {exc}") from exc
+    except ValueError as exc:
+        raise BridgeError(f"bad {role} URL: {exc}") from exc
+
+
+def _resource_error(exc: AMQPError, what: str) -> BridgeError:
+    if isinstance(exc, NotFound):
+        return MissingResource(f"{what} does not exist ({exc})")
+    if isinstance(exc, ClientAccessRefused):
+        return AccessRefused(f"access to {what} refused ({exc})")
+    return BridgeFailed(f"{what}: {exc}")
+
+
+class Direction:
+    """One way across the bridge: a consumer on ``source``, publishes on ``destination``."""
+
+    def __init__(self, bridge: "Bridge", source: Any, destination: Any, queue: str, exchange: str,
+                 routing_key: Optional[str], label: str) -> None:
+        self.bridge = bridge
+        self.source = source
+        self.destination = destination
+        self.queue = queue
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.label = label
+        self.forwarder: Optional[Forwarder] = None
+        self._src_ch: Any = None
+        self._dest_ch: Any = None
+        self._consumer: Any = None
+        self._pending: list[Any] = []
+        self._confirmed: list[tuple[Batch, bool]] = []
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self.task: Optional["asyncio.Task[None]"] = None
+
+    async def open(self) -> None:
+        bridge = self.bridge
+        source, destination = self.source, self.destination
+        self._src_ch = await source.channel()
+        try:
+            await self._src_ch.queue_declare(self.queue, passive=True)
+        except AMQPError as exc:
+            raise _resource_error(exc, f"queue {self.queue!r} on the {self.label.split(' ')[0]} broker") from exc
+        self._dest_ch = await destination.channel()
+        if self.exchange:
+            try:
+                await self._dest_ch.exchange_declare(self.exchange, passive=True)
+            except AMQPError as exc:
+                raise _resource_error(exc, f"exchange {self.exchange!r} on the {self.label.split(' ')[-1]} broker") from exc
+        mode = bridge.ack_mode
+        if mode is AckMode.ON_CONFIRM:
+            await self._dest_ch.confirm_select(max_in_flight=max(2 * bridge.prefetch, 1000))
+        if mode is not AckMode.NO_ACK:
+            await self._src_ch.basic_qos(bridge.prefetch)
+        self.forwarder = Forwarder(
+            exchange=self.exchange,
+            routing_key=self.routing_key,
+            source_name=broker_name(source),
+            destination_name=broker_name(destination),
+            ack_mode=mode,
+            max_hops=bridge.max_hops,
+            topic_filter=bridge.topic_filter,
+            channel_id=self._dest_ch.channel_id,
+            frame_max=destination.frame_max,
+        )
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"amqwire.bridge {self.label}")
+        try:
+            self._consumer = await self._src_ch.consume(self.queue, self._on_message, no_ack=mode is AckMode.NO_ACK)
+        except AMQPError as exc:
+            raise _resource_error(exc, f"consuming from queue {self.queue!r}") from exc
+
+    def _on_message(self, message: Any) -> None:
+        self._pending.append(message)
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def _on_confirm(self, batch: Batch, future: "asyncio.Future[None]") -> None:
+        self._confirmed.append((batch, not future.cancelled() and future.exception() is None))
+        if not self._wake.is_set():
+            self._wake.set()
+
+    @property
+    def consumer_ended(self) -> Optional[BaseException]:
+        """Why the source consumer stopped without being asked to (None while it runs)."""
+        consumer = self._consumer
+        if consumer is None or consumer.active or self._stopping:
+            return None
+        reason = getattr(consumer, "_finished", None)
+        return reason if isinstance(reason, BaseException) else BridgeFailed(f"the consumer on {self.queue!r} was cancelled")
+
+    async def stop_consuming(self) -> None:
+        self._stopping = True
+        consumer = self._consumer
+        if consumer is not None and consumer.active:
+            try:
+                await consumer.cancel()
+            except AMQPError as exc:
+                log.info("%s: cancelling the consumer: %s", self.label, exc)
+        self._wake.set()
+
+    async def _run(self) -> None:
+        forwarder = self.forwarder
+        if forwarder is None:
+            raise BridgeError(f"{self.label}: not opened")
+        wake = self._wake
+        while True:
+            if self._confirmed:
+                done, self._confirmed = self._confirmed, []
+                for batch, ok in done:
+                    await self._apply(forwarder.confirmed(batch, ok))
+            if self._pending:
+                messages, self._pending = self._pending, []
+                step = self.bridge.max_batch
+                for start in range(0, len(messages), step):
+                    batch = forwarder.prepare(messages[start:start + step] if len(messages) > step else messages)
+                    if batch.count:
+                        await self._publish(batch)
+                    await self._apply(forwarder.sent(batch))
+                continue
+            if self._confirmed:
+                continue
+            if self._stopping and forwarder.unsettled == 0:
+                return
+            wake.clear()
+            await wake.wait()
+
+    async def _publish(self, batch: Batch) -> None:
+        channel = self._dest_ch
+        while True:
+            try:
+                future = await channel.publish_encoded(batch.frames, batch.count)
+                break
+            except AMQPConnectionError as exc:
+                if self.destination.recovery is None or self.destination._closing:
+                    raise
+                log.warning("%s: destination lost (%s): waiting for it to come back", self.label, exc)
+                if not await self.destination.wait_recovered():
+                    raise
+        if future is not None:
+            future.add_done_callback(lambda f, b=batch: self._on_confirm(b, f))
+
+    async def _apply(self, actions: list[tuple[str, int, bool]]) -> None:
+        channel = self._src_ch
+        for op, tag, multiple in actions:
+            try:
+                if op is ACK:
+                    await channel.basic_ack(tag, multiple)
+                else:
+                    await channel.basic_nack(tag, False, True)
+            except AMQPError as exc:
+                # The source is gone: it requeues what was not acked and delivers it again.
+                log.info("%s: %s of delivery %d not sent: %s", self.label, op, tag, exc)
+
+    def stats(self) -> BridgeStats:
+        return self.forwarder.counters.snapshot() if self.forwarder is not None else BridgeStats()
+
+
+class Bridge:
+    """Forward messages from a queue on one broker to an exchange on another.
+
+    ``dest_routing_key``: the routing key to publish with; default: the source queue's
+    name when ``dest_exchange`` is the default exchange, else each message's own routing
+    key (``keep_routing_key=True``: always the message's own).  ``duplex``: also forward
+    from ``reverse_queue`` (default: the same queue name) on the destination broker to
+    ``reverse_exchange`` (default: the same exchange name) on the source broker, over the
+    same two connections.  ``include``/``exclude``: topic patterns on the routing key the
+    message was delivered with.  ``max_hops``: drop messages that crossed that many
+    bridges already.  ``stats_interval``: log the statistics every that many seconds
+    (and call ``on_stats(bridge)``).  ``max_batch``: deliveries published together
+    under one confirm (on-confirm acks them at the source together: smaller batches are
+    acked sooner).
+
+        async with Bridge(src, "orders", dest, dest_exchange="orders") as bridge:
+            ...                      # runs until the block ends; stop() drains
+            print(bridge.stats())
+    """
+
+    def __init__(
+        self,
+        src: str,
+        src_queue: str,
+        dest: str,
+        *,
+        dest_exchange: str = "",
+        dest_routing_key: Optional[str] = None,
+        keep_routing_key: bool = False,
+        ack_mode: Union[AckMode, str] = AckMode.ON_CONFIRM,
+        prefetch: int = 1000,
+        duplex: bool = False,
+        reverse_queue: Optional[str] = None,
+        reverse_exchange: Optional[str] = None,
+        max_hops: Optional[int] = None,
+        include: Iterable[str] = (),
+        exclude: Iterable[str] = (),
+        stats_interval: Optional[float] = None,
+        on_stats: Optional[Callable[["Bridge"], Any]] = None,
+        recovery: RecoveryPolicy = DEFAULT_RECOVERY,
+        connection_timeout: float = 10.0,
+        heartbeat: Optional[int] = None,
+        max_batch: int = 512,
+    ) -> None:
+        try:
+            self.ack_mode = AckMode(ack_mode)
+        except ValueError:
+            raise ValueError(f"ack_mode must be one of {', '.join(m.value for m in AckMode)}, not {ack_mode!r}") from None
+        if not isinstance(prefetch, int) or not 1 <= prefetch <= 65535:
+            raise ValueError(f"prefetch must be an int from 1 to 65535, not {prefetch!r}")
+        if max_hops is not None and (not isinstance(max_hops, int) or max_hops < 1):
+            raise ValueError(f"max_hops must be a positive int, not {max_hops!r}")
+        if stats_interval is not None and not stats_interval > 0:
+            raise ValueError(f"stats_interval must be a positive number of seconds, not {stats_interval!r}")
+        if not src_queue:
+            raise ValueError("src_queue must name a queue")
+        if not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be a positive int, not {max_batch!r}")
+        self.src, self.dest = src, dest
+        self.src_queue = src_queue
+        self.dest_exchange = dest_exchange
+        self.dest_routing_key = dest_routing_key
+        self.keep_routing_key = keep_routing_key
+        self.prefetch = prefetch
+        self.duplex = duplex
+        self.reverse_queue = reverse_queue or src_queue
+        self.reverse_exchange = dest_exchange if reverse_exchange is None else reverse_exchange
+        self.max_hops = max_hops
+        self.topic_filter = TopicFilter(include, exclude)
+        self.stats_interval = stats_interval
+        self.on_stats = on_stats
+        self.recovery = recovery
+        self.connection_timeout = connection_timeout
+        self.heartbeat = heartbeat
+        self.max_batch = max_batch
+        self.directions: list[Direction] = []
+        self._src_conn: Any = None
+        self._dest_conn: Any = None
+        self._watch: Optional["asyncio.Task[None]"] = None
+        self._failure: Optional[BaseException] = None
+        self._finished: Optional[asyncio.Event] = None
+        self._stopped = False
+        self._started_at = 0.0
+
+    def _routing_key(self, exchange: str, queue: str) -> Optional[str]:
+        if self.dest_routing_key is not None:
+            return self.dest_routing_key
+        if self.keep_routing_key or exchange:
+            return None
+        return queue
+
+    async def start(self) -> "Bridge":
+        """Connect to both brokers, check the queue(s) and exchange(s), start forwarding.
+        Raises a :class:`BridgeError` (one line saying what and where) and leaves nothing
+        open if it cannot."""
+        self._finished = asyncio.Event()
+        try:
+            self._src_conn = await _connect(self.src, "source", self.recovery, self.connection_timeout, self.heartbeat)
+            self._dest_conn = await _connect(self.dest, "destination", self.recovery, self.connection_timeout,
+                                             self.heartbeat)
+            if broker_name(self._src_conn) == broker_name(self._dest_conn):
+                log.warning("source and destination are the same broker (%s): the loop guard suppresses everything",
+                            broker_name(self._src_conn))
+            self.directions.append(Direction(
+                self, self._src_conn, self._dest_conn, self.src_queue, self.dest_exchange,
+                self._routing_key(self.dest_exchange, self.src_queue), "source -> destination"))
+            if self.duplex:
+                self.directions.append(Direction(
+                    self, self._dest_conn, self._src_conn, self.reverse_queue, self.reverse_exchange,
+                    self._routing_key(self.reverse_exchange, self.reverse_queue), "destination -> source"))
+            for direction in self.directions:
+                await direction.open()
+        except BaseException:
+            for direction in self.directions:
+                if direction.task is not None:
+                    direction.task.cancel()
+            await self._close_connections()
+            raise
+        for direction in self.directions:
+            if direction.task is not None:
+                direction.task.add_done_callback(self._direction_done)
+        self._started_at = time.monotonic()
+        self._watch = asyncio.get_running_loop().create_task(self._watchdog(), name="amqwire.bridge watch")
+        log.info("bridge started: %s queue %r -> %s exchange %r (%s, prefetch %d%s)", _display(self.src),
+                 self.src_queue, _display(self.dest), self.dest_exchange, self.ack_mode.value, self.prefetch,
+                 ", duplex" if self.duplex else "")
+        return self
+
+    def _direction_done(self, task: "asyncio.Task[None]") -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and self._failure is None:
+            self._failure = error
+            log.error("bridge failed: %s", error)
+        if (error is not None or not self._stopped) and self._finished is not None:
+            self._finished.set()
+
+    async def _watchdog(self) -> None:
+        interval = self.stats_interval
+        next_stats = time.monotonic() + interval if interval else None
+        while True:
+            await asyncio.sleep(0.25 if interval is None else min(0.25, interval))
+            for direction in self.directions:
+                if direction.forwarder is not None:
+                    direction.forwarder.counters.rate()  # a sample for msg/s
+                ended = direction.consumer_ended
+                if ended is not None and self._failure is None:
+                    self._failure = ended
+                    log.error("bridge failed: the consumer on %r ended: %s", direction.queue, ended)
+                    if self._finished is not None:
+                        self._finished.set()
+            if next_stats is not None and time.monotonic() >= next_stats:
+                next_stats += interval  # type: ignore[operator]
+                for direction in self.directions:
+                    log.info("%s: %s", direction.label, direction.stats().line())
+                if self.on_stats is not None:
+                    try:
+                        self.on_stats(self)
+                    except Exception:  # noqa: BLE001 - a display must not stop the bridge
+                        log.exception("on_stats callback failed")
+
+    def stats(self) -> BridgeStats:
+        """The counters summed over the directions (see :class:`BridgeStats`)."""
+        total = BridgeStats()
+        for direction in self.directions:
+            total = total + direction.stats()
+        return total
+
+    async def wait(self) -> None:
+        """Until the bridge fails (raises :class:`BridgeFailed`) or is stopped."""
+        if self._finished is None:
+            raise BridgeError("the bridge was not started")
+        await self._finished.wait()
+        self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        failure = self._failure
+        if failure is None:
+            return
+        if isinstance(failure, BridgeError):
+            raise failure
+        raise BridgeFailed(f"the bridge stopped: {failure}") from failure
+
+    async def stop(self, timeout: Optional[float] = 60.0) -> None:
+        """Stop consuming, forward what was received, wait for its confirms and ack it,
+        then close.  When it returns, no message is acked at the source that was not
+        forwarded, nor forwarded and left unacked -- unless ``timeout`` ran out first
+        (logged): those are left unacked, so the source delivers them again."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            for direction in self.directions:
+                await direction.stop_consuming()
+            tasks = [d.task for d in self.directions if d.task is not None and not d.task.done()]
+            if tasks:
+                done, pending = await asyncio.wait(tasks, timeout=timeout)
+                if pending:
+                    left = sum(d.forwarder.unsettled for d in self.directions if d.forwarder is not None)
+                    log.warning("stop: %d messages were still unsettled after %s s; the source delivers them again",
+                                left, timeout)
+                    for task in pending:
+                        task.cancel()
+        finally:
+            if self._watch is not None:
+                self._watch.cancel()
+            await self._close_connections()
+            if self._finished is not None:
+                self._finished.set()
+        log.info("bridge stopped: %s", self.stats().line())
+
+    async def _close_connections(self) -> None:
+        for connection in (self._dest_conn, self._src_conn):
+            if connection is not None:
+                try:
+                    await connection.close()
+                except AMQPError as exc:
+                    log.debug("close: %s", exc)
+
+    async def __aenter__(self) -> "Bridge":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()

@@ -1,0 +1,207 @@
+"""amqwire.bridge's parts that need no broker: topic filters, the path header written into
+received property bytes, the publish frames, the ack bookkeeping of each mode."""
+from __future__ import annotations
+
+import struct
+from datetime import datetime, timezone
+
+import pytest
+
+from amqwire.bridge import PATH_HEADER, AckMode, Forwarder, TopicFilter, read_path, topic_matches
+from amqwire.bridge.frames import PublishFrames
+from amqwire.bridge.path import PathError, PathWriter, _entry_span
+from amqwire.client import Message
+from amqwire.codec import BasicProperties, BasicPublish, CommandParser, encode_publish
+
+
+@pytest.mark.parametrize(
+    "pattern,key,expected",
+    [
+        ("orders.*", "orders.eu", True),
+        ("orders.*", "orders.eu.new", False),
+        ("orders.#", "orders", True),
+        ("orders.#", "orders.eu.new", True),
+        ("#", "", True),
+        ("#", "a.b.c", True),
+        ("*", "", True),
+        ("*", "a.b", False),
+        ("#.new", "orders.eu.new", True),
+        ("#.new", "new", True),
+        ("orders.#.new", "orders.new", True),
+        ("orders.#.new", "orders.eu.x.new", True),
+        ("orders.#.new", "orders.eu.x.old", False),
+        ("*.eu.#", "orders.eu", True),
+        ("a.#.#.b", "a.b", True),
+        ("a.b", "a.b", True),
+        ("a.b", "a.bb", False),
+    ],
+)
+def test_topic_matches(pattern, key, expected):
+    assert topic_matches(pattern, key) is expected
+
+
+def test_topic_filter_include_exclude():
+    f = TopicFilter(include=["orders.#", "audit.*"], exclude=["*.*.test", "orders.secret"])
+    assert [f.allows(k) for k in ("orders.eu.new", "orders.eu.test", "audit.x", "audit.x.y", "orders.secret", "x")] == [
+        True, False, True, False, False, False]
+    assert TopicFilter().allows("anything") and not TopicFilter().active
+    assert TopicFilter(exclude=["#"]).allows("a") is False
+    with pytest.raises(TypeError, match="topic pattern"):
+        TopicFilter(include=[b"orders"])
+
+
+# Header field types a Python dict cannot produce (b, s, u, i, f, B), byte for byte.
+RAW_TABLE = (
+    b"\x02i8b\xfe" + b"\x03i16s\xff\x9c" + b"\x03u16u\xff\xff" + b"\x03u32i\xff\xff\xff\xff"
+    + b"\x03f32f\x3f\xc0\x00\x00" + b"\x02u8B\xff"
+)
+
+
+def with_table(props: BasicProperties, table: bytes) -> bytes:
+    """``props`` (without headers) encoded, with ``table`` as the raw headers table."""
+    wire = props.encode()
+    flags = struct.unpack_from(">H", wire)[0] | 0x2000
+    pos = 2
+    if props.content_type is not None:
+        pos += 1 + wire[pos]
+    if props.content_encoding is not None:
+        pos += 1 + wire[pos]
+    return struct.pack(">H", flags) + wire[2:pos] + struct.pack(">I", len(table)) + table + wire[pos:]
+
+
+def received(wire: bytes) -> BasicProperties:
+    return BasicProperties.decode(wire)
+
+
+ALL = BasicProperties(
+    content_type="application/json", content_encoding="gzip", delivery_mode=2, priority=7,
+    correlation_id="c-1", reply_to="replies", expiration="60000", message_id="m-1",
+    timestamp=datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc), type="order", user_id="guest",
+    app_id="shop", cluster_id="eu",
+)
+
+
+def test_path_appended_to_the_received_table_byte_for_byte():
+    wire = with_table(ALL, RAW_TABLE)
+    props = received(wire)
+    out = PathWriter("A/").add_hop(props, ())
+    entry = bytes([len(PATH_HEADER)]) + PATH_HEADER.encode() + b"A" + struct.pack(">I", 7) + b"S" + struct.pack(">I", 2) + b"A/"
+    assert out == with_table(ALL, RAW_TABLE + entry)
+    again = received(out)
+    assert again.headers.pop(PATH_HEADER) == ["A/"]
+    assert again == props
+
+
+def test_path_added_without_headers_and_with_nothing_set():
+    for props in (ALL, BasicProperties()):
+        wire = props.encode()
+        out = PathWriter("A/").add_hop(received(wire), ())
+        decoded = received(out)
+        assert decoded.headers == {PATH_HEADER: ["A/"]}
+        decoded.headers = None
+        assert decoded == props
+
+
+def test_path_replaced_on_the_next_hop_other_entries_untouched():
+    first = PathWriter("A/").add_hop(received(with_table(ALL, RAW_TABLE)), ())
+    props = received(first)
+    path = tuple(read_path(props))
+    second = PathWriter("B/").add_hop(props, path)
+    entry = PathWriter("B/").entry(("A/",))
+    assert second == with_table(ALL, RAW_TABLE + entry)
+    assert read_path(received(second)) == ["A/", "B/"]
+
+
+def test_path_from_properties_built_in_python_is_encoded():
+    props = BasicProperties(headers={"k": 1}, delivery_mode=2)
+    out = BasicProperties.decode(PathWriter("A/").add_hop(props, ()))
+    assert out.headers == {"k": 1, PATH_HEADER: ["A/"]} and out.delivery_mode == 2
+
+
+def test_a_malformed_table_is_a_path_error():
+    with pytest.raises(PathError, match="past the table's end"):
+        _entry_span(b"\x01xS\x00\x00\x00\x09a", b"\x0ex-amqwire-path")
+    with pytest.raises(PathError, match="unknown field type"):
+        _entry_span(b"\x01xZ\x00", b"\x0ex-amqwire-path")
+
+
+@pytest.mark.parametrize("frame_max,size", [(4096, 0), (4096, 100), (4096, 4088), (4096, 4089), (4096, 20000)])
+def test_publish_frames_parse_as_the_codec_encodes(frame_max, size):
+    body = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+    out: list = []
+    frames = PublishFrames(3, frame_max)
+    frames.append(out, "ex", "rk", ALL.encode(), body)
+    ours = b"".join(out)
+    assert ours == encode_publish(3, "ex", "rk", body, ALL, frame_max=frame_max)
+    (command,) = CommandParser(frame_max).feed(ours)
+    assert command.method == BasicPublish(0, "ex", "rk", False, False) and command.body == body
+
+
+def message(tag, key="k", headers=None, redelivered=False):
+    props = BasicProperties.decode(BasicProperties(headers=headers).encode())
+    return Message(1, tag, redelivered, "", key, props, b"body")
+
+
+def forwarder(mode, **kw):
+    return Forwarder(exchange="", routing_key="dst", source_name="A/", destination_name="B/", ack_mode=mode, **kw)
+
+
+def test_on_confirm_acks_in_tag_order_with_multiple_and_requeues_failures():
+    f = forwarder(AckMode.ON_CONFIRM)
+    b1 = f.prepare([message(1), message(2)])
+    b2 = f.prepare([message(3)])
+    b3 = f.prepare([message(4), message(5, headers={PATH_HEADER: ["B/"]})])
+    assert (b1.count, b2.count, b3.count) == (2, 1, 1) and b3.skipped_tags == [5]
+    assert f.sent(b1) == f.sent(b2) == f.sent(b3) == []
+    assert f.confirmed(b2, True) == []  # b1 is still unconfirmed: nothing may be acked past it
+    assert f.unsettled == 5
+    assert f.confirmed(b1, True) == [("ack", 3, True)]
+    assert f.confirmed(b3, False) == [("nack", 4, False), ("ack", 5, False)]
+    s = f.counters.snapshot()
+    assert (s.forwarded, s.acked, s.requeued, s.suppressed, s.in_flight) == (3, 4, 1, 1, 0)
+
+
+def test_on_confirm_a_batch_with_nothing_to_forward_settles_in_order():
+    f = forwarder(AckMode.ON_CONFIRM, max_hops=1)
+    b1 = f.prepare([message(1)])
+    b2 = f.prepare([message(2, headers={PATH_HEADER: ["X/"]})])
+    assert b2.count == 0
+    assert f.sent(b1) == [] and f.sent(b2) == []
+    assert f.confirmed(b1, True) == [("ack", 2, True)]
+    assert f.counters.hops_dropped == 1
+
+
+def test_on_publish_acks_after_the_write_and_no_ack_never():
+    f = forwarder(AckMode.ON_PUBLISH, topic_filter=TopicFilter(exclude=["secret.#"]))
+    b = f.prepare([message(1), message(2, key="secret.x"), message(3, redelivered=True)])
+    assert f.sent(b) == [("ack", 3, True)]
+    s = f.counters.snapshot()
+    assert (s.forwarded, s.acked, s.filtered, s.redelivered, s.in_flight) == (2, 3, 1, 1, 0)
+    f = forwarder(AckMode.NO_ACK)
+    assert f.sent(f.prepare([message(1)])) == []
+    assert f.counters.snapshot().forwarded == 1 and f.unsettled == 0
+
+
+def test_the_api_type_checks_strictly_and_a_missing_await_is_an_error(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    (tmp_path / "user.py").write_text(textwrap.dedent(
+        """
+        from amqwire.bridge import AckMode, Bridge, BridgeStats
+
+        async def good() -> None:
+            async with Bridge("amqp://a/", "q", "amqp://b/", ack_mode=AckMode.ON_PUBLISH, include=["a.#"]) as bridge:
+                stats: BridgeStats = bridge.stats()
+                forwarded: int = stats.forwarded
+                await bridge.wait()
+
+        async def bad() -> None:
+            bridge: Bridge = Bridge("amqp://a/", "q", "amqp://b/").start()
+        """
+    ))
+    result = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "user.py"],
+                            capture_output=True, text=True, cwd=tmp_path)
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and "user.py:11:" in errors[0] and "Coroutine" in errors[0], result.stdout
