@@ -102,6 +102,9 @@ cdef class ConnectionStartOk(Method):
     def _values(self):
         return (self.client_properties, self.mechanism, self.response, self.locale, )
 
+    def __repr__(self):
+        return _repr_masking(self, ('response',))
+
 
 cdef Method _read_connection_start_ok(ReadView *v):
     cdef ConnectionStartOk m = ConnectionStartOk.__new__(ConnectionStartOk)
@@ -166,6 +169,9 @@ cdef class ConnectionSecureOk(Method):
 
     def _values(self):
         return (self.response, )
+
+    def __repr__(self):
+        return _repr_masking(self, ('response',))
 
 
 cdef Method _read_connection_secure_ok(ReadView *v):
@@ -478,6 +484,9 @@ cdef class ConnectionUpdateSecret(Method):
 
     def _values(self):
         return (self.new_secret, self.reason, )
+
+    def __repr__(self):
+        return _repr_masking(self, ('new_secret',))
 
 
 cdef Method _read_connection_update_secret(ReadView *v):
