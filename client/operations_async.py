@@ -148,6 +148,7 @@ class AsyncConnection(ConnectionBase):
             self._core = core
             self._opened = False
             self._handshake_waiter = waiter
+        self._warn_if_unverified(params)
         await self._open_transport(params)
         with self._lock:
             core.initiate()

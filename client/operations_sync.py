@@ -150,6 +150,7 @@ class SyncConnection(ConnectionBase):
             self._core = core
             self._opened = False
             self._handshake_waiter = waiter
+        self._warn_if_unverified(params)
         self._open_transport(params)
         with self._lock:
             core.initiate()
