@@ -405,6 +405,9 @@ class ConnectionBase:
         self._held = blocked or self._write_paused
         if blocked:
             self._unblocked.clear()
+            if self.blocked_action == "raise":  # publishes waiting for window room raise now
+                for channel in list(self._channels.values()):
+                    channel._notify_progress()
         else:
             self._unblocked.set()
 
