@@ -620,7 +620,12 @@ cdef class CommandParser(_Scanner):
         c.properties = props
         c._size = <Py_ssize_t>body_size
         c._filled = 0
-        c.body = PyBytes_FromStringAndSize(NULL, c._size)
+        try:
+            c.body = PyBytes_FromStringAndSize(NULL, c._size)
+        except MemoryError:
+            raise FrameError(
+                f"content header on channel {channel} at offset {at} announces a body of "
+                f"{body_size} bytes, more than this process can allocate", offset=at) from None
         if c._size == 0:
             self._finish(channel, out)
         return 0
