@@ -32,19 +32,36 @@ def cython_include_tree():
     return root
 
 
+def fuzz_build():
+    """AMQWIRE_FUZZ=1: clang with libFuzzer's coverage hooks, AddressSanitizer and UBSan, so
+    that atheris sees the C code's edges (fuzz/README.md).  Such a build only imports with
+    atheris' sanitizer runtime preloaded; it is never shipped."""
+    cc = os.environ.get("AMQWIRE_FUZZ_CC", "clang")
+    os.environ["CC"] = cc
+    os.environ["LDSHARED"] = f"{cc} -shared"
+    sanitizers = "-fsanitize=fuzzer-no-link,address,undefined"
+    compile_args = ["-O1", "-g", "-fno-omit-frame-pointer", sanitizers, "-fno-sanitize-recover=undefined"]
+    return compile_args, [sanitizers]
+
+
 def extensions():
     from Cython.Build import cythonize
 
     # AMQWIRE_DEBUG=1: unoptimized with symbols (gdb); AMQWIRE_PROFILE=1: optimized with
-    # symbols (callgrind_annotate by source line).
+    # symbols (callgrind_annotate by source line); AMQWIRE_FUZZ=1: see fuzz_build().
     debug = os.environ.get("AMQWIRE_DEBUG") == "1"
     profile = os.environ.get("AMQWIRE_PROFILE") == "1"
+    compile_args = ["-O0", "-g"] if debug else ["-O3", "-g" if profile else "-g0"]
+    link_args: list = []
+    if os.environ.get("AMQWIRE_FUZZ") == "1":
+        compile_args, link_args = fuzz_build()
     exts = [
         Extension(
             f"amqwire.{folder}.{name}",
             [os.path.join(folder, f"{name}.pyx")],
             include_dirs=[os.path.join(HERE, "codec")],
-            extra_compile_args=["-O0", "-g"] if debug else ["-O3", "-g" if profile else "-g0"],
+            extra_compile_args=compile_args,
+            extra_link_args=link_args,
         )
         for folder, name in CYTHON_MODULES
     ]
@@ -73,4 +90,7 @@ setup(
     exclude_package_data={"amqwire.codec": ["*.pyx", "*.c"], "amqwire.spark": ["*.pyx", "*.c"]},
     ext_modules=extensions(),
     zip_safe=False,
+    # An instrumented build keeps its objects apart: build_ext skips up-to-date objects,
+    # and a shipped wheel must never pick up a sanitized one (or the reverse).
+    options={"build": {"build_base": "build/fuzz"}} if os.environ.get("AMQWIRE_FUZZ") == "1" else {},
 )
