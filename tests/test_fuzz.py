@@ -340,3 +340,23 @@ def test_a_body_the_process_cannot_allocate_is_a_frame_error():
     struct.pack_into(">Q", frames, header_at + 7 + 4, 1 << 61)
     with pytest.raises(codec.FrameError, match="more than this process can allocate"):
         parser.feed(bytes(frames))
+
+
+def test_a_stray_body_frame_gives_the_same_error_however_the_input_is_cut():
+    """Found by the coverage-guided campaign: a body frame without a content header and with
+    a bad frame end raised FrameError fed whole, UnexpectedFrame when its payload came in a
+    later chunk (a streamed body frame is judged when it starts, before its frame end is
+    in; a whole one is now judged in the same order)."""
+    for channel, size in ((0, 40), (3, 5000)):
+        stray = bytearray(R.frame(3, channel, bytes(size)))
+        stray[-1] = 0
+        stream = R.method_frame(R.BY_NAME["channel.open"], R.sample_values(R.BY_NAME["channel.open"]), 1) + bytes(stray)
+        errors = set()
+        for cut in (len(stream), len(stream) - size, len(stream) - 1, len(stream) - size // 2):
+            parser = codec.CommandParser(131072)
+            try:
+                parser.feed(stream[:cut])
+                parser.feed(stream[cut:])
+            except codec.CodecError as exc:
+                errors.add(f"{type(exc).__name__}: {exc}")
+        assert len(errors) == 1 and "without a content header" in errors.pop()
