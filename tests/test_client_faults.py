@@ -445,6 +445,10 @@ FULL = os.environ.get("AMQWIRE_FAULT_SCALE", "ci") == "full"
 FAULT_ROWS: list[tuple[str, str, dict]] = []
 
 
+# pytest's default per-test timeout (120 s) is for CI counts; the full counts take minutes.
+LONG = pytest.mark.timeout(1200 if FULL else 300)
+
+
 def scaled(ci: int, full: int) -> int:
     return full if FULL else ci
 
@@ -518,6 +522,7 @@ async def drain(api, url: str, queue: str) -> list[bytes]:
 # --------------------------------------------------------------------------- 1. stop_app while publishing
 
 
+@LONG
 def test_scenario1_stop_app_while_publishing_confirmed(run, fault_node, transport):
     """rabbitmqctl stop_app, 3 s, start_app while persistent confirmed messages are published
     with recovery on: every publish reported confirmed is in the queue; every other one was
@@ -592,6 +597,7 @@ def test_scenario1_stop_app_while_publishing_confirmed(run, fault_node, transpor
 # --------------------------------------------------------------------------- 2. close_all_connections while consuming
 
 
+@LONG
 def test_scenario2_force_close_while_consuming(run, fault_node, transport):
     """close_all_connections while consuming with manual acks and prefetch 100, recovery on:
     consumption resumes, nothing is missing, and what comes twice is the unacked window
@@ -698,6 +704,7 @@ def test_scenario3_silent_peer_detected_by_heartbeat(run, recovery):
 # --------------------------------------------------------------------------- 4. a memory alarm while publishing
 
 
+@LONG
 def test_scenario4_memory_alarm_while_publishing(run, fault_node, transport):
     """A memory alarm in the middle of a stream of confirmed publishes: with blocked_action
     wait the publisher waits and then continues; with raise its publishes raise
@@ -767,6 +774,7 @@ def test_scenario4_memory_alarm_while_publishing(run, fault_node, transport):
 # --------------------------------------------------------------------------- 5. threads on one connection
 
 
+@LONG
 def test_scenario5_threads_publish_and_consume_on_one_blocking_connection(fault_node):
     """50 threads on one blocking connection, a channel each: publish with confirms (bodies
     10 B to 300 KB, CRC in a header), wait_for_confirms, consume them back; no corruption,
@@ -833,6 +841,7 @@ def test_scenario5_threads_publish_and_consume_on_one_blocking_connection(fault_
 # --------------------------------------------------------------------------- 6. a slow consumer
 
 
+@LONG
 def test_scenario6_slow_consumer_holds_at_most_prefetch(run, fault_node, transport):
     """A slow consumer with prefetch N: at no point does the process hold more than N
     unacked deliveries (live Message objects past the last acked delivery tag, counted among
