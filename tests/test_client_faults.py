@@ -724,7 +724,7 @@ def test_scenario4_memory_alarm_while_publishing(run, fault_node, transport):
             alarm = clear = None
             seen_blocked = []
 
-            async def watch():                       # the publisher may be waiting meanwhile
+            async def watch(conn=conn, seen_blocked=seen_blocked):  # the publisher may be waiting meanwhile
                 while True:
                     if conn.blocked and not seen_blocked:
                         seen_blocked.append(time.monotonic())
