@@ -45,6 +45,18 @@ def cython_include_tree():
     return root
 
 
+def fuzz_build():
+    """AMQWIRE_FUZZ=1: clang with libFuzzer's coverage hooks, AddressSanitizer and UBSan, so
+    that atheris sees the C code's edges (fuzz/README.md).  Such a build only imports with
+    atheris' sanitizer runtime preloaded; it is never shipped."""
+    cc = os.environ.get("AMQWIRE_FUZZ_CC", "clang")
+    os.environ["CC"] = cc
+    os.environ["LDSHARED"] = f"{cc} -shared"
+    sanitizers = "-fsanitize=fuzzer-no-link,address,undefined"
+    compile_args = ["-O1", "-g", "-fno-omit-frame-pointer", sanitizers, "-fno-sanitize-recover=undefined"]
+    return compile_args, [sanitizers]
+
+
 class cythonize_then_build_ext(build_ext):
     def run(self):
         from Cython.Build import cythonize
@@ -77,15 +89,20 @@ class build_py_without_tools(build_py):
 
 def extensions():
     # AMQWIRE_DEBUG=1: unoptimized with symbols (gdb); AMQWIRE_PROFILE=1: optimized with
-    # symbols (callgrind_annotate by source line).
+    # symbols (callgrind_annotate by source line); AMQWIRE_FUZZ=1: see fuzz_build().
     debug = os.environ.get("AMQWIRE_DEBUG") == "1"
     profile = os.environ.get("AMQWIRE_PROFILE") == "1"
+    compile_args = ["-O0", "-g"] if debug else ["-O3", "-g" if profile else "-g0"]
+    link_args: list[str] = []
+    if os.environ.get("AMQWIRE_FUZZ") == "1":
+        compile_args, link_args = fuzz_build()
     return [
         Extension(
             f"amqwire.{folder}.{name}",
             [f"{folder}/{name}.pyx"],
             include_dirs=["codec"],
-            extra_compile_args=["-O0", "-g"] if debug else ["-O3", "-g" if profile else "-g0"],
+            extra_compile_args=compile_args,
+            extra_link_args=link_args,
         )
         for folder, name in CYTHON_MODULES
     ]
@@ -104,4 +121,7 @@ setup(
     ext_modules=extensions(),
     cmdclass={"build_ext": cythonize_then_build_ext, "build_py": build_py_without_tools},
     zip_safe=False,
+    # An instrumented build keeps its objects apart: build_ext skips up-to-date objects,
+    # and a shipped wheel must never pick up a sanitized one (or the reverse).
+    options={"build": {"build_base": "build/fuzz"}} if os.environ.get("AMQWIRE_FUZZ") == "1" else {},
 )

@@ -323,7 +323,8 @@ def main(argv=None):
                 queue_label = f"latency at {rate:.0f}/s, linger {linger * 1000:g} ms"
                 try:
                     p50, p99, achieved = one_run(
-                        ctx, admin, lambda c, q, k: (latency_run(c, q, k, rate, linger), 1), lat_n, queue_label)
+                        ctx, admin, lambda c, q, k, rate=rate, linger=linger: (latency_run(c, q, k, rate, linger), 1),
+                        lat_n, queue_label)
                 except Exception as exc:  # noqa: BLE001
                     print(f"{queue_label}: FAILED: {type(exc).__name__}: {exc}")
                     continue

@@ -19,6 +19,20 @@ def make_ssl_context(params: ConnectionParameters) -> ssl.SSLContext:
     return context
 
 
+def unverified_tls(params: ConnectionParameters, ssl_context: Optional[ssl.SSLContext]) -> Optional[str]:
+    """What a TLS connection does not check about the broker (None: it checks everything,
+    or the connection is not TLS)."""
+    if ssl_context is not None:
+        if ssl_context.verify_mode == ssl.CERT_NONE:
+            return "the broker's certificate is not verified"
+        if not ssl_context.check_hostname:
+            return "the broker's host name is not checked against its certificate"
+        return None
+    if params.ssl and not params.verify:
+        return "the broker's certificate is not verified (verify=false)"
+    return None
+
+
 def server_hostname(params: ConnectionParameters) -> str:
     return params.server_hostname or params.host
 

@@ -6,8 +6,9 @@ producer_sync.py from producer_async.py.
 
 The rewrite works on tokens, so words in strings and comments stay as they are: the
 ``async`` keyword before ``def``/``with``/``for`` and every ``await`` are dropped, the
-names below are renamed, and ``if _LOCKED_SECTION:`` becomes ``with connection._lock:``
-(a section that asyncio runs in one thread, and the blocking transport under its lock).
+names below are renamed (also a string that is only such a name, as in ``__all__``),
+and ``if _LOCKED_SECTION:`` becomes ``with connection._lock:`` (a section that asyncio
+runs in one thread, and the blocking transport under its lock).
 Everything else is kept byte for byte.
 """
 from __future__ import annotations
@@ -54,6 +55,10 @@ def to_sync(source: str, name: str = "operations_async.py") -> str:
     edits: list[tuple[int, int, str]] = []
     tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     for index, token in enumerate(tokens):
+        text = token.string
+        if token.type == tokenize.STRING and text[1:-1] in RENAMES and text[0] == text[-1]:
+            edits.append((position(*token.start), position(*token.end), text[0] + RENAMES[text[1:-1]] + text[0]))
+            continue
         if token.type != tokenize.NAME:
             continue
         start = position(*token.start)

@@ -151,6 +151,7 @@ class SyncConnection(ConnectionBase):
             self._core = core
             self._opened = False
             self._handshake_waiter = waiter
+        self._warn_if_unverified(params)
         self._open_transport(params)
         with self._lock:
             core.initiate()
@@ -581,8 +582,16 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             # many acks instead of one per ack frame.
             room = max(min(window // 2, window - count), 0)
             connection._flush_quietly()
-            self._wait_progress(lambda: self._unsettled <= room, _left(deadline), "room in the confirm window")
+            # blocked_action raise: a connection blocked meanwhile ends the wait (confirms
+            # may not come before it is unblocked); it raises below, as it would have before.
+            refuse = connection.blocked_action == "raise"
+            self._wait_progress(
+                lambda: self._unsettled <= room or (refuse and connection._is_blocked),
+                _left(deadline), "room in the confirm window",
+            )
             self._check()
+            if refuse and connection._is_blocked:
+                raise ConnectionBlockedError(connection._core.blocked or "blocked")
 
     def basic_publish(
         self,

@@ -731,7 +731,6 @@ class ProducerCore:
         now = time.monotonic()
         settled = []
         with self._lock:
-            epochs = self._epochs
             discard = self._inflight.discard
             size = 0
             epoch = -1

@@ -405,4 +405,4 @@ class SyncProducer(ProducerCore, Generic[_Future]):
         self._wait_confirm(token, min(max(message.deadline - time.monotonic(), 0.0), 1.0))
 
 
-__all__ = ["AsyncProducer"]
+__all__ = ["SyncProducer"]

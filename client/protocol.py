@@ -717,6 +717,8 @@ class ConnectionProtocol:
             self._set_state(ConnectionState.CLOSED)
             raise AuthenticationError(
                 f"the broker does not offer the {self.auth_mechanism} mechanism (it offers {', '.join(offered) or 'none'})"
+                + ("; RabbitMQ offers EXTERNAL only to a client that presented a TLS certificate"
+                   if self.auth_mechanism == "EXTERNAL" else "")
             )
         self._writer.method(
             0,

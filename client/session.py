@@ -67,6 +67,7 @@ from .listeners import (
 from .message import Message, ReturnedMessage
 from .metrics import MetricsCollector
 from .recovery import END, RecoveryPolicy, Topology, recoverable
+from .connect import unverified_tls
 from .url import ConnectionParameters, ParametersLike, parameters_list
 
 log = logging.getLogger("amqwire.client")
@@ -146,8 +147,18 @@ class ConnectionBase:
             raise ValueError(f"rpc_timeout must be positive or None, not {rpc_timeout!r}")
         if not parameters:
             raise ValueError("no broker to connect to")
+        if ssl_context is not None:  # TLS whatever the URL's scheme: show it as amqps://
+            parameters = [p if p.ssl else p.replace(ssl=True) for p in parameters]
+        for p in parameters:
+            if p.auth_mechanism == "EXTERNAL" and not p.certfile and ssl_context is None:
+                raise ValueError(
+                    f"{p}: auth_mechanism EXTERNAL logs in with a TLS client certificate, and no client "
+                    "certificate was configured (give certfile= and keyfile= in an amqps:// URL, or an "
+                    "ssl_context holding one)"
+                )
         self._parameters = parameters
         self._ssl_context = ssl_context
+        self._warned_unverified: set[tuple[str, int]] = set()
         self._client_properties = client_properties
         self._on_secure = on_secure
         self.blocked_action = blocked_action
@@ -386,6 +397,18 @@ class ConnectionBase:
             on_secure=self._on_secure,
         )
 
+    def _warn_if_unverified(self, params: ConnectionParameters) -> None:
+        """One WARNING per connection and broker address when TLS does not check the broker."""
+        gap = unverified_tls(params, self._ssl_context)
+        if gap is not None and (params.host, params.port) not in self._warned_unverified:
+            self._warned_unverified.add((params.host, params.port))
+            log.warning("TLS to %s:%d: %s; anyone on the path can impersonate the broker", params.host, params.port, gap)
+
+    def _login_refused(self, params: ConnectionParameters) -> str:
+        if params.auth_mechanism == "EXTERNAL":
+            return f"refused the client certificate (EXTERNAL) or vhost {params.vhost!r}"
+        return f"refused user {params.username!r} or vhost {params.vhost!r}"
+
     # faults -> exceptions (the same on both transports) -----------------------------
 
     def _fault(self, exc: BaseException, data: Any = b"") -> BaseException:
@@ -413,8 +436,7 @@ class ConnectionBase:
         if not self._opened:
             if self._core.server_properties:
                 return AuthenticationError(
-                    f"{params}: the broker closed the socket during the handshake "
-                    f"(refused user {params.username!r} or vhost {params.vhost!r})"
+                    f"{params}: the broker closed the socket during the handshake ({self._login_refused(params)})"
                 )
             return ConnectionLost(f"{params}: the broker closed the socket before the handshake{suffix}")
         return ConnectionLost(f"the broker at {params} closed the socket{suffix}")
@@ -549,6 +571,9 @@ class ConnectionBase:
         self._held = blocked or self._write_paused
         if blocked:
             self._unblocked.clear()
+            if self.blocked_action == "raise":  # publishes waiting for window room raise now
+                for channel in list(self._channels.values()):
+                    channel._notify_progress()
         else:
             self._unblocked.set()
 

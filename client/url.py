@@ -60,7 +60,8 @@ class ConnectionParameters:
         scheme = "amqps" if self.ssl else "amqp"
         host = f"[{self.host}]" if ":" in self.host else self.host
         vhost = "" if self.vhost == "/" else "/" + _quote(self.vhost)
-        return f"{scheme}://{_quote(self.username)}@{host}:{self.port}{vhost}"
+        user = "" if self.auth_mechanism == "EXTERNAL" else _quote(self.username) + "@"  # EXTERNAL sends no user
+        return f"{scheme}://{user}{host}:{self.port}{vhost}"
 
     def __str__(self) -> str:
         return self.display_url
@@ -141,6 +142,13 @@ def parse_url(url: str) -> ConnectionParameters:
     scheme = parts.scheme.lower()
     if scheme not in ("amqp", "amqps"):
         raise ValueError(f"URL scheme must be amqp or amqps, not {parts.scheme!r}")
+    if "@" not in parts.netloc and "@" in parts.path + parts.query + parts.fragment:
+        # amqp://user:5690/SECRET@host: a raw '/', '?' or '#' in the password ended the
+        # host part early; what follows it is part of the password, so never echo it.
+        raise ValueError(
+            "malformed URL: an '@' after the host part; percent-encode '/', '?', '#' and '@' "
+            "in the user name and password (%2F, %3F, %23, %40)"
+        )
     tls = scheme == "amqps"
     options: dict[str, Any] = {"ssl": tls}
     try:
@@ -160,10 +168,14 @@ def parse_url(url: str) -> ConnectionParameters:
         if "/" in vhost:
             raise ValueError("URL vhost must be one path segment; write a '/' in it as %2F")
         options["vhost"] = unquote(vhost)
+    seen = set()
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         parser = _QUERY_OPTIONS.get(key)
         if parser is None:
             raise ValueError(f"unknown URL option {key!r} (known: {', '.join(_QUERY_OPTIONS)})")
+        if key in seen:
+            raise ValueError(f"URL option {key} is given more than once")
+        seen.add(key)
         if key in _TLS_ONLY and not tls:
             raise ValueError(f"URL option {key} needs an amqps:// URL")
         options[key] = parser(key, value)

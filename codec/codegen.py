@@ -193,6 +193,14 @@ def gen_pyx(methods: list[Meth]) -> str:
     return "\n".join(out)
 
 
+# Credentials: the reprs show them as <masked> (frames get logged).
+SECRET_ARGS = {
+    ("connection.start-ok", "response"),
+    ("connection.secure-ok", "response"),
+    ("connection.update-secret", "new_secret"),
+}
+
+
 def gen_class(m: Meth, replies: list[int]) -> str:
     L = []
     w = L.append
@@ -242,6 +250,11 @@ def gen_class(m: Meth, replies: list[int]) -> str:
     w("    def _values(self):")
     w(wrapped("        return (", [f"self.{a.name}" for a in m.args], ",)" if len(m.args) == 1 else ")")
       if m.args else "        return ()")
+    secret = [a.name for a in m.args if (m.full, a.name) in SECRET_ARGS]
+    if secret:
+        w("")
+        w("    def __repr__(self):")
+        w(f"        return _repr_masking(self, {tuple(secret)!r})")
     # reader
     w("")
     w("")

@@ -120,6 +120,12 @@ cdef class Method:
         args = ", ".join(f"{k}={v!r}" for k, v in zip(self.FIELDS, self._values()))
         return f"{type(self).__name__}({args})"
 
+
+def _repr_masking(Method m, tuple secret):
+    """The repr with the credentials in ``secret`` shown as <masked>."""
+    args = ", ".join(f"{k}=<masked>" if k in secret else f"{k}={v!r}" for k, v in zip(m.FIELDS, m._values()))
+    return f"{type(m).__name__}({args})"
+
     def __reduce__(self):
         return (type(self), self._values())
 

@@ -104,6 +104,9 @@ cdef class ConnectionStartOk(Method):
     def _values(self):
         return (self.client_properties, self.mechanism, self.response, self.locale)
 
+    def __repr__(self):
+        return _repr_masking(self, ('response',))
+
 
 cdef Method _read_connection_start_ok(ReadView *v):
     cdef ConnectionStartOk m = ConnectionStartOk.__new__(ConnectionStartOk)
@@ -168,6 +171,9 @@ cdef class ConnectionSecureOk(Method):
 
     def _values(self):
         return (self.response,)
+
+    def __repr__(self):
+        return _repr_masking(self, ('response',))
 
 
 cdef Method _read_connection_secure_ok(ReadView *v):
@@ -481,6 +487,9 @@ cdef class ConnectionUpdateSecret(Method):
 
     def _values(self):
         return (self.new_secret, self.reason)
+
+    def __repr__(self):
+        return _repr_masking(self, ('new_secret',))
 
 
 cdef Method _read_connection_update_secret(ReadView *v):

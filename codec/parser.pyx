@@ -349,11 +349,15 @@ cdef class _Scanner:
                 self._protocol_header(p, out)
                 self._consumed += 8
                 return 0
+        channel = amqw_unpack_u16(p + 1)
+        if ftype == FRAME_BODY:
+            # A streamed body frame is judged when it starts (before its frame end is in):
+            # judge a whole one in the same order, so the error does not depend on the cut.
+            self._stream_begin(channel, size)
         if <uint8_t>p[extent - 1] != FRAME_END:
             raise FrameError(
                 f"frame end octet is 0x{<uint8_t>p[extent - 1]:02x}, not 0xce, at offset "
                 f"{self._consumed + extent - 1}", offset=self._consumed + extent - 1)
-        channel = amqw_unpack_u16(p + 1)
         if ftype == FRAME_HEARTBEAT and (channel != 0 or size != 0):
             raise FrameError(
                 f"heartbeat frame at offset {self._consumed} has channel {channel} and size "
@@ -698,7 +702,12 @@ cdef class CommandParser(_Scanner):
         c.properties = props
         c._size = <Py_ssize_t>body_size
         c._filled = 0
-        c.body = PyBytes_FromStringAndSize(NULL, c._size)
+        try:
+            c.body = PyBytes_FromStringAndSize(NULL, c._size)
+        except MemoryError:
+            raise FrameError(
+                f"content header on channel {channel} at offset {at} announces a body of "
+                f"{body_size} bytes, more than this process can allocate", offset=at) from None
         if c._size == 0:
             self._finish(channel, out)
         return 0

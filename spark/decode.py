@@ -89,7 +89,9 @@ def _jsonable(value: Any) -> Any:
 
 def decode_one(frames: bytes, row: int = 0) -> dict[str, Any]:
     """One publish (the frames of one row) as a dict shaped like :func:`decoded_type`."""
-    parser = CommandParser(0, max_body_size=1 << 40)
+    # The row holds the whole publish: a header announcing a larger body is malformed, and
+    # must not make the parser allocate what it announces (a 64 GiB body from a 60-byte row).
+    parser = CommandParser(0, max_body_size=len(frames))
     try:
         commands = parser.feed(frames)
     except CodecError as exc:

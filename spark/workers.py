@@ -18,7 +18,7 @@ __all__ = ["is_connect", "workers_run_this_python"]
 log = logging.getLogger("amqwire.spark")
 
 _SPARK_DEFAULT = "python3"  # what PySpark uses when PYSPARK_PYTHON is unset
-_warned: set = set()
+_warned: set[str] = set()
 
 
 def is_connect(spark: Any) -> bool:

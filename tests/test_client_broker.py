@@ -1200,28 +1200,8 @@ def test_heartbeat_survives_busy_user_code_aio(amqp_url):
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
-def test_silent_peer_detected_by_heartbeat(run):
-    async def scenario(api):
-        E = api.errors
-        proxy = api.proxy()
-        conn = await api.connect(api.proxy_url(proxy), heartbeat=1)
-        assert conn.heartbeat == 1
-        ch = await conn.channel()
-        q = (await ch.queue_declare("", exclusive=True)).queue
-        proxy.freeze()
-        t0 = time.monotonic()
-        with pytest.raises(E.HeartbeatTimeout):
-            await asyncio.wait_for(ch.basic_get(q), 15)              # the get-ok never comes
-        elapsed = time.monotonic() - t0
-        assert elapsed < 4.5, f"detected after {elapsed:.1f} s with heartbeat=1"
-        assert isinstance(E.HeartbeatTimeout("x"), E.ConnectionLost)
-        assert not conn.is_open
-        with pytest.raises(E.HeartbeatTimeout):
-            await ch.queue_declare("", exclusive=True)
-        with pytest.raises(E.HeartbeatTimeout):
-            await conn.channel()
-
-    run(scenario)
+# A silent peer (heartbeat detection, with and without recovery): test_client_faults.py,
+# scenario 3 of the fault suite.
 
 
 # --------------------------------------------------------------------------- blocked

@@ -3,6 +3,7 @@ certificate made for the test by openssl.  Verification is on by default: an unk
 a wrong host name fails the connection; the CA from the URL (cafile) or an SSLContext makes
 it work; verify=false turns checking off."""
 import asyncio
+import logging
 import os
 import shutil
 import socket
@@ -157,3 +158,122 @@ def test_aio_tls(tls_url, pki):
                 assert message is not None and message.body == body
 
     asyncio.run(scenario())
+
+
+# --------------------------------------------------------------------------- honesty about TLS
+
+
+def _unverified_warnings(caplog):
+    return [r for r in caplog.records
+            if r.name == "amqwire.client" and r.levelno == logging.WARNING and "impersonate" in r.getMessage()]
+
+
+def test_verify_false_warns_once_per_connection_naming_the_host(tls_url, caplog):
+    from amqwire.client import aio, connect
+
+    caplog.set_level(logging.WARNING, logger="amqwire.client")
+    with connect(f"{tls_url}?verify=false") as conn:
+        conn.channel().queue_declare("", exclusive=True)
+    warnings = _unverified_warnings(caplog)
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "localhost" in warnings[0].getMessage() and "not verified" in warnings[0].getMessage()
+
+    caplog.clear()
+
+    async def scenario():
+        async with aio.connect(f"{tls_url}?verify=false") as conn:
+            await (await conn.channel()).queue_declare("", exclusive=True)
+
+    asyncio.run(scenario())
+    assert [r.getMessage() for r in _unverified_warnings(caplog)] == [warnings[0].getMessage()]
+
+
+def test_an_unverifying_ssl_context_warns_and_a_verifying_one_does_not(tls_url, pki, caplog):
+    from amqwire.client import aio, connect
+
+    caplog.set_level(logging.WARNING, logger="amqwire.client")
+    verifying = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    with connect(tls_url, ssl_context=verifying):
+        pass
+    assert not _unverified_warnings(caplog)
+    no_host_check = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    no_host_check.check_hostname = False
+    with connect(tls_url, ssl_context=no_host_check):
+        pass
+    unverifying = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    unverifying.check_hostname = False
+    unverifying.verify_mode = ssl.CERT_NONE
+
+    async def scenario():
+        async with aio.connect(tls_url, ssl_context=unverifying):
+            pass
+
+    asyncio.run(scenario())
+    texts = [r.getMessage() for r in _unverified_warnings(caplog)]
+    assert len(texts) == 2, texts
+    assert "host name is not checked" in texts[0] and "localhost" in texts[0]
+    assert "certificate is not verified" in texts[1] and "localhost" in texts[1]
+
+
+def test_an_ssl_context_with_an_amqp_url_displays_as_tls(tls_url, pki):
+    from amqwire.client import aio, connect
+
+    plain_scheme = "amqp://" + tls_url.split("://", 1)[1]
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    with connect(plain_scheme, ssl_context=context) as conn:
+        assert conn.params.ssl
+        assert str(conn.params).startswith("amqps://") and "amqps://" in repr(conn)
+
+    async def scenario():
+        async with aio.connect(plain_scheme, ssl_context=context) as conn:
+            assert conn.params.ssl and str(conn.params).startswith("amqps://")
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("transport", ["blocking", "asyncio"])
+def test_external_without_a_client_certificate_says_so(transport):
+    from amqwire.client import aio, connect
+
+    url = "amqps://127.0.0.1:1/?auth_mechanism=EXTERNAL"   # nothing is contacted
+    async def open_async():
+        await aio.connect(url)
+
+    with pytest.raises(ValueError) as info:
+        if transport == "blocking":
+            connect(url)
+        else:
+            asyncio.run(open_async())
+    text = str(info.value)
+    assert "no client certificate was configured" in text, text
+    assert "guest" not in text
+
+
+def test_external_refused_by_the_broker_never_names_a_user():
+    """A peer that offers EXTERNAL and closes the socket after start-ok: the error speaks of
+    the certificate, not of the (unused) user name."""
+    from amqwire.client import ConnectionParameters, connect
+    from amqwire.client.errors import AuthenticationError
+    from amqwire.codec import ConnectionStart
+
+    start = ConnectionStart(0, 9, {"product": "fake"}, b"EXTERNAL PLAIN", b"en_US").encode(0)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(8)
+            conn.sendall(start)
+            conn.recv(4096)   # start-ok
+
+    threading.Thread(target=serve, daemon=True).start()
+    # certfile set, plain TCP: the client cannot tell; the broker decides (and refuses)
+    params = ConnectionParameters(host="127.0.0.1", port=listener.getsockname()[1], auth_mechanism="EXTERNAL",
+                                  certfile="/not/read/over/plain/tcp.pem", connection_timeout=5)
+    try:
+        with pytest.raises(AuthenticationError) as info:
+            connect(params)
+    finally:
+        listener.close()
+    text = str(info.value)
+    assert "client certificate" in text and "guest" not in text, text

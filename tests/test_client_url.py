@@ -283,6 +283,31 @@ def test_bad_port_message_does_not_contain_the_password():
     assert SECRET not in str(info.value)
 
 
+@pytest.mark.parametrize("url", [
+    "amqp://user:5690/SECRETPART@host",                  # read as host user, port 5690, vhost SECRETPART@host
+    "amqp://user:5690?SECRETPART@host",                  # ... or as a query option SECRETPART@host
+    "amqp://user:5690/x?SECRETPART@host/",
+    "amqp://user:pw#SECRETPART@host",
+    "amqps://user:12/SECRETPART@host:5671/vh?heartbeat=5",
+])
+def test_a_raw_slash_or_question_mark_in_the_password_is_refused_without_echoing_it(url):
+    with pytest.raises(ValueError, match="percent-encode") as info:
+        parse_url(url)
+    assert "SECRETPART" not in str(info.value) and "SECRETPART" not in repr(info.value)
+    assert "5690" not in str(info.value)
+
+
+def test_the_same_password_percent_encoded_is_accepted():
+    p = parse_url("amqp://user:5690%2FSECRETPART@host")
+    assert (p.host, p.port, p.password, p.vhost) == ("host", 5672, "5690/SECRETPART", "/")
+
+
+@pytest.mark.parametrize("query", ["heartbeat=1&heartbeat=2", "verify=false&verify=true", "cafile=a&cafile=a"])
+def test_a_query_option_given_twice_is_an_error(query):
+    with pytest.raises(ValueError, match="given more than once"):
+        parse_url(f"amqps://h/?{query}")
+
+
 # --- the dataclass -----------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ concurrent.futures users do the same; ``BaseException`` pickles as ``cls(*self.a
 loses (or fails on) attributes the constructor takes by keyword or keeps outside ``args``.
 The classes are found by walking the packages, so a new one cannot escape this test.
 """
+import dataclasses
 import importlib
 import inspect
 import pickle
@@ -63,6 +64,11 @@ SAMPLES = {
     "field": "properties.timestamp",
     "problem": "timestamp -1 s is before 1970-01-01T00:00:00Z",
     "rows_confirmed": 9000,
+    "error": ConnectionResetError(104, "reset by peer"),
+    "attempts": "ATTEMPTS",  # built in _make: the Producer's Attempt records
+    "size": 4096,
+    "buffered": 33_000_000,
+    "limit": 33_554_432,
 }
 
 
@@ -73,6 +79,11 @@ def _make(cls):
             continue
         if name == "message" and cls.__name__ == "MessageReturned":
             value = _returned_message()
+        elif name == "attempts":
+            from amqwire.client.producer_core import Attempt
+
+            value = [Attempt("amqp://guest@a:5672/", ConnectionResetError(104, "reset"), 12.5),
+                     Attempt("amqp://guest@b:5672/", RuntimeError("no confirm"), 13.0)]
         elif name in SAMPLES:
             value = SAMPLES[name]
         elif param.default is not param.empty:
@@ -92,6 +103,8 @@ def _comparable(value):
         return (type(value), tuple(_comparable(getattr(value, s)) for s in value.__slots__))
     if isinstance(value, list):
         return [_comparable(v) for v in value]
+    if dataclasses.is_dataclass(value):
+        return (type(value), tuple(_comparable(getattr(value, f.name)) for f in dataclasses.fields(value)))
     return value
 
 

@@ -1,13 +1,30 @@
 """Bounded, seeded fuzz smoke for the parsers and decode_method: on any input they either
 return results or raise a CodecError subclass, never another exception (and never crash).
-About 20k cases; deterministic."""
+Deterministic.  Beyond the types of what comes back: the fuzz targets of ``fuzz/targets.py``
+(the same the coverage-guided campaign ``bash fuzz/run`` runs, instrumented) on their seed
+corpus and mutations of it: fed whole and in chunks gives the same, what decodes re-encodes,
+errors point inside the input; and every decoder on inputs that end at an unreadable page,
+so that reading one byte too many crashes."""
 import random
 import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
 
 import amqwire.codec as codec
 from amqwire.codec import AMQPSyntaxError, CodecError
 
 import amqp_reference as R
+
+FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
+sys.path.insert(0, str(FUZZ))
+import make_corpus  # noqa: E402
+import targets as fuzz_targets  # noqa: E402
+
+SEEDS = make_corpus.seeds()
 
 FRAME_TYPES = (codec.MethodFrame, codec.HeaderFrame, codec.BodyFrame, codec.Heartbeat, codec.ProtocolHeader)
 COMMAND_TYPES = (codec.Command, codec.Heartbeat, codec.ProtocolHeader)
@@ -193,3 +210,153 @@ def test_decode_method_random_payloads():
         except Exception as exc:  # noqa: BLE001
             failures.append((f"decode#{i}", payload.hex(), f"re-encode: {exc!r}"))
     _report(failures)
+
+
+# --------------------------------------------------------------------------- the fuzz targets
+
+
+@pytest.mark.parametrize("name", list(fuzz_targets.TARGETS))
+def test_fuzz_target_on_its_seeds_and_mutations(name):
+    """The CI smoke of the coverage-guided campaign (``bash fuzz/run``): each target's seeds,
+    then 4000 mutations of them, without instrumentation."""
+    target, seeds = fuzz_targets.TARGETS[name], SEEDS[name]
+    assert len(seeds) >= 4
+    rnd = random.Random(name)
+    failures = []
+    inputs = list(seeds) + [_mutate(rnd, rnd.choice(seeds)) for _ in range(4000)]
+    for i, data in enumerate(inputs):
+        try:
+            target(data)
+        except fuzz_targets.Finding as exc:
+            failures.append((f"{name}#{i}", data.hex(), str(exc)))
+    _report(failures)
+
+
+def test_valid_inputs_reencode_to_the_same_bytes():
+    """Every method, table and property set the reference encoder writes: decoded and encoded
+    again by the codec, the same bytes."""
+    inputs = [(codec.decode_method, lambda m: m.encode_payload(), p) for p in SEEDS["decode_method"]]
+    inputs += [(codec.decode_table, codec.encode_table, t) for t in SEEDS["decode_table"]]
+    inputs += [(codec.BasicProperties.decode, lambda p: p.encode(), h) for h in SEEDS["content_header"]]
+    differ = [data.hex() for decode, encode, data in inputs if encode(decode(data)) != data]
+    assert not differ, differ[:3]
+
+
+def test_chunked_feeding_is_checked():
+    """The whole-versus-chunks check can fail: a parser that drops a byte when fed in pieces
+    is reported."""
+
+    class DropsAByteAtEachFeed:
+        def __init__(self, frame_max, expect_protocol_header=False):
+            self.inner = codec.FrameParser(frame_max, expect_protocol_header=expect_protocol_header)
+            self.first = True
+
+        @property
+        def buffered(self):
+            return self.inner.buffered
+
+        def feed(self, data):
+            data, self.first = (data if self.first else data[1:]), False
+            return self.inner.feed(data)
+
+    broken = fuzz_targets._parser_target(lambda frame_max, expect: DropsAByteAtEachFeed(frame_max, expect))
+    seed = next(s for s in SEEDS["frame_parser"] if len(s) > 200)
+    with pytest.raises(fuzz_targets.Finding, match="fed whole"):
+        broken(seed)
+
+
+GUARDED = textwrap.dedent(r"""
+    import ctypes, faulthandler, mmap, sys
+    sys.path.insert(0, sys.argv[1])
+    import amqwire.codec as codec
+    import make_corpus
+    from amqwire.codec import CodecError
+
+    faulthandler.enable()
+    PAGES = 64
+    area = mmap.mmap(-1, (PAGES + 1) * mmap.PAGESIZE)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(area))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    end = PAGES * mmap.PAGESIZE
+    if libc.mprotect(address + end, mmap.PAGESIZE, 0) != 0:   # PROT_NONE: reading it is SIGSEGV
+        raise OSError(ctypes.get_errno(), "mprotect")
+
+    def at_the_end(data):
+        area[end - len(data):end] = data
+        return memoryview(area)[end - len(data):end]
+
+    decoders = {
+        "decode_method": codec.decode_method,
+        "decode_table": codec.decode_table,
+        "content_header": codec.BasicProperties.decode,
+        "frame_parser": lambda view: codec.FrameParser(131072).feed(view[1:]),
+        "command_parser": lambda view: codec.CommandParser(131072).feed(view[1:]),
+    }
+    count = 0
+    for name, decode in decoders.items():
+        for seed in make_corpus.seeds()[name]:
+            for cut in range(len(seed) + 1):           # every truncation, the whole input too
+                try:
+                    decode(at_the_end(seed[:cut]))
+                except CodecError:
+                    pass
+                count += 1
+    print(count)
+""")
+
+
+def test_no_decoder_reads_past_the_end_of_its_input():
+    """Every truncation of every seed, placed so that its last byte is the last readable byte
+    before a PROT_NONE page: a read of even one byte too many is a segfault (in a child
+    process, reported with its traceback).  A Python bytes object is followed by its NUL,
+    which hides such a read from the other checks and from AddressSanitizer."""
+    result = subprocess.run([sys.executable, "-c", GUARDED, str(FUZZ)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr[-3000:]}"
+    assert int(result.stdout) > 20000
+
+
+# --------------------------------------------------------------------------- found by fuzzing
+
+
+def test_a_row_announcing_a_huge_body_is_a_frame_error_not_an_allocation():
+    """The Spark decoder let the parser allocate the body a header announces (up to 1 TiB):
+    a 60-byte row announcing 64 GiB raised MemoryError.  A row holds its whole publish, so
+    a body larger than the row is malformed."""
+    from amqwire.codec import FrameError
+    from amqwire.spark.decode import decode_one
+
+    row = bytearray(codec.encode_publish(0, "ex", "rk", b"", codec.BasicProperties()))
+    header_at = row.index(b"\x02\x00\x00")                      # the content header frame
+    struct.pack_into(">Q", row, header_at + 7 + 4, 1 << 36)      # its body size: 64 GiB
+    with pytest.raises(FrameError, match="body of 68719476736 bytes"):
+        decode_one(bytes(row))
+
+
+def test_a_body_the_process_cannot_allocate_is_a_frame_error():
+    parser = codec.CommandParser(max_body_size=1 << 62)
+    frames = bytearray(codec.encode_publish(1, "ex", "rk", b"", codec.BasicProperties()))
+    header_at = frames.index(b"\x02\x00\x01")
+    struct.pack_into(">Q", frames, header_at + 7 + 4, 1 << 61)
+    with pytest.raises(codec.FrameError, match="more than this process can allocate"):
+        parser.feed(bytes(frames))
+
+
+def test_a_stray_body_frame_gives_the_same_error_however_the_input_is_cut():
+    """Found by the coverage-guided campaign: a body frame without a content header and with
+    a bad frame end raised FrameError fed whole, UnexpectedFrame when its payload came in a
+    later chunk (a streamed body frame is judged when it starts, before its frame end is
+    in; a whole one is now judged in the same order)."""
+    for channel, size in ((0, 40), (3, 5000)):
+        stray = bytearray(R.frame(3, channel, bytes(size)))
+        stray[-1] = 0
+        stream = R.method_frame(R.BY_NAME["channel.open"], R.sample_values(R.BY_NAME["channel.open"]), 1) + bytes(stray)
+        errors = set()
+        for cut in (len(stream), len(stream) - size, len(stream) - 1, len(stream) - size // 2):
+            parser = codec.CommandParser(131072)
+            try:
+                parser.feed(stream[:cut])
+                parser.feed(stream[cut:])
+            except codec.CodecError as exc:
+                errors.add(f"{type(exc).__name__}: {exc}")
+        assert len(errors) == 1 and "without a content header" in errors.pop()

@@ -519,3 +519,21 @@ def test_pamqp_defaults_agree(spec):
     ours = build(spec, required).encode(3)
     theirs = pamqp_frame.marshal(pamqp_command(spec, required), 3)
     assert ours == theirs
+
+
+def test_reprs_mask_credentials():
+    """Frames get logged: the login response and a refreshed token never show in a repr."""
+    password, token = "pa55-w0rd-xyz", b"eyJ-token-abc"
+    cases = [
+        (codec.ConnectionStartOk({"product": "t"}, "PLAIN", b"\x00user\x00" + password.encode(), "en_US"), "response"),
+        (codec.ConnectionSecureOk(password.encode()), "response"),
+        (codec.ConnectionUpdateSecret(token, "refresh"), "new_secret"),
+    ]
+    for method, field in cases:
+        text = repr(method)
+        assert password not in text and token.decode() not in text, text
+        assert f"{field}=<masked>" in text, text
+        again = codec.decode_method(method.encode_payload())
+        assert again == method and getattr(again, field) == getattr(method, field)  # only the repr hides it
+    assert "mechanism='PLAIN'" in repr(cases[0][0]) and "reason='refresh'" in repr(cases[2][0])
+    assert repr(codec.ConnectionSecure(b"challenge")) == "ConnectionSecure(challenge=b'challenge')"

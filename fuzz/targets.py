@@ -1,0 +1,178 @@
+"""The fuzz targets: one function per decoder, each taking any bytes and checking what the
+codec promises about them.  Run by atheris (``fuzz/fuzz_one.py``, instrumented build) and,
+uninstrumented, by ``tests/test_fuzz.py`` over the seed corpus and mutations of it.
+
+What every target checks, for any input:
+
+- the decoder returns results or raises a ``CodecError`` subclass, never another exception;
+- (parsers) the input fed whole and fed in chunks gives the same items and the same error:
+  a parser that reads past what it was given, or keeps state wrong across feeds, differs;
+- what decodes re-encodes: the codec's own encoding of the decoded value decodes to the same
+  value (a fixed point), and is byte for byte the input where the input is canonical (no
+  reserved bits, no table, no header field: the encoder has no choice of types there).
+
+A violation raises ``Finding``; crashes, hangs and memory growth are libFuzzer's to catch.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+import amqwire.codec as codec
+from amqwire.codec import CodecError
+
+__all__ = ["Finding", "TARGETS", "chunked"]
+
+
+class Finding(AssertionError):
+    """The codec broke one of its promises for this input."""
+
+
+def _typed(fn: Callable[[], Any], size: int) -> tuple[Any, BaseException | None]:
+    try:
+        return fn(), None
+    except CodecError as exc:
+        _check_offset(exc, size)
+        return None, exc
+    except Exception as exc:  # noqa: BLE001 - any other exception is the finding
+        raise Finding(f"{type(exc).__name__} (not a CodecError): {exc}") from exc
+
+
+def _check_offset(exc: CodecError, size: int) -> None:
+    """An error points into the input: an offset past its end means a read past its end."""
+    offset = getattr(exc, "offset", None)
+    if offset is not None and not 0 <= offset <= size:
+        raise Finding(f"{type(exc).__name__} at offset {offset} of a {size}-byte input: {exc}") from exc
+
+
+def chunked(data: bytes, seed: int) -> list[bytes]:
+    """``data`` cut at points drawn from ``seed``: single bytes, small and large pieces."""
+    rnd = random.Random(seed)
+    out, pos = [], 0
+    while pos < len(data):
+        n = rnd.choice((1, 1, 2, 3, 7, 8, 9, rnd.randint(1, 64), rnd.randint(1, 5000)))
+        out.append(data[pos : pos + n])
+        pos += n
+    return out
+
+
+def _config(data: bytes) -> tuple[int, bytes]:
+    return (data[0], data[1:]) if data else (0, b"")
+
+
+def _feed(parser: Any, chunks: list[bytes]) -> tuple[list, str | None]:
+    """Everything the parser gave, and the error it ended with (type and text)."""
+    items: list = []
+    fed = 0
+    for chunk in chunks:
+        fed += len(chunk)
+        try:
+            items.extend(parser.feed(chunk))
+        except CodecError as exc:
+            _check_offset(exc, fed)
+            items.extend(exc.parsed)
+            try:  # a poisoned parser stays poisoned, with a typed error
+                parser.feed(b"\x08\x00\x00\x00\x00\x00\x00\xce")
+            except CodecError:
+                pass
+            else:
+                raise Finding("the parser accepted input after raising") from None
+            return items, f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001
+            raise Finding(f"{type(exc).__name__} (not a CodecError) from feed(): {exc}") from exc
+    return items, None
+
+
+def _check_method(method: Any) -> None:
+    payload = method.encode_payload()
+    again, error = _typed(lambda: codec.decode_method(payload), len(payload))
+    if error is not None or again != method:
+        raise Finding(f"{method!r} does not survive encode/decode: {error or again!r}")
+
+
+def _parser_target(make: Callable[[int, bool], Any]) -> Callable[[bytes], None]:
+    def target(data: bytes) -> None:
+        config, stream = _config(data)
+        expect_header, frame_max = bool(config & 1), (4096, 131072)[config >> 1 & 1]
+        whole_parser = make(frame_max, expect_header)
+        whole = _feed(whole_parser, [stream])
+        pieces_parser = make(frame_max, expect_header)
+        pieces = _feed(pieces_parser, chunked(stream, config >> 2))
+        if whole != pieces:
+            raise Finding(f"fed whole: {whole!r}\nfed in chunks: {pieces!r}")
+        if whole[1] is None and whole_parser.buffered != pieces_parser.buffered:
+            raise Finding(f"buffered {whole_parser.buffered} whole, {pieces_parser.buffered} in chunks")
+        for item in whole[0]:
+            method = getattr(item, "method", None)
+            if method is not None:
+                _check_method(method)
+
+    return target
+
+
+frame_parser = _parser_target(lambda frame_max, expect: codec.FrameParser(frame_max, expect_protocol_header=expect))
+command_parser = _parser_target(
+    lambda frame_max, expect: codec.CommandParser(frame_max, max_body_size=1 << 20, expect_protocol_header=expect)
+)
+
+
+def decode_method(data: bytes) -> None:
+    method, error = _typed(lambda: codec.decode_method(data), len(data))
+    if error is not None:
+        return
+    _check_method(method)
+    values = [getattr(method, name) for name in method.FIELDS]
+    if any(isinstance(v, dict) for v in values):
+        return  # a table's value types are the encoder's choice: the fixed point is the promise
+    encoded = method.encode_payload()
+    # Bits the encoder writes as 0 may be set in the input (ignored), which keeps the length.
+    exact = not any(isinstance(v, bool) for v in values)
+    if encoded != data if exact else len(encoded) != len(data):
+        raise Finding(f"{method!r} re-encodes to {encoded.hex()}, decoded from {data.hex()}")
+
+
+def decode_table(data: bytes) -> None:
+    table, error = _typed(lambda: codec.decode_table(data), len(data))
+    if error is not None:
+        return
+    encoded, error = _typed(lambda: codec.encode_table(table), 1 << 62)
+    if error is not None:
+        return  # a value the encoder cannot write (e.g. a decimal it cannot scale): fine
+    again, error = _typed(lambda: codec.decode_table(encoded), len(encoded))
+    if error is not None:
+        raise Finding(f"encode_table's own output does not decode: {error}")
+    if codec.encode_table(again) != encoded:  # bytes, so that NaN compares equal
+        raise Finding(f"decode/encode is not a fixed point for {data.hex()}")
+
+
+def content_header(data: bytes) -> None:
+    props, error = _typed(lambda: codec.BasicProperties.decode(data), len(data))
+    if error is not None:
+        return
+    encoded = props.encode()
+    again, error = _typed(lambda: codec.BasicProperties.decode(encoded), len(encoded))
+    if error is not None or again.encode() != encoded:
+        raise Finding(f"{props!r} does not survive encode/decode: {error or again!r}")
+    continued = len(data) >= 2 and data[1] & 1  # a second flag word follows: the encoder never writes one
+    if props.headers is None and not continued and len(encoded) != len(data):  # other reserved bits keep the length
+        raise Finding(f"{props!r} re-encodes to {encoded.hex()}, decoded from {data.hex()}")
+
+
+def spark_decoder(data: bytes) -> None:
+    from amqwire.spark.decode import decode_one
+
+    row, error = _typed(lambda: decode_one(data), len(data))
+    if error is not None:
+        return
+    if not isinstance(row, dict) or not isinstance(row["body"], bytes):
+        raise Finding(f"decode_one returned {row!r}")
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "frame_parser": frame_parser,
+    "command_parser": command_parser,
+    "decode_method": decode_method,
+    "decode_table": decode_table,
+    "content_header": content_header,
+    "spark_decoder": spark_decoder,
+}
