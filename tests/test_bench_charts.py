@@ -38,7 +38,6 @@ CLIENT_DOC = {
 
 @pytest.mark.parametrize("kind, doc", [("codec", CODEC_DOC), ("client", CLIENT_DOC)])
 def test_png_and_svg_are_written(tmp_path, kind, doc):
-    pytest.importorskip("matplotlib")
     paths = charts.chart(kind, doc, tmp_path / "sub" / kind)
     assert [p.name for p in paths] == [f"{kind}.png", f"{kind}.svg"]
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -57,7 +56,6 @@ def test_panels_keep_what_ran_and_drop_what_did_not():
 
 
 def test_the_command_line_renders_a_saved_run(tmp_path):
-    pytest.importorskip("matplotlib")
     saved = tmp_path / "codec.json"
     saved.write_text(json.dumps(CODEC_DOC))
     assert charts.main(["codec", str(saved), str(tmp_path / "out")]) == 0
