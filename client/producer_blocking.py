@@ -27,22 +27,23 @@ _CALLBACKS = threading.Lock()  # registering a callback against settling a futur
 class SendFuture:
     """The outcome of one ``send_async``: a SendResult, or the error the send failed with."""
 
-    __slots__ = ("_waiter", "_result", "_error", "_callbacks")
+    __slots__ = ("_waiter", "_result", "_error", "_done", "_callbacks")
 
     def __init__(self) -> None:
         self._waiter: Optional[Any] = None  # a held lock, made by the first wait
         self._result: Optional[SendResult] = None
         self._error: Optional[BaseException] = None
-        self._callbacks: Optional[list[Callable[["SendFuture"], Any]]] = []
+        self._done = False
+        self._callbacks: Optional[list[Callable[["SendFuture"], Any]]] = None  # made by the first
 
     def done(self) -> bool:
-        return self._callbacks is None
+        return self._done
 
     def _wait(self, timeout: Optional[float]) -> None:
-        if self._callbacks is None:
+        if self._done:
             return
         with _CALLBACKS:
-            if self._callbacks is None:
+            if self._done:
                 return
             waiter = self._waiter
             if waiter is None:
@@ -67,9 +68,11 @@ class SendFuture:
     def add_done_callback(self, fn: Callable[["SendFuture"], Any]) -> None:
         """``fn(future)``, once: now if the future is done, else when it settles."""
         with _CALLBACKS:
-            callbacks = self._callbacks
-            if callbacks is not None:
-                callbacks.append(fn)
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = [fn]
+                else:
+                    self._callbacks.append(fn)
                 return
         _run(fn, self)
 
@@ -77,6 +80,7 @@ class SendFuture:
         self._result = result
         self._error = error
         with _CALLBACKS:
+            self._done = True
             callbacks, self._callbacks = self._callbacks, None
             waiter = self._waiter
         if waiter is not None:
@@ -86,7 +90,7 @@ class SendFuture:
                 _run(fn, self)
 
     def __repr__(self) -> str:
-        state = "pending" if self._callbacks is not None else ("failed" if self._error else "confirmed")
+        state = "pending" if not self._done else ("failed" if self._error else "confirmed")
         return f"<SendFuture {state}>"
 
 
@@ -131,9 +135,10 @@ class Producer(SyncProducer[SendFuture]):
             work = []
             for future, result in results:
                 future._result = result
-                callbacks, future._callbacks = future._callbacks, None
-                if callbacks or future._waiter is not None:
-                    work.append((future, callbacks))
+                future._done = True
+                if future._callbacks is not None or future._waiter is not None:
+                    work.append((future, future._callbacks))
+                    future._callbacks = None
         for future, callbacks in work:
             if future._waiter is not None:
                 future._waiter.release()

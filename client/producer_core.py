@@ -131,6 +131,9 @@ class SendResult(NamedTuple):
     latency: float
 
 
+_new_tuple = tuple.__new__
+
+
 @dataclasses.dataclass(frozen=True)
 class ProducerStats:
     """A snapshot of a Producer's counters; latencies (seconds) of the last confirmed sends."""
@@ -320,17 +323,22 @@ class OutgoingMessage:
     the wire (compressed, with the message id)."""
 
     __slots__ = (
-        "exchange", "routing_key", "body", "properties", "mandatory", "message_id", "oneway",
+        "exchange", "routing_key", "body", "_properties", "_with_id", "mandatory", "message_id", "oneway",
         "timeout", "deadline", "started", "attempts", "future", "size", "not_before", "stage",
         "epoch", "done", "broker", "solo",
     )
 
     def __init__(self, exchange: str, routing_key: str, body: bytes, properties: Optional[BasicProperties],
-                 mandatory: bool, message_id: Optional[str], oneway: bool, timeout: Optional[float]) -> None:
+                 mandatory: bool, message_id: Optional[str], oneway: bool, timeout: Optional[float],
+                 with_id: bool = False) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.body = body
-        self.properties = properties
+        # with_id: message_id was made by the producer and is not in _properties yet.  The
+        # properties carrying it are made when asked for: a long-lived object less per send
+        # (the garbage collector's work grows with every object alive until the confirm).
+        self._properties = properties
+        self._with_id = with_id
         self.mandatory = mandatory
         self.message_id = message_id
         self.oneway = oneway
@@ -346,6 +354,26 @@ class OutgoingMessage:
         self.done = False
         self.broker: Any = None
         self.solo = False  # sent alone, its confirm awaited before the next (see _batch_cb)
+
+    @property
+    def properties(self) -> Optional[BasicProperties]:
+        if self._with_id:
+            self._properties = self.wire_properties()
+            self._with_id = False
+        return self._properties
+
+    @properties.setter
+    def properties(self, value: Optional[BasicProperties]) -> None:
+        self._properties = value
+        self._with_id = False
+
+    def wire_properties(self) -> Optional[BasicProperties]:
+        """The properties to encode (``properties``, without keeping what it makes)."""
+        if not self._with_id:
+            return self._properties
+        if self._properties is None:
+            return BasicProperties(message_id=self.message_id)
+        return _with(self._properties, message_id=self.message_id)
 
     def __repr__(self) -> str:
         return (f"<OutgoingMessage {self.message_id} exchange={self.exchange!r} "
@@ -528,7 +556,13 @@ class ProducerCore:
         if client_properties is not None:
             self._connect_options["client_properties"] = client_properties
         self._random = random.Random()
-        # the accumulator
+        # the accumulator.  Callers append to _inbox without the lock (deque.append is
+        # atomic under the GIL): with many sending threads, a lock taken per send turns into
+        # a convoy that costs more than the send.  Whoever holds the lock moves the inbox
+        # into _queue (_drain), where everything is counted.
+        self._inbox: Deque[OutgoingMessage] = deque()
+        self._largest = 0  # the largest message offered: bounds the inbox's bytes
+        self._finished = False  # close() failed what was left: nothing is drained any more
         self._queue: Deque[OutgoingMessage] = deque()
         self._queued_bytes = 0
         self._retrying: list[OutgoingMessage] = []  # waiting for their back-off
@@ -584,15 +618,16 @@ class ProducerCore:
         if len(body) >= self._compress_at:
             body, properties = self.compressor.apply(body, properties)
         message_id = None
+        with_id = False
         if self._ids is not None and (properties is None or properties.message_id is None):
             message_id = self._ids.next()
-            properties = (BasicProperties(message_id=message_id) if properties is None
-                          else _with(properties, message_id=message_id))
+            with_id = True
         elif properties is not None:
             message_id = properties.message_id
         if len(body) > self.max_body_size:
             raise AMQPSyntaxError(f"body: {len(body)} bytes, over max_body_size ({self.max_body_size} bytes)")
-        message = OutgoingMessage(exchange, routing_key, body, properties, mandatory, message_id, oneway, timeout)
+        message = OutgoingMessage(exchange, routing_key, body, properties, mandatory, message_id, oneway, timeout,
+                                  with_id)
         if self.before_send is not None:
             self.before_send(message)
         return message
@@ -616,17 +651,79 @@ class ProducerCore:
         encode_publish(1, exchange, routing_key, b"", properties, mandatory)
         return body
 
-    def _admit(self, message: OutgoingMessage) -> int:
-        """Queue the message if the buffer has room: 0 it has not, 1 queued, 2 queued and the
-        sender must be woken (outside the lock).  Under the lock."""
+    def _offer(self, message: OutgoingMessage) -> bool:
+        """The call site's fast path, without the lock: append to the inbox when the buffer
+        surely has room (True), else False (the caller takes the slow path, ``_admit``).
+        The check counts every inbox message at the largest size seen, so buffer_memory is
+        exceeded only by racing offers: at most one message per sending thread."""
         if self._closed:
             raise InvalidStateError("the producer is closed")
+        size = message.size
+        if size > self._largest:
+            self._largest = size
+        inbox = self._inbox
+        if self._buffered + (len(inbox) + 1) * self._largest > self.buffer_memory and (self._pending or inbox):
+            return False
+        if not message.oneway:
+            message.future = self._new_future()
+        inbox.append(message)
+        if self._closed:  # close() may have drained the inbox for the last time
+            self._reclaim(message)
+        if self._sender_idle and (self.linger == 0 or len(inbox) == 1 or len(inbox) >= self.batch_size
+                                  or self._queued_bytes + len(inbox) * self._largest >= self.batch_bytes):
+            self._sender_idle = False  # racing callers may wake it twice: harmless
+            self._wake()
+        return True
+
+    def _reclaim(self, message: OutgoingMessage) -> None:
+        """An offer that raced close(): take it back and refuse it, unless something drained
+        it already (then it is on its way, or failed by close)."""
+        with self._lock:
+            try:
+                self._inbox.remove(message)
+            except ValueError:
+                return
+        raise InvalidStateError("the producer is closed")
+
+    def _drain(self) -> None:
+        """Move the inbox into the queue, counting each message.  Under the lock."""
+        inbox = self._inbox
+        if not inbox or self._finished:
+            return
+        queue = self._queue
+        epoch = self._epoch
+        count = 0
+        size = 0
+        nearest = self._next_sweep
+        popleft = inbox.popleft
+        for _ in range(len(inbox)):  # offers racing this loop wait for the next drain
+            message = popleft()
+            message.epoch = epoch
+            size += message.size
+            count += 1
+            queue.append(message)
+            if message.deadline < nearest:
+                nearest = message.deadline
+        self._next_sweep = nearest
+        self._epochs[epoch] = self._epochs.get(epoch, 0) + count
+        self._buffered += size
+        self._queued_bytes += size
+        self._pending += count
+        self._sent += count
+
+    def _admit(self, message: OutgoingMessage) -> int:
+        """The slow path of a send (the buffer may be full): queue the message if the buffer
+        has room: 0 it has not, 1 queued, 2 queued and the sender must be woken (outside the
+        lock).  Under the lock."""
+        if self._closed:
+            raise InvalidStateError("the producer is closed")
+        self._drain()
         size = message.size
         if self._buffered + size > self.buffer_memory and self._pending:
             if self.buffer_full == "raise":
                 raise BufferFullError(size, self._buffered, self.buffer_memory)
             return 0
-        if not message.oneway:
+        if not message.oneway and message.future is None:
             message.future = self._new_future()
         message.epoch = self._epoch
         self._epochs[self._epoch] = self._epochs.get(self._epoch, 0) + 1
@@ -756,8 +853,9 @@ class ProducerCore:
             self._pending -= len(settled)
             self._confirmed += len(settled)
         url = broker.url
+        new = _new_tuple  # SendResult(...) without its Python-level __new__: this is per message
         results = [
-            (m.future, SendResult(url, 1 + len(m.attempts) if m.attempts else 1, m.message_id, latency))
+            (m.future, new(SendResult, (url, 1 + len(m.attempts) if m.attempts else 1, m.message_id, latency)))
             for m, latency in zip(settled, latencies)
         ]
         self._resolve_all(results)
@@ -783,7 +881,8 @@ class ProducerCore:
 
     def _encode(self, messages: Sequence[OutgoingMessage], channel_id: int, frame_max: int) -> bytes:
         return b"".join([
-            encode_publish(channel_id, m.exchange, m.routing_key, m.body, m.properties, False, False, frame_max)
+            encode_publish(channel_id, m.exchange, m.routing_key, m.body, m.wire_properties(), False, False,
+                           frame_max)
             for m in messages
         ])
 
@@ -836,6 +935,7 @@ class ProducerCore:
 
     def _next_batch(self, now: float) -> tuple[list[OutgoingMessage], float]:
         """(messages to write now, []) or ([], seconds to wait before asking again).  Under the lock."""
+        self._drain()
         if self._retrying:
             due = [m for m in self._retrying if m.not_before <= now]
             if due:
@@ -934,6 +1034,7 @@ class ProducerCore:
 
     def _begin_flush(self) -> int:
         with self._lock:
+            self._drain()  # what was offered before flush() belongs to the epoch it waits for
             epoch = self._epoch
             self._epoch += 1
             self._flushing += 1
@@ -944,6 +1045,8 @@ class ProducerCore:
     def _fail_all(self, error: BaseException) -> None:
         """Settle everything still held (the producer is closing, or its sender died)."""
         with self._lock:
+            self._drain()
+            self._finished = True
             held = list(self._queue) + self._retrying + list(self._inflight)
             self._queue.clear()
             self._queued_bytes = 0
@@ -953,6 +1056,7 @@ class ProducerCore:
 
     def stats(self) -> ProducerStats:
         with self._lock:
+            self._drain()
             p50, p90, p99, pmax = self._latencies.percentiles(50, 90, 99, 100)
             return ProducerStats(
                 sent=self._sent, confirmed=self._confirmed, oneway=self._oneway, retried=self._retried,

@@ -126,6 +126,8 @@ class SyncProducer(ProducerCore, Generic[_Future]):
     # sending -------------------------------------------------------------------------------
 
     def _enqueue(self, message: OutgoingMessage) -> None:
+        if self._offer(message):
+            return
         with self._lock:
             admitted = self._admit(message)
         if admitted == 0:
@@ -245,14 +247,16 @@ class SyncProducer(ProducerCore, Generic[_Future]):
                 with self._lock:
                     batch, wait = self._next_batch(now)
                     if not batch:
-                        if self._stopping and not self._pending:
+                        if self._stopping and not self._pending and not self._inbox:
                             return
-                        self._sender_idle = True
+                        # in this order: an offer that sees the sender idle wakes it after the clear
                         self._clear_work()
+                        self._sender_idle = True
                 if batch:
                     self._write(batch)
-                else:
+                elif not self._inbox or (self.linger and wait <= self.linger):
                     self._wait_work(min(wait, TICK * 4))
+                # else an offer came after the drain and may have missed the idle flag: go round
         except BaseException as exc:
             log.exception("producer: the sender failed")
             with self._lock:
@@ -355,7 +359,7 @@ class SyncProducer(ProducerCore, Generic[_Future]):
                         if broker.oneway_channel is None or not broker.oneway_channel.is_open:
                             broker.oneway_channel = broker.connection.channel()
                         broker.oneway_channel.basic_publish(
-                            message.exchange, message.routing_key, message.body, message.properties, timeout=slice_)
+                            message.exchange, message.routing_key, message.body, message.wire_properties(), timeout=slice_)
                         self._settle(message, None, None)
                         continue
                     if message.solo:
@@ -363,7 +367,7 @@ class SyncProducer(ProducerCore, Generic[_Future]):
                         break
                     message.stage = "room in the confirm window"
                     channel.publish_async(
-                        message.exchange, message.routing_key, message.body, message.properties,
+                        message.exchange, message.routing_key, message.body, message.wire_properties(),
                         mandatory=True, callback=self._confirmed_cb(message, broker), timeout=slice_)
                     self._published([message], broker)
                 unwritten = []
@@ -392,7 +396,7 @@ class SyncProducer(ProducerCore, Generic[_Future]):
         message.stage = "room in the confirm window"
         try:
             token = broker.channel.publish_async(
-                message.exchange, message.routing_key, message.body, message.properties,
+                message.exchange, message.routing_key, message.body, message.wire_properties(),
                 mandatory=message.mandatory, callback=self._confirmed_cb(message, broker), timeout=timeout)
         except (OperationTimeout, ConnectionBlockedError, ChannelClosed):
             self._requeue([message])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -163,6 +164,43 @@ def test_one_producer_fed_by_many_threads(amqp_url, names):
     bodies = [m.body for m in queue_messages(amqp_url, queue)]
     assert sorted(bodies) == sorted(f"{n}-{i}".encode() for n in range(8) for i in range(100))
     assert len({r.message_id for r in results}) == 800
+
+
+def test_close_racing_sends_from_many_threads_leaves_no_future_unsettled(amqp_url, names):
+    queue = names.queue()
+    declare(amqp_url, queue)
+    futures: list = []
+    refused: list = []
+    producer = Producer(amqp_url)
+    started = threading.Barrier(9)
+
+    def work() -> None:
+        started.wait()
+        while True:
+            try:
+                futures.append(producer.send_async("", queue, b"race"))
+            except InvalidStateError:
+                refused.append(1)
+                return
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    started.wait()
+    time.sleep(0.05)
+    producer.close(timeout=30)
+    for t in threads:
+        t.join(30)
+    assert len(refused) == 8  # every thread was told, at its call
+    outcomes = [f.exception(10) for f in futures]  # OperationTimeout here: one left unsettled
+    confirmed = sum(e is None for e in outcomes)
+    assert all(e is None or isinstance(e, InvalidStateError) for e in outcomes)
+    with connect(amqp_url) as conn, conn.channel() as ch:
+        assert ch.queue_declare(queue, passive=True).message_count == confirmed
+    stats = producer.stats()
+    assert stats.pending == 0 and stats.sent == len(futures) and stats.confirmed == confirmed
+    print(f"close racing 8 threads: {len(futures)} sends, {confirmed} confirmed, "
+          f"{len(futures) - confirmed} failed at close")
 
 
 def test_one_aio_producer_fed_by_many_tasks(amqp_url, names):
