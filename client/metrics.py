@@ -62,16 +62,42 @@ class MetricsCollector:
         """Deliveries nacked or rejected (``multiple`` counts every delivery it covers)."""
 
     def confirm_latencies(self, seconds: Sequence[float]) -> None:
-        """Publish-to-confirm latencies (from the publish call to the broker's ack or nack)
-        of the publishes one confirm frame settled."""
+        """Publish-to-confirm latencies (from the socket write that carried the publish to
+        the read that brought the broker's ack or nack), one per publish."""
 
-    def confirm_times(self, now: float, sent: Sequence[float]) -> None:
-        """What the client calls per confirm frame: publishes made at ``sent``
-        (``time.monotonic()``, ascending) were confirmed at ``now``.  The default hands the
-        latencies to ``confirm_latencies``; a collector may use the order instead (the
-        in-memory one buckets a whole frame with a few bisections)."""
+    def confirm_times(self, now: float, sent: Sequence[tuple[float, int]]) -> None:
+        """``(written_at, count)`` pairs (``time.monotonic()``, oldest first): ``count``
+        publishes written at ``written_at`` were confirmed (or nacked) at ``now``.  The
+        default hands the latencies to ``confirm_latencies``; a collector may bucket each
+        pair at once instead (the in-memory one does)."""
         if sent:
-            self.confirm_latencies([now - stamp for stamp in sent])
+            self.confirm_latencies([now - stamp for stamp, count in sent for _ in range(count)])
+
+    # What the client calls: one call per socket write and one per socket read, so that
+    # the cost of counting does not grow with the messages a read or write carries.  The
+    # defaults spread them over the methods above; a collector may take its lock once.
+
+    def socket_write(self, nbytes: int, published: int) -> None:
+        """One write: ``nbytes`` bytes carrying ``published`` publishes."""
+        self.bytes_sent(nbytes)
+        if published:
+            self.published(published)
+
+    def socket_read(self, nbytes: int, delivered: int, confirmed: int, nacked: int, returned: int,
+                    now: float, sent: Sequence[tuple[float, int]]) -> None:
+        """One read: ``nbytes`` bytes, the deliveries, confirms, nacks and returns in them,
+        and ``confirm_times(now, sent)`` for their latencies."""
+        self.bytes_received(nbytes)
+        if delivered:
+            self.delivered(delivered)
+        if confirmed:
+            self.publish_confirmed(confirmed)
+        if nacked:
+            self.publish_nacked(nacked)
+        if returned:
+            self.publish_returned(returned)
+        if sent:
+            self.confirm_times(now, sent)
 
 
 class _Histogram:
@@ -91,22 +117,19 @@ class _Histogram:
         self.count += len(values)
         self.sum += sum(values)
 
-    def observe_sent(self, now: float, sent: Sequence[float]) -> None:
-        """Observe ``now - t`` for every t of ``sent`` (ascending): the latencies descend, so
-        each bucket's cumulative count is one bisection of ``sent``."""
-        size = len(sent)
-        if size < 8:  # RabbitMQ often acks a few at a time: a bisection per latency is less work
-            self.observe([now - stamp for stamp in sent])
-            return
+    def observe_runs(self, now: float, sent: Sequence[tuple[float, int]]) -> None:
+        """Observe ``now - t``, ``count`` times, for every (t, count) of ``sent``."""
         counts = self.counts
-        below = 0  # latencies <= the previous bound
-        for index, bound in enumerate(self.bounds):
-            within = size - bisect.bisect_left(sent, now - bound)  # latency <= bound
-            counts[index] += within - below
-            below = within
-        counts[-1] += size - below
-        self.count += size
-        self.sum += size * now - sum(sent)
+        bounds = self.bounds
+        total = 0
+        seconds = 0.0
+        for stamp, count in sent:
+            latency = now - stamp
+            counts[bisect.bisect_left(bounds, latency)] += count
+            total += count
+            seconds += latency * count
+        self.count += total
+        self.sum += seconds
 
     def quantile(self, q: float) -> Optional[float]:
         """The upper bound of the bucket holding the q-quantile (None: no data, or above
@@ -196,9 +219,26 @@ class InMemoryMetrics(MetricsCollector):
         with self._lock:
             self.confirm_latency.observe(seconds)
 
-    def confirm_times(self, now: float, sent: Sequence[float]) -> None:
+    def confirm_times(self, now: float, sent: Sequence[tuple[float, int]]) -> None:
         with self._lock:
-            self.confirm_latency.observe_sent(now, sent)
+            self.confirm_latency.observe_runs(now, sent)
+
+    def socket_write(self, nbytes: int, published: int) -> None:
+        with self._lock:
+            self.bytes_sent_total += nbytes
+            self.published_count += published
+
+    def socket_read(self, nbytes: int, delivered: int, confirmed: int, nacked: int, returned: int,
+                    now: float, sent: Sequence[tuple[float, int]]) -> None:
+        with self._lock:
+            self.bytes_received_total += nbytes
+            if delivered:
+                self.delivered_count += delivered
+            if sent or confirmed or nacked or returned:
+                self.confirmed_count += confirmed
+                self.nacked_count += nacked
+                self.returned_count += returned
+                self.confirm_latency.observe_runs(now, sent)
 
     def snapshot(self) -> dict[str, Any]:
         """Every count, and the latency histogram as ``confirm_latency_count``/``_sum``/

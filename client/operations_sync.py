@@ -149,6 +149,9 @@ class SyncConnection(ConnectionBase):
         with self._lock:
             self.params = params
             self._core = core
+            self._seen_acked = self._seen_nacked = self._seen_returned = 0  # the new core's totals
+            self._stamped.clear()
+            self._to_stamp.clear()
             self._opened = False
             self._handshake_waiter = waiter
         self._warn_if_unverified(params)
@@ -676,7 +679,9 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             self._unsettled += 1
             if connection._metrics is not None:
                 connection._unreported_publishes += 1
-                self._sent_at.append(time.monotonic())
+                if not self._stamp_pending:  # stamped when written (see ConnectionBase._take_output)
+                    self._stamp_pending = True
+                    connection._to_stamp.append(self)
         if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
             connection._flush_soon()
         return self._issued(token, seqno)
@@ -712,8 +717,9 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                 self._unsettled += count
             if connection._metrics is not None:
                 connection._unreported_publishes += count
-                if token is not None and count:
-                    self._sent_at.extend([time.monotonic()] * count)
+                if token is not None and count and not self._stamp_pending:
+                    self._stamp_pending = True
+                    connection._to_stamp.append(self)
         if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
             connection._flush_soon()
         if token is None:
@@ -772,6 +778,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         tag = consumer._method.consumer_tag
         if consumer._method.no_ack:
             self._no_ack_consumers += 1  # metrics: its deliveries need no settling
+            self._connection._no_ack_seen = True
         if tag:
             self._consumers[tag] = consumer
         self._pending_consumer = consumer

@@ -343,6 +343,9 @@ class ConfirmTracker:
                     seqnos.append(base)
                     tokens.append(token)
                 base += 1
+            while slots and slots[0] is done:  # settled out of order before: base stays the lowest unresolved
+                slots.popleft()
+                base += 1
             self.base = base
             return seqnos, tokens
         index = delivery_tag - self.base
@@ -609,6 +612,11 @@ class ConnectionProtocol:
         # heartbeat monitor (was anything written lately?) and the metrics.
         self.bytes_sent = 0
         self.bytes_received = 0
+        # Publishes the broker settled, ever (confirm mode): a collector reads the change per
+        # read instead of counting ack frames one by one.  Returned ones count only there.
+        self.publishes_acked = 0
+        self.publishes_nacked = 0
+        self.publishes_returned = 0
         self.heartbeats_sent = 0
 
     def __repr__(self) -> str:
@@ -1014,6 +1022,14 @@ class ConnectionProtocol:
                     if returned is None:
                         returned = {}
                     returned[seqno] = confirms.returned.pop(seqno)
+        settled = len(seqnos)
+        if returned is not None:
+            self.publishes_returned += len(returned)
+            settled -= len(returned)
+        if ack:
+            self.publishes_acked += settled
+        else:
+            self.publishes_nacked += settled
         events.append(Confirmed(state.id, ack, seqnos, tokens, returned, tag, method.multiple))
 
     # ------------------------------------------------------------------ channels

@@ -70,6 +70,7 @@ from .recovery import END, RecoveryPolicy, Topology, recoverable
 from .connect import unverified_tls
 from .url import ConnectionParameters, ParametersLike, parameters_list
 
+_clock = time.monotonic
 log = logging.getLogger("amqwire.client")
 _E = TypeVar("_E")
 
@@ -199,6 +200,10 @@ class ConnectionBase:
         # None: nothing is counted, and the hot paths check only this attribute
         self._metrics = metrics
         self._unreported_publishes = 0  # written since the last report to _metrics
+        self._to_stamp: list[Any] = []  # channels with confirm-mode publishes not written yet
+        self._stamped: list[Any] = []  # channels with written confirm-mode publishes unsettled
+        self._no_ack_seen = False  # a no_ack consumer was ever started: its deliveries need no ack
+        self._seen_acked = self._seen_nacked = self._seen_returned = 0  # the core's totals, counted
         self._down_recovering = False  # the last close event said a recovery follows
         self._close_listeners: list[Callable[[ShutdownEvent], Any]] = []
         self._blocked_listeners: list[Callable[[BlockedEvent], Any]] = []
@@ -291,33 +296,55 @@ class ConnectionBase:
         pieces = self._core.buffers_to_send()
         metrics = self._metrics
         if metrics is not None and pieces:
-            metrics.bytes_sent(sum(len(piece) for piece in pieces))
-            if self._unreported_publishes:
-                count, self._unreported_publishes = self._unreported_publishes, 0
-                metrics.published(count)
+            count, self._unreported_publishes = self._unreported_publishes, 0
+            metrics.socket_write(sum(len(piece) for piece in pieces), count)
+            if self._to_stamp:  # confirm-mode publishes in this write: when they went out
+                now = _clock()
+                for channel in self._to_stamp:
+                    channel._stamp(now)
+                self._to_stamp.clear()
         return pieces
 
     def _count_input(self, metrics: MetricsCollector, data: Any, events: list[Any]) -> None:
-        metrics.bytes_received(len(data))
-        delivered = 0
+        """Count what one read brought, in one call to the collector (under ``_lock``).  Its
+        cost does not grow with the messages: deliveries are counted in C, confirms from
+        the core's totals, latencies from how far each channel's confirms advanced."""
         channels = self._channels
-        no_ack_channels = [cid for cid, channel in channels.items() if channel._no_ack_consumers]
-        for event in events:
-            kind = type(event)
-            if kind is Message:
-                delivered += 1
-                if no_ack_channels and event.channel_id in no_ack_channels:
-                    channel = channels[event.channel_id]
-                    consumer = channel._consumers.get(event.consumer_tag) or channel._pending_consumer
-                    if consumer is not None and consumer._method.no_ack:
-                        self._note_no_ack(channel, event.delivery_tag)
-            elif kind is proto.GetResult and event.message is not None:
-                delivered += 1
-                channel = channels.get(event.channel_id)
-                if channel is not None and channel._get_no_ack:
-                    self._note_no_ack(channel, event.message.delivery_tag)
-        if delivered:
-            metrics.delivered(delivered)
+        kinds = list(map(type, events))
+        delivered = kinds.count(Message)
+        if delivered and self._no_ack_seen:
+            no_ack_channels = [cid for cid, channel in channels.items() if channel._no_ack_consumers]
+            if no_ack_channels:
+                for event in events:
+                    if type(event) is Message and event.channel_id in no_ack_channels:
+                        channel = channels[event.channel_id]
+                        consumer = channel._consumers.get(event.consumer_tag) or channel._pending_consumer
+                        if consumer is not None and consumer._method.no_ack:
+                            self._note_no_ack(channel, event.delivery_tag)
+        if delivered != len(kinds) and proto.GetResult in kinds:
+            for event in events:
+                if type(event) is proto.GetResult and event.message is not None:
+                    delivered += 1
+                    channel = channels.get(event.channel_id)
+                    if channel is not None and channel._get_no_ack:
+                        self._note_no_ack(channel, event.message.delivery_tag)
+        core = self._core
+        if core.publishes_acked == self._seen_acked and core.publishes_nacked == self._seen_nacked \
+                and core.publishes_returned == self._seen_returned:
+            metrics.socket_read(len(data), delivered, 0, 0, 0, 0.0, ())
+            return
+        confirmed = core.publishes_acked - self._seen_acked
+        nacked = core.publishes_nacked - self._seen_nacked
+        returned = core.publishes_returned - self._seen_returned
+        self._seen_acked += confirmed
+        self._seen_nacked += nacked
+        self._seen_returned += returned
+        runs: list[tuple[float, int]] = []
+        for channel in list(self._stamped):
+            channel._confirm_runs(runs)
+        if len(runs) > 1:
+            runs.sort()  # several channels: the collector gets them oldest first
+        metrics.socket_read(len(data), delivered, confirmed, nacked, returned, _clock() if runs else 0.0, runs)
 
     @staticmethod
     def _note_no_ack(channel: Any, delivery_tag: int) -> None:
@@ -698,16 +725,17 @@ class ChannelBase:
         self._flow_listeners: list[Callable[[FlowEvent], Any]] = []
         self._confirm_listeners: list[Callable[[ConfirmEvent], Any]] = []
         self._consumer_listeners: list[Callable[[ConsumerEvent], Any]] = []
-        # metrics (only with a collector): when each confirm-mode publish was made, from
-        # seqno _sent_base on (reset when seqnos restart: confirm_select, a reopen).
+        # metrics (only with a collector): when confirm-mode publishes were written, one
+        # entry per socket write (reset when seqnos restart: confirm_select, a reopen).
         # Delivery tags (the core's) are consecutive per channel, so counting what an ack
         # settles needs no record per delivery: every tag up to _settled_upto is settled,
         # _settled holds those settled singly above it, _no_ack_tags those delivered
         # settled (tracked only on channels that had no_ack consumers).
-        self._sent_at: list[float] = []  # from index _sent_head on
-        self._sent_head = 0
-        self._sent_base = 1
-        self._sent_done: set[int] = set()  # confirmed out of order, above _sent_base
+        self._stamp_ends: list[int] = []  # from index _stamp_head on: the last seqno of a write
+        self._stamp_times: list[float] = []  # ... and when that write happened
+        self._stamp_head = 0
+        self._stamp_low = 1  # the lowest seqno whose latency is not counted yet
+        self._stamp_pending = False  # in the connection's _to_stamp
         self._settled_upto = 0
         self._settled: set[int] = set()
         self._no_ack_tags: set[int] = set()
@@ -861,9 +889,6 @@ class ChannelBase:
 
     def _on_confirmed(self, event: proto.Confirmed) -> None:
         tokens = event.tokens
-        metrics = self._connection._metrics
-        if metrics is not None:
-            self._count_confirms(metrics, event)
         if self._confirm_listeners:
             self._connection._emit(
                 self._confirm_listeners, ConfirmEvent(self.channel_id, event.ack, event.delivery_tag, event.multiple), self
@@ -891,50 +916,61 @@ class ChannelBase:
             self._unsettled -= len(tokens)
         self._notify_progress()
 
-    def _count_confirms(self, metrics: MetricsCollector, event: proto.Confirmed) -> None:
-        seqnos = event.seqnos
-        returned = len(event.returned) if event.returned else 0
-        if event.ack:
-            metrics.publish_confirmed(len(seqnos) - returned)
-        else:
-            metrics.publish_nacked(len(seqnos) - returned)
-        if returned:
-            metrics.publish_returned(returned)
-        times = self._sent_at
-        head = self._sent_head
-        pending = len(times) - head
-        if not pending:
+    def _stamp(self, now: float) -> None:
+        """The connection wrote this channel's confirm-mode publishes up to now (under
+        ``_lock``): one entry for all of them."""
+        self._stamp_pending = False
+        state = self._connection._core.channel_state(self.channel_id)
+        if state is None or state.confirms is None:
             return
-        now = time.monotonic()
-        base = self._sent_base
-        count = len(seqnos)
-        done = self._sent_done
-        if seqnos[0] == base and seqnos[-1] == base + count - 1 and count <= pending:
-            # in order from the oldest (RabbitMQ's usual way): one slice
-            metrics.confirm_times(now, times[head:head + count])
-            head += count
-            base += count
+        last = state.confirms.next_seqno - 1
+        ends = self._stamp_ends
+        if len(ends) > self._stamp_head:
+            if ends[-1] >= last:
+                return
         else:
-            offset = head - base
-            end = base + pending
-            metrics.confirm_times(now, [times[seqno + offset] for seqno in seqnos if base <= seqno < end])
-            done.update(seqnos)
-        while done and base in done and head < len(times):
-            done.discard(base)
-            head += 1
-            base += 1
-        if head > 4096 and 2 * head > len(times):
-            del times[:head]
+            self._connection._stamped.append(self)
+        ends.append(last)
+        self._stamp_times.append(now)
+
+    def _confirm_runs(self, runs: list[tuple[float, int]]) -> None:
+        """Add (written at, count) for the publishes settled since the last call: those the
+        lowest unsettled seqno moved past (one settled out of order counts once everything
+        before it is settled too).  Under ``_lock``."""
+        state = self._connection._core.channel_state(self.channel_id)
+        if state is None or state.confirms is None:  # closed: its unsettled publishes failed
+            self._restart_seqnos()
+            return
+        base = state.confirms.base
+        ends = self._stamp_ends
+        times = self._stamp_times
+        head = self._stamp_head
+        size = len(ends)
+        lowest = self._stamp_low  # the lowest seqno not counted yet
+        while head < size and lowest < base:
+            upto = min(ends[head], base - 1)
+            runs.append((times[head], upto - lowest + 1))
+            lowest = upto + 1
+            if upto == ends[head]:
+                head += 1
+        self._stamp_low = lowest
+        if head == size:
+            del ends[:], times[:]
             head = 0
-        self._sent_head = head
-        self._sent_base = base
+            self._connection._stamped.remove(self)
+        elif head > 1024 and 2 * head > size:
+            del ends[:head], times[:head]
+            head = 0
+        self._stamp_head = head
 
     def _restart_seqnos(self) -> None:
         """Confirm seqnos start again at 1 (confirm_select, a reopened channel)."""
-        self._sent_at.clear()
-        self._sent_head = 0
-        self._sent_done.clear()
-        self._sent_base = 1
+        self._stamp_ends.clear()
+        self._stamp_times.clear()
+        self._stamp_head = 0
+        self._stamp_low = 1
+        if self in self._connection._stamped:
+            self._connection._stamped.remove(self)
 
     def _restart_delivery_tags(self) -> None:
         self._settled_upto = 0

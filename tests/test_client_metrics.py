@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import time
+
 import pytest
 
 from amqwire.client.metrics import InMemoryMetrics, MetricsCollector, PrometheusMetrics
@@ -79,6 +81,36 @@ def test_in_memory_metrics_count_exactly(run):
     run(scenario)
 
 
+def test_every_confirm_has_one_latency_over_many_writes_and_channels(run):
+    async def scenario(api):
+        metrics = InMemoryMetrics()
+        conn = await api.connect(metrics=metrics)
+        channels = [await conn.channel() for _ in range(2)]
+        q = api.names.queue()
+        await channels[0].queue_declare(q)
+        for ch in channels:
+            await ch.confirm_select(max_in_flight=300)  # the window makes many writes
+        started = time.monotonic()
+        for i in range(3000):
+            await channels[i % 2].publish_async("", q, b"m")
+        for ch in channels:
+            await ch.wait_for_confirms()
+        elapsed = time.monotonic() - started
+        await channels[0].confirm_select()  # again: nothing restarts, nothing is lost
+        for _ in range(10):
+            await channels[0].publish_async("", q, b"m")
+        await channels[0].wait_for_confirms()
+        snap = metrics.snapshot()
+        assert snap["confirmed_count"] == 3010
+        assert snap["confirm_latency_count"] == 3010
+        assert 0 <= snap["confirm_latency_sum"] <= 3010 * elapsed + 10
+        for ch in channels:  # what was kept per write is forgotten once confirmed
+            assert len(ch._stamp_ends) - ch._stamp_head <= 1
+        await conn.close()
+
+    run(scenario)
+
+
 def test_metrics_are_off_by_default(run):
     async def scenario(api):
         conn = await api.connect()
@@ -95,6 +127,28 @@ def test_the_collector_interface_is_all_no_ops():
                  "publish_returned", "delivered", "acked", "rejected"):
         assert getattr(collector, name)(3) is None
     assert collector.confirm_latencies([0.1]) is None
+    assert collector.socket_write(100, 2) is None
+    assert collector.socket_read(100, 1, 2, 3, 4, 1.0, [(0.5, 2)]) is None
+
+
+def test_the_per_read_and_per_write_calls_spread_over_the_single_counts():
+    calls: list = []
+
+    class Spy(MetricsCollector):
+        def __getattribute__(self, name):
+            attribute = object.__getattribute__(self, name)
+            if name in ("socket_read", "socket_write", "confirm_times") or not callable(attribute):
+                return attribute
+            return lambda *args: calls.append((name, *args))
+
+    spy = Spy()
+    spy.socket_write(120, 3)
+    spy.socket_read(64, 2, 5, 1, 1, 10.0, [(9.5, 2), (9.75, 4)])
+    assert calls == [
+        ("bytes_sent", 120), ("published", 3),
+        ("bytes_received", 64), ("delivered", 2), ("publish_confirmed", 5), ("publish_nacked", 1),
+        ("publish_returned", 1), ("confirm_latencies", [0.5, 0.5, 0.25, 0.25, 0.25, 0.25]),
+    ]
 
 
 def test_prometheus_exporter(run):
@@ -148,7 +202,7 @@ def test_heartbeats_only_when_idle(run):
     run(scenario)
 
 
-def test_bucketing_a_frame_by_bisection_equals_one_by_one():
+def test_bucketing_runs_of_one_write_equals_one_by_one():
     import random
 
     from amqwire.client.metrics import LATENCY_BUCKETS, _Histogram
@@ -156,10 +210,15 @@ def test_bucketing_a_frame_by_bisection_equals_one_by_one():
     rng = random.Random(7)
     for _ in range(200):
         now = 1000.0 + rng.random()
-        sent = sorted(now - rng.choice([rng.random() * 0.002, rng.random() * 20, 0.0, 0.001, 10.0])
-                      for _ in range(rng.randint(0, 50)))
+        sent = sorted((now - rng.choice([rng.random() * 0.002, rng.random() * 20, 0.0, 0.001, 10.0]),
+                       rng.randint(1, 40)) for _ in range(rng.randint(0, 8)))
         one, bulk = _Histogram(LATENCY_BUCKETS), _Histogram(LATENCY_BUCKETS)
-        one.observe([now - t for t in sent])
-        bulk.observe_sent(now, sent)
+        one.observe([now - t for t, count in sent for _ in range(count)])
+        bulk.observe_runs(now, sent)
         assert bulk.counts == one.counts and bulk.count == one.count
         assert bulk.sum == pytest.approx(one.sum, abs=1e-6)
+        spread = MetricsCollector()
+        seen: list = []
+        spread.confirm_latencies = seen.extend  # type: ignore[method-assign]
+        spread.confirm_times(now, sent)
+        assert sorted(seen) == sorted(now - t for t, count in sent for _ in range(count))

@@ -877,6 +877,18 @@ def test_out_of_order_single_acks_then_multiple():
     assert confirmed(broker.send(cid, BasicAck(6, True))) == [(cid, True, [2, 4, 6], ["t2", "t4", "t6"])]
 
 
+def test_the_lowest_unsettled_seqno_skips_those_settled_out_of_order():
+    p, broker, cid = published_in_confirm_mode(6)
+    confirms = p.channel_state(cid).confirms
+    broker.send(cid, BasicAck(4, False))
+    assert confirms.base == 1
+    broker.send(cid, BasicNack(3, True, False))  # 1..3, and 4 was settled already
+    assert confirms.base == 5 and len(confirms) == 2
+    assert (p.publishes_acked, p.publishes_nacked, p.publishes_returned) == (1, 3, 0)
+    broker.send(cid, BasicAck(6, True))
+    assert confirms.base == 7 and len(confirms) == 0 and p.publishes_acked == 3
+
+
 def test_each_seqno_resolved_exactly_once():
     p, broker, cid = published_in_confirm_mode(50)
     data = b"".join(
