@@ -873,9 +873,12 @@ def aiopika_consume_iter(ctx, queue, n):
 def with_metrics(fn):
     """The same amqwire row with ``connect(..., metrics=InMemoryMetrics())``: the cost of
     counting, measured beside the row without it (the overhead is row / that row)."""
-    from amqwire.client.metrics import InMemoryMetrics
 
     def run(ctx, queue, n):
+        # imported here: a client without metrics (an older amqwire measured for a
+        # before/after comparison) fails this row only
+        from amqwire.client.metrics import InMemoryMetrics
+
         return fn(ctx, queue, n, metrics=InMemoryMetrics())
 
     run.__name__ = fn.__name__ + "_metrics"
