@@ -448,24 +448,31 @@ class Channel(AsyncChannel["asyncio.Future[None]", _ConsumerOpener]):
 
     # primitives ----------------------------------------------------------------------------
 
-    async def _wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str) -> None:
+    async def _wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str,
+                             below: Optional[int] = None) -> None:
+        if ready():
+            return
         deadline = None if timeout is None else time.monotonic() + timeout
         connection = self._connection
-        while not ready():
-            connection._flush()
-            waiter = self._progress
-            if waiter is None or waiter.done():
-                waiter = self._progress = connection._loop.create_future()
-            if deadline is None:
-                await waiter
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise OperationTimeout(what, timeout, self.channel_id)
-            try:
-                await asyncio.wait_for(asyncio.shield(waiter), left)
-            except asyncio.TimeoutError:
-                raise OperationTimeout(what, timeout, self.channel_id) from None
+        self._progress_wanted(below)
+        try:
+            while not ready():
+                connection._flush()
+                waiter = self._progress
+                if waiter is None or waiter.done():
+                    waiter = self._progress = connection._loop.create_future()
+                if deadline is None:
+                    await waiter
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise OperationTimeout(what, timeout, self.channel_id)
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiter), left)
+                except asyncio.TimeoutError:
+                    raise OperationTimeout(what, timeout, self.channel_id) from None
+        finally:
+            self._progress_done(below)
 
     def _notify_progress(self) -> None:
         waiter = self._progress

@@ -541,7 +541,8 @@ class Channel(SyncChannel[PublishFuture, Consumer]):
 
     # primitives ----------------------------------------------------------------------------
 
-    def _wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str) -> None:
+    def _wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str,
+                       below: Optional[int] = None) -> None:
         if ready():
             return
         connection = self._connection
@@ -550,6 +551,7 @@ class Channel(SyncChannel[PublishFuture, Consumer]):
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._progress:
             self._progress_waiters += 1
+            self._progress_wanted(below)
             try:
                 while not ready():
                     left = None if deadline is None else deadline - time.monotonic()
@@ -558,6 +560,7 @@ class Channel(SyncChannel[PublishFuture, Consumer]):
                     self._progress.wait(1.0 if left is None else min(left, 1.0))
             finally:
                 self._progress_waiters -= 1
+                self._progress_done(below)
 
     def _notify_progress(self) -> None:
         if self._progress_waiters:

@@ -318,8 +318,10 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    async def _wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str) -> None:
-        """Wait until ``ready()`` (checked whenever confirms arrive or the channel fails);
+    async def _wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str,
+                             below: Optional[int] = None) -> None:
+        """Wait until ``ready()`` (checked when confirms bring ``_unsettled`` down to
+        ``below``, at every confirm if None, and whenever the channel fails);
         OperationTimeout naming ``what`` after ``timeout``."""
         raise NotImplementedError
 
@@ -588,7 +590,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             refuse = connection.blocked_action == "raise"
             await self._wait_progress(
                 lambda: self._unsettled <= room or (refuse and connection._is_blocked),
-                _left(deadline), "room in the confirm window",
+                _left(deadline), "room in the confirm window", room,
             )
             self._check()
             if refuse and connection._is_blocked:
@@ -732,7 +734,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             raise InvalidStateError("wait_for_confirms needs confirm mode: call confirm_select() first")
         self._connection._flush_quietly()
         if self._unsettled > 0:
-            await self._wait_progress(lambda: self._unsettled <= 0, timeout, "confirms")
+            await self._wait_progress(lambda: self._unsettled <= 0, timeout, "confirms", 0)
         failures = [error for error in map(self._token_error, self._failures) if error is not None]
         self._failures = []
         if failures:

@@ -71,6 +71,7 @@ from .connect import unverified_tls
 from .url import ConnectionParameters, ParametersLike, parameters_list
 
 _clock = time.monotonic
+_ANY = 1 << 62  # a confirm waiter that wants every change
 log = logging.getLogger("amqwire.client")
 _E = TypeVar("_E")
 
@@ -482,6 +483,12 @@ class ConnectionBase:
                 events = getattr(exc, "events", None) or []
                 error = self._fault(exc, data)
             closed = self._detach_closed_channels(events) if core.channels_released != released else None
+            if core.state is proto.ConnectionState.CLOSED and self._error is None:
+                # The broker closed the connection: a call made between this read and the
+                # dispatch below must raise why (an AMQPConnectionError), not find a closed core.
+                for event in events:
+                    if type(event) is proto.ConnectionClosedEvent and event.by_broker:
+                        self._error = self._broker_close_error(event)
             if self._metrics is not None:
                 self._count_input(self._metrics, data, events)
         if core.pending_output:
@@ -490,6 +497,11 @@ class ConnectionBase:
             self._dispatch(events, closed)
         if error is not None:
             self._on_lost(error)
+
+    def _broker_close_error(self, event: proto.ConnectionClosedEvent) -> BaseException:
+        if event.handshake and event.reply_code == 403:
+            return AuthenticationError(f"{self.params}: {event.reply_code} {event.reply_text}")
+        return ConnectionClosed(event.reply_code, event.reply_text, event.class_id, event.method_id)
 
     def _flush_quietly(self) -> None:
         try:
@@ -575,10 +587,7 @@ class ConnectionBase:
                 _settle(self._handshake_waiter, event)
             elif kind is proto.ConnectionClosedEvent:
                 if event.by_broker:
-                    if event.handshake and event.reply_code == 403:
-                        error: BaseException = AuthenticationError(f"{self.params}: {event.reply_code} {event.reply_text}")
-                    else:
-                        error = ConnectionClosed(event.reply_code, event.reply_text, event.class_id, event.method_id)
+                    error = self._error if self._error is not None else self._broker_close_error(event)
                     self._flush_quietly()  # our close-ok
                     self._on_lost(error)
                 else:
@@ -731,6 +740,11 @@ class ChannelBase:
         # settles needs no record per delivery: every tag up to _settled_upto is settled,
         # _settled holds those settled singly above it, _no_ack_tags those delivered
         # settled (tracked only on channels that had no_ack consumers).
+        # Waiters for confirms (room in the window, wait_for_confirms) say how low _unsettled
+        # must be for them to go on: an ack frame that leaves it higher wakes nobody (a
+        # thread's wake-up costs more than the frame).  No waiter: _ANY (notify, cheaply).
+        self._progress_belows: list[int] = []
+        self._progress_below = _ANY
         self._stamp_ends: list[int] = []  # from index _stamp_head on: the last seqno of a write
         self._stamp_times: list[float] = []  # ... and when that write happened
         self._stamp_head = 0
@@ -914,7 +928,17 @@ class ChannelBase:
                     self._failures.append(token)
         with self._connection._lock:
             self._unsettled -= len(tokens)
-        self._notify_progress()
+        if self._unsettled <= self._progress_below:  # else no waiter is ready to go on yet
+            self._notify_progress()
+
+    def _progress_wanted(self, below: Optional[int]) -> None:
+        """A waiter wants waking once ``_unsettled <= below`` (None: at every change)."""
+        self._progress_belows.append(_ANY if below is None else below)
+        self._progress_below = max(self._progress_belows)
+
+    def _progress_done(self, below: Optional[int]) -> None:
+        self._progress_belows.remove(_ANY if below is None else below)
+        self._progress_below = max(self._progress_belows, default=_ANY)
 
     def _stamp(self, now: float) -> None:
         """The connection wrote this channel's confirm-mode publishes up to now (under
