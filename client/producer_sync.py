@@ -126,8 +126,6 @@ class SyncProducer(ProducerCore, Generic[_Future]):
     # sending -------------------------------------------------------------------------------
 
     def _enqueue(self, message: OutgoingMessage) -> None:
-        if self._offer(message):
-            return
         with self._lock:
             admitted = self._admit(message)
         if admitted == 0:
@@ -247,16 +245,14 @@ class SyncProducer(ProducerCore, Generic[_Future]):
                 with self._lock:
                     batch, wait = self._next_batch(now)
                     if not batch:
-                        if self._stopping and not self._pending and not self._inbox:
+                        if self._stopping and not self._pending:
                             return
-                        # in this order: an offer that sees the sender idle wakes it after the clear
-                        self._clear_work()
                         self._sender_idle = True
+                        self._clear_work()
                 if batch:
                     self._write(batch)
-                elif not self._inbox or (self.linger and wait <= self.linger):
+                else:
                     self._wait_work(min(wait, TICK * 4))
-                # else an offer came after the drain and may have missed the idle flag: go round
         except BaseException as exc:
             log.exception("producer: the sender failed")
             with self._lock:
