@@ -148,6 +148,7 @@ class AsyncConnection(ConnectionBase):
             self.params = params
             self._core = core
             self._seen_acked = self._seen_nacked = self._seen_returned = 0  # the new core's totals
+            self._closed_by_broker = None
             self._stamped.clear()
             self._to_stamp.clear()
             self._opened = False
@@ -223,9 +224,15 @@ class AsyncConnection(ConnectionBase):
 
     async def wait_recovered(self, timeout: Optional[float] = None) -> bool:
         """With recovery on: wait until the connection is up again (True) or timeout."""
-        if self._error is None:
+        if self._error is None and self._closed_by_broker is None:
             return True
-        await self._wait_flag(self._recovered, timeout)
+        deadline = _deadline(timeout)
+        while self._alive and self._error is None:  # the broker's close is read, its loss not handled yet
+            left = _left(deadline)
+            if left is not None and left <= 0:
+                return False
+            await self._sleep(0.001)
+        await self._wait_flag(self._recovered, _left(deadline))
         return self._error is None
 
     async def _recover(self) -> None:

@@ -202,6 +202,7 @@ class ConnectionBase:
         self._metrics = metrics
         self._unreported_publishes = 0  # written since the last report to _metrics
         self._to_stamp: list[Any] = []  # channels with confirm-mode publishes not written yet
+        self._closed_by_broker: Optional[BaseException] = None  # read, its loss not handled yet
         self._stamped: list[Any] = []  # channels with written confirm-mode publishes unsettled
         self._no_ack_seen = False  # a no_ack consumer was ever started: its deliveries need no ack
         self._seen_acked = self._seen_nacked = self._seen_returned = 0  # the core's totals, counted
@@ -408,6 +409,8 @@ class ConnectionBase:
         """Raise why the connection cannot take calls now, if it cannot."""
         if self._error is not None:
             raise self._error
+        if self._closed_by_broker is not None:
+            raise self._closed_by_broker
         if self._closing:
             raise InvalidStateError("the connection is closed")
 
@@ -483,12 +486,13 @@ class ConnectionBase:
                 events = getattr(exc, "events", None) or []
                 error = self._fault(exc, data)
             closed = self._detach_closed_channels(events) if core.channels_released != released else None
-            if core.state is proto.ConnectionState.CLOSED and self._error is None:
+            if core.state is proto.ConnectionState.CLOSED and self._closed_by_broker is None:
                 # The broker closed the connection: a call made between this read and the
-                # dispatch below must raise why (an AMQPConnectionError), not find a closed core.
+                # dispatch below (which handles the loss) must raise why, an
+                # AMQPConnectionError, not find a closed core (see _check).
                 for event in events:
                     if type(event) is proto.ConnectionClosedEvent and event.by_broker:
-                        self._error = self._broker_close_error(event)
+                        self._closed_by_broker = self._broker_close_error(event)
             if self._metrics is not None:
                 self._count_input(self._metrics, data, events)
         if core.pending_output:
@@ -587,7 +591,7 @@ class ConnectionBase:
                 _settle(self._handshake_waiter, event)
             elif kind is proto.ConnectionClosedEvent:
                 if event.by_broker:
-                    error = self._error if self._error is not None else self._broker_close_error(event)
+                    error = self._closed_by_broker or self._broker_close_error(event)
                     self._flush_quietly()  # our close-ok
                     self._on_lost(error)
                 else:
