@@ -331,21 +331,18 @@ class ConnectionBase:
                     if channel is not None and channel._get_no_ack:
                         self._note_no_ack(channel, event.message.delivery_tag)
         core = self._core
-        if core.publishes_acked == self._seen_acked and core.publishes_nacked == self._seen_nacked \
-                and core.publishes_returned == self._seen_returned:
-            metrics.socket_read(len(data), delivered, 0, 0, 0, 0.0, ())
-            return
         confirmed = core.publishes_acked - self._seen_acked
         nacked = core.publishes_nacked - self._seen_nacked
         returned = core.publishes_returned - self._seen_returned
-        self._seen_acked += confirmed
-        self._seen_nacked += nacked
-        self._seen_returned += returned
         runs: list[tuple[float, int]] = []
-        for channel in list(self._stamped):
-            channel._confirm_runs(runs)
-        if len(runs) > 1:
-            runs.sort()  # several channels: the collector gets them oldest first
+        if confirmed or nacked or returned:
+            self._seen_acked += confirmed
+            self._seen_nacked += nacked
+            self._seen_returned += returned
+            for channel in list(self._stamped):
+                channel._confirm_runs(runs)
+            if len(runs) > 1:
+                runs.sort()  # several channels: the collector gets them oldest first
         metrics.socket_read(len(data), delivered, confirmed, nacked, returned, _clock() if runs else 0.0, runs)
 
     @staticmethod
