@@ -114,6 +114,11 @@ class _Unlocked:
 class Connection(AsyncConnection):
     """An asyncio AMQP connection.  ``async with``, or ``await close()``."""
 
+    __slots__ = (
+        "_loop", "_transport", "_stream", "_heartbeat_timer", "_monitor", "_suspect",
+        "_recovery_task", "_tasks"
+    )
+
     def __init__(self, parameters: list[ConnectionParameters], *, consumer_workers: int = 0, **options: Any) -> None:
         if consumer_workers:
             raise ValueError(
@@ -438,6 +443,8 @@ class _BatchFuture:
 
 class Channel(AsyncChannel["asyncio.Future[None]", _ConsumerOpener]):
     """An AMQP channel on the asyncio transport."""
+
+    __slots__ = ("_rpc_lock", "_progress")
 
     _connection: Connection
 

@@ -106,6 +106,10 @@ def connect(
 class Connection(SyncConnection):
     """A blocking AMQP connection.  Use as a context manager, or call ``close()``."""
 
+    __slots__ = (
+        "_pool", "_write_lock", "_callbacks", "_sock", "_tls", "_io_thread", "_monitor", "_wakeup"
+    )
+
     def __init__(self, parameters: list[ConnectionParameters], *, consumer_workers: int = 0, **options: Any) -> None:
         self._pool: Optional[WorkPool] = None
         if consumer_workers:
@@ -529,6 +533,8 @@ class Consumer(SyncConsumer):
 class Channel(SyncChannel[PublishFuture, Consumer]):
     """An AMQP channel.  A channel is meant for one thread at a time; synchronous calls from
     several threads are serialized."""
+
+    __slots__ = ("_rpc_lock", "_progress", "_progress_waiters", "_stop_consuming")
 
     _connection: Connection
 

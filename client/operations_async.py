@@ -86,6 +86,8 @@ def _left(deadline: Optional[float]) -> Optional[float]:
 class AsyncConnection(ConnectionBase):
     """The connection's waiting flows."""
 
+    __slots__ = ()  # all in ConnectionBase's
+
     # waiting primitives of the transport ------------------------------------------------
 
     async def _wait(self, waiter: Any, timeout: Optional[float]) -> Any:
@@ -315,6 +317,8 @@ class AsyncConnection(ConnectionBase):
 class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
     """A channel's operations, in AMQP's names, with precise types: a transport names its
     confirm future (``_Token``) and what ``consume()`` gives back (``_Subscription``)."""
+
+    __slots__ = ()  # all in ChannelBase's
 
     _connection: AsyncConnection
     _rpc_lock: Any

@@ -88,6 +88,8 @@ def _left(deadline: Optional[float]) -> Optional[float]:
 class SyncConnection(ConnectionBase):
     """The connection's waiting flows."""
 
+    __slots__ = ()  # all in ConnectionBase's
+
     # waiting primitives of the transport ------------------------------------------------
 
     def _wait(self, waiter: Any, timeout: Optional[float]) -> Any:
@@ -317,6 +319,8 @@ class SyncConnection(ConnectionBase):
 class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
     """A channel's operations, in AMQP's names, with precise types: a transport names its
     confirm future (``_Token``) and what ``consume()`` gives back (``_Subscription``)."""
+
+    __slots__ = ()  # all in ChannelBase's
 
     _connection: SyncConnection
     _rpc_lock: Any

@@ -127,6 +127,23 @@ def connection_arguments(
 class ConnectionBase:
     """State and event routing of one logical connection (it survives recoveries)."""
 
+    # Slots, on every class of the chain: CPython 3.11 keeps at most 30 attributes of an instance
+    # inline; past that the instance gets a dict and calls of its methods are no longer specialized
+    # (on a publish that cost ~700 more instructions).
+    __slots__ = (
+        "_parameters", "_ssl_context", "_warned_unverified", "_client_properties", "_on_secure",
+        "blocked_action", "blocked_timeout", "rpc_timeout", "recovery", "params", "_lock",
+        "_channels", "_batched", "_flush_later", "_core", "_alive", "_opened", "_closing",
+        "_recovering", "_error", "_is_blocked", "_write_paused", "_held", "_writable",
+        "_unblocked", "_recovered", "_handshake_waiter", "_close_waiter", "_secret_waiter",
+        "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
+        "exception_handler", "_metrics", "_unreported_publishes", "_to_stamp", "_closed_by_broker",
+        "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned",
+        "_down_recovering", "_close_listeners", "_blocked_listeners", "_unblocked_listeners",
+        "_recovery_started_listeners", "_recovery_succeeded_listeners",
+        "_recovery_failed_listeners", "__weakref__"
+    )
+
     _channels: dict[int, Any]
 
     def __init__(
@@ -703,6 +720,20 @@ class ConnectionBase:
 
 class ChannelBase:
     """What a channel knows and does on events, on both transports."""
+
+    # Slots, on every class of the chain: CPython 3.11 keeps at most 30 attributes of an instance
+    # inline; past that the instance gets a dict and calls of its methods are no longer specialized
+    # (on a publish that cost ~700 more instructions).
+    __slots__ = (
+        "_connection", "channel_id", "_waiter", "_stale", "_closed", "_consumers",
+        "_pending_consumer", "_return_callbacks", "_confirm", "_max_in_flight", "_unsettled",
+        "_failures", "_flow_paused", "_flow", "_tag_offset", "_tag_before_recovery", "_qos",
+        "_default_consumer", "_unknown_logged", "_no_ack_orphans", "_stale_method",
+        "_close_listeners", "_flow_listeners", "_confirm_listeners", "_consumer_listeners",
+        "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
+        "_stamp_low", "_stamp_pending", "_settled_upto", "_settled", "_no_ack_tags",
+        "_no_ack_consumers", "_get_no_ack", "__weakref__"
+    )
 
     _connection: Any
 
