@@ -47,6 +47,7 @@ log = logging.getLogger("amqwire.client")
 __all__ = ["connect", "Connection", "Channel", "Consumer", "PublishFuture"]
 
 _RECV_SIZE = 256 * 1024
+_ADDING_CALLBACKS = threading.Lock()  # PublishFuture.add_done_callback against each other
 
 
 class _Slot:
@@ -400,7 +401,7 @@ class PublishFuture:
         self._pending = count
         self._state = 0 if count else 1  # 0 pending, 1 acked, 2 failed
         self._error: Optional[BaseException] = None
-        self._callbacks: Optional[list[Any]] = None
+        self._callbacks: Optional[list[list[Any]]] = None  # boxed callbacks: see add_done_callback
         self._retrieved = False  # a failure seen through result() is not reported again
 
     def done(self) -> bool:
@@ -421,16 +422,40 @@ class PublishFuture:
         return self._error
 
     def add_done_callback(self, fn: Callable[["PublishFuture"], Any]) -> None:
-        if self._state != 0:
+        """``fn(future)``, once: now if the future is done, else when it settles (on the I/O
+        thread)."""
+        if self._state == 0:
+            # Settling takes no lock (it is the hot path of confirms): it sets _state, then
+            # reads _callbacks; this appends, then reads _state.  One of the two sees the
+            # other, and the box makes sure only one runs fn.
+            box = [fn]
+            with _ADDING_CALLBACKS:
+                if self._callbacks is None:
+                    self._callbacks = [box]
+                else:
+                    self._callbacks.append(box)
+            if self._state == 0:
+                return
             try:
-                fn(self)
-            except Exception as exc:
-                self._channel._connection._callback_failed(exc, fn, "publish", self._channel, self)
-            return
-        if self._callbacks is None:
-            self._callbacks = [fn]
-        else:
-            self._callbacks.append(fn)
+                fn = box.pop()
+            except IndexError:
+                return  # the settling thread ran it
+        self._run(fn)
+
+    def _run(self, fn: Callable[["PublishFuture"], Any]) -> None:
+        try:
+            fn(self)
+        except Exception as exc:
+            self._channel._connection._callback_failed(exc, fn, "publish", self._channel, self)
+
+    def _run_callbacks(self) -> None:
+        """After _state is set: run each callback whose box this thread empties."""
+        for box in self._callbacks:  # type: ignore[union-attr]  # iterating a list others append to sees them
+            try:
+                fn = box.pop()
+            except IndexError:
+                continue
+            self._run(fn)
 
     # the confirm token interface (shared layer): one call per publish it stands for
     def set_result(self, value: None) -> None:
@@ -444,14 +469,9 @@ class PublishFuture:
 
     def _settle(self, error: Optional[BaseException]) -> None:
         self._error = error
-        self._state = 2 if error is not None else 1
+        self._state = 2 if error is not None else 1  # before reading _callbacks: see add_done_callback
         if self._callbacks is not None:
-            channel = self._channel
-            for fn in self._callbacks:
-                try:
-                    fn(self)
-                except Exception as exc:
-                    channel._connection._callback_failed(exc, fn, "publish", channel, self)
+            self._run_callbacks()
 
     def __repr__(self) -> str:
         state = ("pending", "acked", "failed")[self._state]
@@ -577,15 +597,14 @@ class Channel(SyncChannel[PublishFuture, Consumer]):
         for future in tokens:  # PublishFuture.set_result inlined: one call per ack frame
             future._pending -= 1
             if future._pending == 0 and future._state == 0:
-                if future._callbacks is None:
-                    future._state = 1
-                else:
-                    future._settle(None)
+                future._state = 1  # before reading _callbacks: see PublishFuture.add_done_callback
+                if future._callbacks is not None:
+                    future._run_callbacks()
 
     def _new_token(self, count: int, callback: Any) -> PublishFuture:
         future = PublishFuture(self, count)
         if callback is not None:
-            future._callbacks = [callback]
+            future._callbacks = [[callback]]  # boxed: see PublishFuture.add_done_callback
         return future
 
     def _issued(self, token: PublishFuture, seqno: int) -> PublishFuture:

@@ -1,0 +1,110 @@
+"""The blocking PublishFuture settles without a lock (on the I/O thread, the hot path of
+confirms) while other threads add callbacks to it.  These tests stop one side at every line
+it runs, in turn, run the other side to the end at that point, then let the first finish:
+every interleaving with one preemption.  Whatever the order, each callback runs once.
+
+The race they pin down was real: the I/O thread's ack read ``_callbacks`` (empty), the
+producer's sender thread added its callback and found the future still pending, then the
+ack set the state: the callback never ran and a confirmed send waited for its deadline.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any, Callable
+
+import pytest
+
+from amqwire.client import blocking
+from amqwire.client.blocking import Channel, PublishFuture
+
+_FILE = blocking.__file__
+
+
+def _run_preempted(first: Callable[[], Any], second: Callable[[], Any], stop_at: int) -> bool:
+    """Run ``first`` in a thread, stopping it at its ``stop_at``-th line in blocking.py; run
+    ``second`` to the end here; then let ``first`` finish.  False once ``first`` ends before
+    reaching that line (every stop point has been tried)."""
+    paused = threading.Event()
+    resume = threading.Event()
+    lines = 0
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal lines
+        if frame.f_code.co_filename != _FILE:
+            return None
+        if event == "line":
+            lines += 1
+            if lines == stop_at:
+                paused.set()
+                resume.wait(10)
+        return tracer
+
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        sys.settrace(tracer)
+        try:
+            first()
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+        finally:
+            sys.settrace(None)
+            paused.set()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    paused.wait(10)
+    reached = thread.is_alive() and lines == stop_at
+    second()
+    resume.set()
+    thread.join(10)
+    if errors:
+        raise errors[0]
+    return reached
+
+
+def _settlers() -> list[tuple[str, Callable[[PublishFuture], Any]]]:
+    return [
+        ("ack (the I/O thread's inlined path)", lambda f: Channel._acked(None, [f])),  # type: ignore[arg-type]
+        ("set_result", lambda f: f.set_result(None)),
+        ("set_exception", lambda f: f.set_exception(RuntimeError("lost"))),
+    ]
+
+
+@pytest.mark.parametrize("settle", [s for _, s in _settlers()], ids=[name for name, _ in _settlers()])
+@pytest.mark.parametrize("preempted", ["settling", "adding"])
+def test_a_callback_added_while_another_thread_settles_runs_exactly_once(settle, preempted):
+    stop_at = 1
+    while True:
+        future = PublishFuture(None, 1)  # type: ignore[arg-type]
+        runs: list[PublishFuture] = []
+
+        def add() -> None:
+            future.add_done_callback(runs.append)
+
+        def settle_it() -> None:
+            settle(future)
+
+        first, second = (settle_it, add) if preempted == "settling" else (add, settle_it)
+        reached = _run_preempted(first, second, stop_at)
+        assert future.done()
+        assert runs == [future], f"stopped at line {stop_at} of the {preempted} side: ran {len(runs)} times"
+        if not reached:
+            break
+        stop_at += 1
+    assert stop_at > 2  # the stop points really were inside the code under test
+
+
+def test_callbacks_given_at_publish_and_added_later_all_run_once_in_order():
+    future = PublishFuture(None, 2)  # type: ignore[arg-type]
+    runs: list[str] = []
+    future._callbacks = [[lambda f: runs.append("given")]]  # as Channel._new_token attaches one
+    future.add_done_callback(lambda f: runs.append("added"))
+    Channel._acked(None, [future])  # type: ignore[arg-type]
+    assert runs == [] and not future.done()  # one of two publishes acked
+    Channel._acked(None, [future])  # type: ignore[arg-type]
+    future.set_exception(RuntimeError("late"))  # a second settling does nothing
+    assert runs == ["given", "added"] and future.exception() is None
+    future.add_done_callback(lambda f: runs.append("after"))
+    assert runs == ["given", "added", "after"]
