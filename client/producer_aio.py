@@ -23,6 +23,8 @@ class Producer(AsyncProducer["asyncio.Future[SendResult]"]):
     """An asyncio producer over one or several brokers (see the README): ``await`` it, or
     use it as ``async with``, to connect and start its sender task."""
 
+    __slots__ = ("_loop", "_work", "_changed", "_task", "_started")
+
     def __init__(self, urls: Union[ParametersLike, Sequence[ParametersLike], None] = None, **options: Any) -> None:
         self._loop = asyncio.get_running_loop()
         self._lock = _Unlocked()

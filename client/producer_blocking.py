@@ -109,6 +109,8 @@ class Producer(SyncProducer[SendFuture]):
     context manager, or call ``close()``.
     """
 
+    __slots__ = ("_changed", "_waiters", "_work", "_thread")
+
     def __init__(self, urls: Union[ParametersLike, Sequence[ParametersLike], None] = None, **options: Any) -> None:
         self._lock = threading.Lock()
         self._changed = threading.Condition(threading.Lock())

@@ -482,6 +482,19 @@ class ProducerCore:
     manager), ``_new_future()``, ``_resolve(future, result, error)``, ``_wake()`` (the
     sender) and ``_notify()`` (callers waiting for room or a flush)."""
 
+    # Slots on every class of the chain, as on the client's Connection (see session.py): past 30
+    # attributes CPython 3.11 stops specializing the method calls on an instance.
+    __slots__ = (
+        "brokers", "selector", "timeout", "retries", "retry_backoff", "retry_backoff_max",
+        "retry_on_return", "batch_size", "batch_bytes", "linger", "buffer_memory", "buffer_full",
+        "max_in_flight", "max_body_size", "compressor", "_compress_at", "_ids", "before_send",
+        "after_send", "_connect_options", "_random", "_inbox", "_largest", "_finished", "_queue",
+        "_queued_bytes", "_retrying", "_inflight", "_buffered", "_pending", "_epochs", "_epoch",
+        "_next_sweep", "_no_broker_until", "_sender_idle", "_flushing", "_closed", "_stopping",
+        "_waiting", "_sent", "_confirmed", "_oneway", "_retried", "_failed", "_bytes",
+        "_latencies", "_lock"
+    )
+
     _lock: Any
 
     def __init__(
@@ -556,7 +569,13 @@ class ProducerCore:
         if client_properties is not None:
             self._connect_options["client_properties"] = client_properties
         self._random = random.Random()
-        # the accumulator
+        # the accumulator.  Callers append to _inbox without the lock (deque.append is
+        # atomic under the GIL): with many sending threads, a lock taken per send turns into
+        # a convoy that costs more than the send.  Whoever holds the lock moves the inbox
+        # into _queue (_drain), where everything is counted.
+        self._inbox: Deque[OutgoingMessage] = deque()
+        self._largest = 0  # the largest message offered: bounds the inbox's bytes
+        self._finished = False  # close() failed what was left: nothing is drained any more
         self._queue: Deque[OutgoingMessage] = deque()
         self._queued_bytes = 0
         self._retrying: list[OutgoingMessage] = []  # waiting for their back-off
@@ -645,17 +664,82 @@ class ProducerCore:
         encode_publish(1, exchange, routing_key, b"", properties, mandatory)
         return body
 
-    def _admit(self, message: OutgoingMessage) -> int:
-        """Queue the message if the buffer has room: 0 it has not, 1 queued, 2 queued and the
-        sender must be woken (outside the lock).  Under the lock."""
+    def _offer(self, message: OutgoingMessage) -> bool:
+        """The call site's fast path, without the lock: append to the inbox when the buffer
+        surely has room (True), else False (the caller takes the slow path, ``_admit``).
+        The check counts every inbox message at the largest size seen, so buffer_memory is
+        exceeded only by racing offers: at most one message per sending thread."""
         if self._closed:
             raise InvalidStateError("the producer is closed")
+        size = message.size
+        if size > self._largest:
+            self._largest = size
+        inbox = self._inbox
+        if self._buffered + (len(inbox) + 1) * self._largest > self.buffer_memory and (self._pending or inbox):
+            return False
+        if not message.oneway:
+            message.future = self._new_future()
+        inbox.append(message)
+        if self._closed:  # close() may have drained the inbox for the last time
+            self._reclaim(message)
+        if self._sender_idle and (self.linger == 0 or len(inbox) == 1 or len(inbox) >= self.batch_size
+                                  or self._queued_bytes + len(inbox) * self._largest >= self.batch_bytes):
+            self._sender_idle = False  # racing callers may wake it twice: harmless
+            self._wake()
+        return True
+
+    def _reclaim(self, message: OutgoingMessage) -> None:
+        """An offer that raced close(): take it back and refuse it, unless something drained
+        it already (then it is on its way, or failed by close)."""
+        with self._lock:
+            try:
+                self._inbox.remove(message)
+            except ValueError:
+                return
+        raise InvalidStateError("the producer is closed")
+
+    def _drain(self) -> int:
+        """Move the inbox into the queue, counting each message; how many it moved.  Under
+        the lock."""
+        inbox = self._inbox
+        if not inbox or self._finished:
+            return 0
+        queue = self._queue
+        epoch = self._epoch
+        count = 0
+        size = 0
+        nearest = self._next_sweep
+        popleft = inbox.popleft
+        for _ in range(len(inbox)):  # offers racing this loop wait for the next drain
+            message = popleft()
+            message.epoch = epoch
+            size += message.size
+            count += 1
+            queue.append(message)
+            if message.deadline < nearest:
+                nearest = message.deadline
+        self._next_sweep = nearest
+        self._epochs[epoch] = self._epochs.get(epoch, 0) + count
+        self._buffered += size
+        self._queued_bytes += size
+        self._pending += count
+        self._sent += count
+        return count
+
+    def _admit(self, message: OutgoingMessage) -> int:
+        """The slow path of a send (the buffer may be full): queue the message if the buffer
+        has room: 0 it has not, 1 queued, 2 queued and the sender must be woken (outside the
+        lock).  Under the lock."""
+        if self._closed:
+            raise InvalidStateError("the producer is closed")
+        was_empty = not self._queue  # and the sender idle: it waits for no lingering message
+        self._drain()
         size = message.size
         if self._buffered + size > self.buffer_memory and self._pending:
             if self.buffer_full == "raise":
                 raise BufferFullError(size, self._buffered, self.buffer_memory)
             return 0
-        if not message.oneway:
+        if not message.oneway and message.future is None:
             message.future = self._new_future()
         message.epoch = self._epoch
         self._epochs[self._epoch] = self._epochs.get(self._epoch, 0) + 1
@@ -666,7 +750,7 @@ class ProducerCore:
         self._queued_bytes += size
         if message.deadline < self._next_sweep:
             self._next_sweep = message.deadline
-        if self._sender_idle and (self.linger == 0 or len(self._queue) == 1 or len(self._queue) >= self.batch_size
+        if self._sender_idle and (self.linger == 0 or was_empty or len(self._queue) >= self.batch_size
                                   or self._queued_bytes >= self.batch_bytes):
             self._sender_idle = False
             return 2
@@ -867,6 +951,7 @@ class ProducerCore:
 
     def _next_batch(self, now: float) -> tuple[list[OutgoingMessage], float]:
         """(messages to write now, []) or ([], seconds to wait before asking again).  Under the lock."""
+        self._drain()
         if self._retrying:
             due = [m for m in self._retrying if m.not_before <= now]
             if due:
@@ -965,6 +1050,7 @@ class ProducerCore:
 
     def _begin_flush(self) -> int:
         with self._lock:
+            self._drain()  # what was offered before flush() belongs to the epoch it waits for
             epoch = self._epoch
             self._epoch += 1
             self._flushing += 1
@@ -975,6 +1061,8 @@ class ProducerCore:
     def _fail_all(self, error: BaseException) -> None:
         """Settle everything still held (the producer is closing, or its sender died)."""
         with self._lock:
+            self._drain()
+            self._finished = True
             held = list(self._queue) + self._retrying + list(self._inflight)
             self._queue.clear()
             self._queued_bytes = 0
@@ -984,12 +1072,20 @@ class ProducerCore:
 
     def stats(self) -> ProducerStats:
         with self._lock:
+            # Counting the inbox in moves it to the queue: an idle sender must hear of it (the
+            # offers it holds may have found the sender busy, and woken nobody).
+            wake = self._drain() > 0 and self._sender_idle
+            if wake:
+                self._sender_idle = False
             p50, p90, p99, pmax = self._latencies.percentiles(50, 90, 99, 100)
-            return ProducerStats(
+            stats = ProducerStats(
                 sent=self._sent, confirmed=self._confirmed, oneway=self._oneway, retried=self._retried,
                 failed=self._failed, bytes=self._bytes, pending=self._pending, buffered_bytes=self._buffered,
                 latency_p50=p50, latency_p90=p90, latency_p99=p99, latency_max=pmax,
             )
+        if wake:
+            self._wake()
+        return stats
 
     @property
     def closed(self) -> bool:

@@ -45,6 +45,8 @@ _Future = TypeVar("_Future")  # a transport's send future
 class SyncProducer(ProducerCore, Generic[_Future]):
     """The flows of a Producer (see ``amqwire.client.Producer`` / ``amqwire.client.aio.Producer``)."""
 
+    __slots__ = ()  # all in ProducerCore's
+
     # waiting primitives of the transport -------------------------------------------------
 
     def _open(self, params: ConnectionParameters) -> Any:
@@ -126,6 +128,8 @@ class SyncProducer(ProducerCore, Generic[_Future]):
     # sending -------------------------------------------------------------------------------
 
     def _enqueue(self, message: OutgoingMessage) -> None:
+        if self._offer(message):
+            return
         with self._lock:
             admitted = self._admit(message)
         if admitted == 0:
@@ -245,14 +249,16 @@ class SyncProducer(ProducerCore, Generic[_Future]):
                 with self._lock:
                     batch, wait = self._next_batch(now)
                     if not batch:
-                        if self._stopping and not self._pending:
+                        if self._stopping and not self._pending and not self._inbox:
                             return
-                        self._sender_idle = True
+                        # in this order: an offer that sees the sender idle wakes it after the clear
                         self._clear_work()
+                        self._sender_idle = True
                 if batch:
                     self._write(batch)
-                else:
+                elif not self._inbox or (self.linger and wait <= self.linger):
                     self._wait_work(min(wait, TICK * 4))
+                # else an offer came after the drain and may have missed the idle flag: go round
         except BaseException as exc:
             log.exception("producer: the sender failed")
             with self._lock:

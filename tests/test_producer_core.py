@@ -353,6 +353,105 @@ def test_buffer_memory_bounds_what_is_held():
     assert raising.stats().sent == 1
 
 
+def _offered(core: Core, body=b"x", **kw):
+    message = core._prepare("", "rk", body, None, False, kw.pop("timeout", None), False)
+    return message, core._offer(message)
+
+
+def test_offers_wait_in_the_inbox_until_the_lock_holder_counts_them_in_order():
+    core = Core(compression=None)
+    first, ok1 = _offered(core)
+    second, ok2 = _offered(core, b"yy")
+    assert ok1 and ok2 and list(core._inbox) == [first, second] and first.future is not None
+    assert core.stats().sent == 2  # stats() counts the inbox in
+    slow = core._prepare("", "rk", b"z", None, False, None, False)
+    third, _ = _offered(core)
+    with core._lock:
+        assert core._admit(slow) == 1  # the slow path drains first: the call order holds
+    batch, _ = core._next_batch(time.monotonic())
+    assert batch == [first, second, third, slow]
+    assert (core._pending, core._buffered, core._queued_bytes) == (4, 5, 0)
+    assert not core._inbox
+
+
+def test_an_offer_wakes_an_idle_sender_once():
+    core = Core()
+    core._sender_idle = True
+    _offered(core)
+    _offered(core)
+    assert core.wakes == 1 and not core._sender_idle
+
+
+def test_whoever_moves_offers_found_by_no_one_awake_wakes_the_sender():
+    # Offers made while the sender was busy woke nobody.  The sender goes idle having found
+    # the inbox empty, because stats() (or a slow-path send) moved those offers to the queue
+    # first.  Whoever moved them must wake it, or they wait for its next timeout.
+    core = Core(linger=0.005)
+    _offered(core)
+    _offered(core)
+    assert core.wakes == 0  # the sender was busy
+    core._sender_idle = True
+    core.stats()
+    assert core.wakes == 1 and not core._sender_idle
+    core.stats()  # nothing moved: no wake
+    assert core.wakes == 1
+
+    core = Core(linger=0.005, buffer_memory=290, compression=None)
+    _offered(core, b"a" * 100)
+    _offered(core, b"a" * 100)
+    core._sender_idle = True
+    slow, ok = _offered(core, b"a" * 40)  # 3 x the largest > 290: the slow path
+    assert not ok
+    with core._lock:
+        assert core._admit(slow) == 2  # the queue was empty: the sender must start the linger
+    assert list(core._queue)[-1] is slow
+
+
+def test_an_offer_goes_the_slow_way_when_the_buffer_may_be_full():
+    core = Core(buffer_memory=250, compression=None)
+    assert _offered(core, b"a" * 100)[1]
+    assert _offered(core, b"a" * 100)[1]
+    message, ok = _offered(core, b"a" * 40)  # 3 x the largest (100) > 250: maybe full
+    assert not ok and message.future is None and len(core._inbox) == 2
+    with core._lock:
+        assert core._admit(message) == 1  # exactly: 240 bytes fit
+    assert core.stats().buffered_bytes == 240
+
+
+def test_what_flush_waits_for_includes_every_earlier_offer():
+    core = Core()
+    message, _ = _offered(core)
+    epoch = core._begin_flush()
+    assert message.epoch == epoch and not core._flushed(epoch)
+    later, _ = _offered(core)
+    core._next_batch(time.monotonic())
+    core._succeeded_all([message], _broker(core))
+    assert core._flushed(epoch) and later.epoch == epoch + 1
+
+
+def test_an_offer_racing_close_is_refused_or_settled_never_stranded():
+    class Racing(Core):
+        def _new_future(self):  # close() runs between the offer's check and its append
+            if self.race:
+                self.race = False
+                self._closed = True
+                self._fail_all(InvalidStateError("the producer was closed before the send completed"))
+            return super()._new_future()
+
+    core = Racing()
+    core.race = True
+    with pytest.raises(InvalidStateError, match="closed"):
+        _offered(core)
+    assert not core._inbox and core.stats().pending == 0
+    core = Racing()
+    core.race = False
+    queued, _ = _offered(core)
+    core._closed = True
+    core._fail_all(InvalidStateError("closed"))  # close() drains what was offered and fails it
+    assert queued.done and isinstance(queued.future.outcomes[0][1], InvalidStateError)
+    assert not core._inbox and core.stats().pending == 0
+
+
 # --------------------------------------------------------------------------- validation
 
 
