@@ -80,10 +80,10 @@ def test_a_callback_added_while_another_thread_settles_runs_exactly_once(settle,
         future = PublishFuture(None, 1)  # type: ignore[arg-type]
         runs: list[PublishFuture] = []
 
-        def add() -> None:
+        def add(future: PublishFuture = future, runs: list[PublishFuture] = runs) -> None:
             future.add_done_callback(runs.append)
 
-        def settle_it() -> None:
+        def settle_it(future: PublishFuture = future) -> None:
             settle(future)
 
         first, second = (settle_it, add) if preempted == "settling" else (add, settle_it)
