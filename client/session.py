@@ -493,6 +493,9 @@ class ConnectionBase:
         core = self._core
         error = None
         with self._lock:
+            # The channels as of this read: if another thread gives the connection up before
+            # the dispatch below, the acks read here must still settle their futures.
+            channels = self._channels
             released = core.channels_released
             try:
                 events = core.receive_data(data)
@@ -512,7 +515,7 @@ class ConnectionBase:
         if core.pending_output:
             self._flush_quietly()
         if events:
-            self._dispatch(events, closed)
+            self._dispatch(events, closed, channels)
         if error is not None:
             self._on_lost(error)
 
@@ -539,7 +542,8 @@ class ConnectionBase:
                     closed[id(event)] = channel
         return closed
 
-    def _dispatch(self, events: list[Any], closed: Optional[dict[int, Any]] = None) -> None:
+    def _dispatch(self, events: list[Any], closed: Optional[dict[int, Any]] = None,
+                  read_channels: Optional[dict[int, Any]] = None) -> None:
         channels = self._channels
         for event in events:
             kind = type(event)
@@ -552,6 +556,10 @@ class ConnectionBase:
                 self._hand_over_batches()
             if kind is proto.Confirmed:
                 channel = channels.get(event.channel_id)
+                if channel is None and read_channels is not None:
+                    # Given up by another thread since the read: the broker's verdict still
+                    # settles the futures (they left the confirm tracker with this read).
+                    channel = read_channels.get(event.channel_id)
                 if channel is not None:
                     channel._on_confirmed(event)
             elif kind is proto.MethodReply:
@@ -697,7 +705,7 @@ class ConnectionBase:
         error = self._error or InvalidStateError("the connection is closed")
         for channel in list(self._channels.values()):
             channel._on_connection_lost(error, (), False)
-        self._channels.clear()
+        self._channels = {}  # a new dict, not cleared: see _data_received
         self._recovering = False
         self._recovered.set()
         if self._down_recovering:  # the close listeners heard "recovering": it is not coming back

@@ -1,0 +1,62 @@
+"""Races between the blocking client's I/O thread and the threads that use the connection,
+forced with a real broker: the I/O thread is stopped at a chosen line (a trace function),
+the other thread acts, then the I/O thread goes on."""
+from __future__ import annotations
+
+import inspect
+import threading
+from typing import Any
+
+from amqwire.client import connect
+from amqwire.client import protocol as proto
+from amqwire.client.errors import ConnectionLost
+from amqwire.client.session import ConnectionBase
+
+
+def _line_of(function: Any, text: str) -> int:
+    lines, first = inspect.getsourcelines(function)
+    matches = [first + i for i, line in enumerate(lines) if text in line]
+    assert len(matches) == 1, f"{text!r} in {function.__qualname__}: {matches}"
+    return matches[0]
+
+
+def test_an_ack_read_before_another_thread_gives_the_connection_up_still_settles_its_future(amqp_url):
+    # A sending thread's write fails (the broker is going away) and it gives the connection up
+    # while the I/O thread holds a read with the broker's ack of a publish, not dispatched
+    # yet.  That publish left the confirm tracker with the read: only the dispatch can settle
+    # its future.  It once found no channel to dispatch to, and the future never settled
+    # (a Producer's send then waited for its deadline, though the broker had the message).
+    code = ConnectionBase._data_received.__code__
+    dispatch_line = _line_of(ConnectionBase._data_received, "self._dispatch(")
+    armed = threading.Event()
+    paused = threading.Event()
+    go_on = threading.Event()
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code is not code:
+            return None
+        if event == "line" and frame.f_lineno == dispatch_line and armed.is_set():
+            if any(type(e) is proto.Confirmed for e in frame.f_locals.get("events") or ()):
+                armed.clear()
+                paused.set()
+                go_on.wait(10)
+        return tracer
+
+    threading.settrace(tracer)  # for the I/O thread that connect() starts
+    try:
+        conn = connect(amqp_url)
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    try:
+        ch = conn.channel()
+        ch.confirm_select()
+        queue = ch.queue_declare("", exclusive=True).queue
+        armed.set()
+        future = ch.publish_async("", queue, b"acked, then the connection given up")
+        assert paused.wait(10), "the I/O thread never read the ack"
+        conn._on_lost(ConnectionLost("the test's write failed"))  # as a failing writer does
+        go_on.set()
+        assert future.exception(timeout=10) is None  # settled, and as the broker said: acked
+    finally:
+        go_on.set()
+        conn.close()
