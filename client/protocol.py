@@ -632,6 +632,12 @@ class ConnectionProtocol:
         self.publishes_returned = 0
         self.heartbeats_sent = 0
 
+    @property
+    def deliveries_received(self) -> int:
+        """basic.deliver messages read, ever (counted by the parser, in C: a collector reads
+        the change per read).  Those for a channel being closed, dropped, count too."""
+        return self._parser.deliveries
+
     def __repr__(self) -> str:
         return f"<ConnectionProtocol {self.state} user={self._username!r} vhost={self.vhost!r} channels={len(self._channels)}>"
 

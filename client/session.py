@@ -138,7 +138,7 @@ class ConnectionBase:
         "_unblocked", "_recovered", "_handshake_waiter", "_close_waiter", "_secret_waiter",
         "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
         "exception_handler", "_metrics", "_unreported_publishes", "_to_stamp", "_closed_by_broker",
-        "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned",
+        "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned", "_seen_delivered",
         "_down_recovering", "_close_listeners", "_blocked_listeners", "_unblocked_listeners",
         "_recovery_started_listeners", "_recovery_succeeded_listeners",
         "_recovery_failed_listeners", "__weakref__"
@@ -222,7 +222,7 @@ class ConnectionBase:
         self._closed_by_broker: Optional[BaseException] = None  # read, its loss not handled yet
         self._stamped: list[Any] = []  # channels with written confirm-mode publishes unsettled
         self._no_ack_seen = False  # a no_ack consumer was ever started: its deliveries need no ack
-        self._seen_acked = self._seen_nacked = self._seen_returned = 0  # the core's totals, counted
+        self._seen_acked = self._seen_nacked = self._seen_returned = self._seen_delivered = 0  # the core's totals, counted
         self._down_recovering = False  # the last close event said a recovery follows
         self._close_listeners: list[Callable[[ShutdownEvent], Any]] = []
         self._blocked_listeners: list[Callable[[BlockedEvent], Any]] = []
@@ -329,25 +329,26 @@ class ConnectionBase:
         cost does not grow with the messages: deliveries are counted in C, confirms from
         the core's totals, latencies from how far each channel's confirms advanced."""
         channels = self._channels
-        kinds = list(map(type, events))
-        delivered = kinds.count(Message)
-        if delivered and self._no_ack_seen:
-            no_ack_channels = [cid for cid, channel in channels.items() if channel._no_ack_consumers]
-            if no_ack_channels:
-                for event in events:
-                    if type(event) is Message and event.channel_id in no_ack_channels:
-                        channel = channels[event.channel_id]
-                        consumer = channel._consumers.get(event.consumer_tag) or channel._pending_consumer
-                        if consumer is not None and consumer._method.no_ack:
-                            self._note_no_ack(channel, event.delivery_tag)
-        if delivered != len(kinds) and proto.GetResult in kinds:
+        core = self._core
+        delivered = core.deliveries_received - self._seen_delivered
+        if delivered:
+            self._seen_delivered += delivered
+            if self._no_ack_seen:
+                no_ack_channels = [cid for cid, channel in channels.items() if channel._no_ack_consumers]
+                if no_ack_channels:
+                    for event in events:
+                        if type(event) is Message and event.channel_id in no_ack_channels:
+                            channel = channels[event.channel_id]
+                            consumer = channel._consumers.get(event.consumer_tag) or channel._pending_consumer
+                            if consumer is not None and consumer._method.no_ack:
+                                self._note_no_ack(channel, event.delivery_tag)
+        if len(events) > delivered:  # other events than deliveries: a basic.get's result?
             for event in events:
                 if type(event) is proto.GetResult and event.message is not None:
                     delivered += 1
                     channel = channels.get(event.channel_id)
                     if channel is not None and channel._get_no_ack:
                         self._note_no_ack(channel, event.message.delivery_tag)
-        core = self._core
         confirmed = core.publishes_acked - self._seen_acked
         nacked = core.publishes_nacked - self._seen_nacked
         returned = core.publishes_returned - self._seen_returned

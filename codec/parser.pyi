@@ -81,6 +81,8 @@ class CommandParser:
     @property
     def delivery_type(self) -> type[Delivery] | None: ...
     @property
+    def deliveries(self) -> int: ...  # Delivery objects returned so far (with delivery_type)
+    @property
     def buffered(self) -> int: ...
     def __init__(
         self,

@@ -569,6 +569,7 @@ cdef class CommandParser(_Scanner):
     cdef dict _others
     cdef readonly Py_ssize_t max_body_size
     cdef readonly object delivery_type
+    cdef readonly unsigned long long deliveries  # Delivery objects returned so far
 
     def __init__(self, frame_max=_DEFAULT_FRAME_MAX, *, max_body_size=_DEFAULT_MAX_BODY,
                  bint expect_protocol_header=False, delivery_type=None):
@@ -584,6 +585,7 @@ cdef class CommandParser(_Scanner):
         self._cur = None
         self._cur_channel = -1
         self._others = None
+        self.deliveries = 0
 
     cdef inline Command _content_for(self, uint16_t channel):
         if channel == self._cur_channel:
@@ -616,6 +618,7 @@ cdef class CommandParser(_Scanner):
             cmd._delivery.properties = cmd.properties
             cmd._delivery.body = cmd.body
             PyList_Append(out, cmd._delivery)
+            self.deliveries += 1
         return 0
 
     cdef Command _body_target(self, uint16_t channel, Py_ssize_t size):

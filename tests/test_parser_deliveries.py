@@ -145,8 +145,30 @@ def test_interleaved_deliveries_on_many_channels():
         frames.append(body(ch, b"cd")[0])
     data = b"".join(frames)
     for mode in ("whole", "bytewise", "random3"):
-        got = feed_chunks(codec.CommandParser(delivery_type=Flat), data, split(mode, len(data)))
+        parser = codec.CommandParser(delivery_type=Flat)
+        got = feed_chunks(parser, data, split(mode, len(data)))
         assert [(d.channel_id, d.consumer_tag, d.body) for d in got] == [(2, "c2", b"abcd"), (3, "c3", b"abcd"), (1, "c1", b"abcd")]
+        assert parser.deliveries == 3
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_parser_counts_the_deliveries_it_returned(mode):
+    # what metrics read per socket read, instead of counting the events in Python
+    data = STREAM.data
+    parser = codec.CommandParser(frame_max=4096, delivery_type=Flat)
+    assert parser.deliveries == 0
+    got = feed_chunks(parser, data + data, split(mode, 2 * len(data)))
+    assert parser.deliveries == sum(isinstance(x, Delivery) for x in got) == 4
+    plain = codec.CommandParser(frame_max=4096)  # deliveries as Commands: not counted
+    plain.feed(data)
+    assert plain.deliveries == 0
+    partial = codec.CommandParser(delivery_type=Flat)
+    one = R.content(1, R.BY_NAME["basic.deliver"], dict(consumer_tag="c", delivery_tag=5, redelivered=False,
+                    exchange="", routing_key="q"), b"x" * 100)
+    partial.feed(one[:-1])
+    assert partial.deliveries == 0  # counted once returned, not before
+    partial.feed(one[-1:])
+    assert partial.deliveries == 1
 
 
 def test_trailing_partial_delivery_is_buffered():
