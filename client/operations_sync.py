@@ -151,7 +151,7 @@ class SyncConnection(ConnectionBase):
         with self._lock:
             self.params = params
             self._core = core
-            self._seen_acked = self._seen_nacked = self._seen_returned = self._seen_delivered = 0  # the new core's totals
+            self._seen_acked = self._seen_nacked = self._seen_returned = self._seen_delivered = self._seen_got = 0  # the new core's totals
             self._closed_by_broker = None
             self._stamped.clear()
             self._to_stamp.clear()

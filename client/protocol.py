@@ -555,7 +555,7 @@ class ConnectionProtocol:
         "close_reason", "_parser", "_writer", "_iov", "_channels", "_next_channel",
         "_secret_pending", "_started", "_broker_closed", "channels_released", "_local_close",
         "bytes_sent", "bytes_received", "publishes_acked", "publishes_nacked",
-        "publishes_returned", "heartbeats_sent", "__weakref__"
+        "publishes_returned", "gets_received", "heartbeats_sent", "__weakref__"
     )
 
     def __init__(
@@ -630,6 +630,7 @@ class ConnectionProtocol:
         self.publishes_acked = 0
         self.publishes_nacked = 0
         self.publishes_returned = 0
+        self.gets_received = 0  # basic.get-ok messages, ever (deliveries are the parser's count)
         self.heartbeats_sent = 0
 
     @property
@@ -1006,6 +1007,7 @@ class ConnectionProtocol:
                 method.message_count,
             )
             events.append(GetResult(channel, message))
+            self.gets_received += 1
         elif cls is BasicGetEmpty:
             events.append(GetResult(channel, None))
         else:

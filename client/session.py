@@ -139,6 +139,7 @@ class ConnectionBase:
         "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
         "exception_handler", "_metrics", "_unreported_publishes", "_to_stamp", "_closed_by_broker",
         "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned", "_seen_delivered",
+        "_seen_got",
         "_down_recovering", "_close_listeners", "_blocked_listeners", "_unblocked_listeners",
         "_recovery_started_listeners", "_recovery_succeeded_listeners",
         "_recovery_failed_listeners", "__weakref__"
@@ -222,7 +223,7 @@ class ConnectionBase:
         self._closed_by_broker: Optional[BaseException] = None  # read, its loss not handled yet
         self._stamped: list[Any] = []  # channels with written confirm-mode publishes unsettled
         self._no_ack_seen = False  # a no_ack consumer was ever started: its deliveries need no ack
-        self._seen_acked = self._seen_nacked = self._seen_returned = self._seen_delivered = 0  # the core's totals, counted
+        self._seen_acked = self._seen_nacked = self._seen_returned = self._seen_delivered = self._seen_got = 0  # the core's totals, counted
         self._down_recovering = False  # the last close event said a recovery follows
         self._close_listeners: list[Callable[[ShutdownEvent], Any]] = []
         self._blocked_listeners: list[Callable[[BlockedEvent], Any]] = []
@@ -328,40 +329,48 @@ class ConnectionBase:
         """Count what one read brought, in one call to the collector (under ``_lock``).  Its
         cost does not grow with the messages: deliveries are counted in C, confirms from
         the core's totals, latencies from how far each channel's confirms advanced."""
-        channels = self._channels
         core = self._core
-        delivered = core.deliveries_received - self._seen_delivered
-        if delivered:
+        delivered = core._parser.deliveries - self._seen_delivered
+        got = core.gets_received - self._seen_got
+        if delivered or got:
             self._seen_delivered += delivered
-            if self._no_ack_seen:
-                no_ack_channels = [cid for cid, channel in channels.items() if channel._no_ack_consumers]
-                if no_ack_channels:
-                    for event in events:
-                        if type(event) is Message and event.channel_id in no_ack_channels:
-                            channel = channels[event.channel_id]
-                            consumer = channel._consumers.get(event.consumer_tag) or channel._pending_consumer
-                            if consumer is not None and consumer._method.no_ack:
-                                self._note_no_ack(channel, event.delivery_tag)
-        if len(events) > delivered:  # other events than deliveries: a basic.get's result?
-            for event in events:
-                if type(event) is proto.GetResult and event.message is not None:
-                    delivered += 1
-                    channel = channels.get(event.channel_id)
-                    if channel is not None and channel._get_no_ack:
-                        self._note_no_ack(channel, event.message.delivery_tag)
+            self._seen_got += got
+            if self._no_ack_seen or got:
+                self._note_settled_on_delivery(events)
+            delivered += got
         confirmed = core.publishes_acked - self._seen_acked
         nacked = core.publishes_nacked - self._seen_nacked
         returned = core.publishes_returned - self._seen_returned
+        if not (confirmed or nacked or returned):
+            metrics.socket_read(len(data), delivered, 0, 0, 0, 0.0, ())
+            return
+        self._seen_acked += confirmed
+        self._seen_nacked += nacked
+        self._seen_returned += returned
         runs: list[tuple[float, int]] = []
-        if confirmed or nacked or returned:
-            self._seen_acked += confirmed
-            self._seen_nacked += nacked
-            self._seen_returned += returned
-            for channel in list(self._stamped):
-                channel._confirm_runs(runs)
-            if len(runs) > 1:
-                runs.sort()  # several channels: the collector gets them oldest first
+        for channel in list(self._stamped):
+            channel._confirm_runs(runs)
+        if len(runs) > 1:
+            runs.sort()  # several channels: the collector gets them oldest first
         metrics.socket_read(len(data), delivered, confirmed, nacked, returned, _clock() if runs else 0.0, runs)
+
+    def _note_settled_on_delivery(self, events: list[Any]) -> None:
+        """Deliveries of no_ack consumers and basic.get(no_ack=True) results: settled on
+        delivery, counted apart (see _count_settled).  Under ``_lock``."""
+        channels = self._channels
+        no_ack_channels = [cid for cid, channel in channels.items() if channel._no_ack_consumers]
+        for event in events:
+            kind = type(event)
+            if kind is Message:
+                if event.channel_id in no_ack_channels:
+                    channel = channels[event.channel_id]
+                    consumer = channel._consumers.get(event.consumer_tag) or channel._pending_consumer
+                    if consumer is not None and consumer._method.no_ack:
+                        self._note_no_ack(channel, event.delivery_tag)
+            elif kind is proto.GetResult and event.message is not None:
+                channel = channels.get(event.channel_id)
+                if channel is not None and channel._get_no_ack:
+                    self._note_no_ack(channel, event.message.delivery_tag)
 
     @staticmethod
     def _note_no_ack(channel: Any, delivery_tag: int) -> None:
