@@ -151,7 +151,9 @@ class SyncConnection(ConnectionBase):
         with self._lock:
             self.params = params
             self._core = core
-            self._seen_acked = self._seen_nacked = self._seen_returned = self._seen_delivered = self._seen_got = 0  # the new core's totals
+            # the new core's totals start at 0
+            self._seen_acked = self._seen_nacked = self._seen_returned = 0
+            self._seen_delivered = self._seen_got = self._seen_published = 0
             self._closed_by_broker = None
             self._stamped.clear()
             self._to_stamp.clear()
@@ -648,8 +650,6 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             except InvalidStateError:
                 self._check()  # the connection or channel went away meanwhile: say why
                 raise
-            if connection._metrics is not None:
-                connection._unreported_publishes += 1
         if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
             connection._flush_soon()
 
@@ -691,7 +691,6 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                 raise
             self._unsettled += 1
             if connection._metrics is not None:
-                connection._unreported_publishes += 1
                 if not self._stamp_pending:  # stamped when written (see ConnectionBase._take_output)
                     self._stamp_pending = True
                     connection._to_stamp.append(self)
@@ -729,7 +728,6 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             if token is not None:
                 self._unsettled += count
             if connection._metrics is not None:
-                connection._unreported_publishes += count
                 if token is not None and count and not self._stamp_pending:
                     self._stamp_pending = True
                     connection._to_stamp.append(self)

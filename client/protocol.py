@@ -555,7 +555,8 @@ class ConnectionProtocol:
         "close_reason", "_parser", "_writer", "_iov", "_channels", "_next_channel",
         "_secret_pending", "_started", "_broker_closed", "channels_released", "_local_close",
         "bytes_sent", "bytes_received", "publishes_acked", "publishes_nacked",
-        "publishes_returned", "gets_received", "heartbeats_sent", "__weakref__"
+        "publishes_returned", "gets_received", "_publishes_beside_writer", "heartbeats_sent",
+        "__weakref__"
     )
 
     def __init__(
@@ -631,7 +632,14 @@ class ConnectionProtocol:
         self.publishes_nacked = 0
         self.publishes_returned = 0
         self.gets_received = 0  # basic.get-ok messages, ever (deliveries are the parser's count)
+        self._publishes_beside_writer = 0  # big bodies sent without a copy, publish_encoded batches
         self.heartbeats_sent = 0
+
+    @property
+    def publishes_queued(self) -> int:
+        """basic.publish queued for sending, ever (the writer counts its own in C: a
+        collector reads the change per socket write)."""
+        return self._writer.publishes + self._publishes_beside_writer
 
     @property
     def deliveries_received(self) -> int:
@@ -1195,6 +1203,7 @@ class ConnectionProtocol:
             pieces = encode_publish_iov(
                 channel, exchange, routing_key, body, properties, mandatory, immediate, self._writer.frame_max
             )
+            self._publishes_beside_writer += 1
             self._spill_writer()
             self._iov.extend(pieces)
         else:
@@ -1226,6 +1235,7 @@ class ConnectionProtocol:
                 )
             self._spill_writer()
             self._iov.append(view)
+            self._publishes_beside_writer += count
         confirms = state.confirms  # type: ignore[union-attr]
         if confirms is None or not count:
             return 0

@@ -137,7 +137,7 @@ class ConnectionBase:
         "_recovering", "_error", "_is_blocked", "_write_paused", "_held", "_writable",
         "_unblocked", "_recovered", "_handshake_waiter", "_close_waiter", "_secret_waiter",
         "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
-        "exception_handler", "_metrics", "_unreported_publishes", "_to_stamp", "_closed_by_broker",
+        "exception_handler", "_metrics", "_seen_published", "_to_stamp", "_closed_by_broker",
         "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned", "_seen_delivered",
         "_seen_got",
         "_down_recovering", "_close_listeners", "_blocked_listeners", "_unblocked_listeners",
@@ -218,12 +218,13 @@ class ConnectionBase:
         self.exception_handler: ExceptionHandler = exception_handler or log_callback_error
         # None: nothing is counted, and the hot paths check only this attribute
         self._metrics = metrics
-        self._unreported_publishes = 0  # written since the last report to _metrics
+        self._seen_published = 0  # the core's count of queued publishes, reported to _metrics
         self._to_stamp: list[Any] = []  # channels with confirm-mode publishes not written yet
         self._closed_by_broker: Optional[BaseException] = None  # read, its loss not handled yet
         self._stamped: list[Any] = []  # channels with written confirm-mode publishes unsettled
         self._no_ack_seen = False  # a no_ack consumer was ever started: its deliveries need no ack
-        self._seen_acked = self._seen_nacked = self._seen_returned = self._seen_delivered = self._seen_got = 0  # the core's totals, counted
+        # the core's totals, counted already
+        self._seen_acked = self._seen_nacked = self._seen_returned = self._seen_delivered = self._seen_got = 0
         self._down_recovering = False  # the last close event said a recovery follows
         self._close_listeners: list[Callable[[ShutdownEvent], Any]] = []
         self._blocked_listeners: list[Callable[[BlockedEvent], Any]] = []
@@ -316,7 +317,9 @@ class ConnectionBase:
         pieces = self._core.buffers_to_send()
         metrics = self._metrics
         if metrics is not None and pieces:
-            count, self._unreported_publishes = self._unreported_publishes, 0
+            queued = self._core.publishes_queued
+            count = queued - self._seen_published
+            self._seen_published = queued
             metrics.socket_write(sum(len(piece) for piece in pieces), count)
             if self._to_stamp:  # confirm-mode publishes in this write: when they went out
                 now = _clock()

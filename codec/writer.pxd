@@ -12,3 +12,4 @@ cdef int write_publish(WriteBuffer buf, uint16_t channel, object exchange, objec
 cdef class FrameWriter:
     cdef WriteBuffer buf
     cdef Py_ssize_t _frame_max
+    cdef readonly unsigned long long publishes

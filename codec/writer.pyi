@@ -30,6 +30,8 @@ def encode_publish_iov(
 
 class FrameWriter:
     frame_max: int
+    @property
+    def publishes(self) -> int: ...  # basic.publish written by publish(), ever (take() keeps it)
     # __cinit__ at run time: the arguments go to __new__
     def __new__(cls, frame_max: int = ...) -> FrameWriter: ...
     def publish(

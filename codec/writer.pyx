@@ -305,6 +305,7 @@ cdef class FrameWriter:
             write_publish(self.buf, ch, exchange, routing_key, PyBytes_AS_STRING(body),
                           PyBytes_GET_SIZE(body), properties, mandatory, immediate,
                           self._frame_max)
+            self.publishes += 1
             return
         _acquire_body(body, &b)
         try:
@@ -312,6 +313,7 @@ cdef class FrameWriter:
                           properties, mandatory, immediate, self._frame_max)
         finally:
             _release_body(&b)
+        self.publishes += 1
 
     def method(self, channel, Method method not None):
         """Append one method frame."""

@@ -1895,3 +1895,16 @@ def test_heartbeats_and_bytes_are_counted():
     received = p.bytes_received
     p.receive_data(b"\x08\x00\x00\x00\x00\x00\x00\xce")
     assert p.bytes_received == received + 8
+
+
+def test_the_core_counts_every_publish_it_queued_whichever_way_it_went():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    assert p.publishes_queued == 0
+    p.publish(cid, "", "q", b"small")  # through the writer
+    p.publish(cid, "", "q", b"x" * (proto.ZERO_COPY_THRESHOLD + 1))  # a big body, without a copy
+    frames = codec.encode_publish(cid, "", "q", b"a") + codec.encode_publish(cid, "", "q", b"b")
+    p.publish_encoded(cid, frames, 2)
+    assert p.publishes_queued == 4
+    p.buffers_to_send()
+    assert p.publishes_queued == 4  # ever, not what is still queued

@@ -445,3 +445,20 @@ def test_matches_pamqp_no_properties():
     body = b"hello"
     theirs = pamqp_message(1, "", "q", body, None, False, 131072)
     assert codec.encode_publish(1, "", "q", body) == theirs
+
+
+def test_the_writer_counts_the_publishes_it_wrote_and_not_the_refused():
+    # what metrics read per socket write, instead of counting each publish in Python
+    w = codec.FrameWriter()
+    assert w.publishes == 0
+    w.publish(1, "", "q", b"bytes body")
+    w.publish(1, "", "q", bytearray(b"buffer body"))
+    w.publish(1, "", "q", "str body")
+    before = len(w)
+    with pytest.raises(AMQPSyntaxError):
+        w.publish(1, "", "k" * 256, b"x")  # routing key too long: nothing written, not counted
+    assert len(w) == before and w.publishes == 3
+    w.take()
+    assert w.publishes == 3  # a count of everything ever written, not of what is buffered
+    w.method(1, codec.BasicAck(1, False))
+    assert w.publishes == 3
