@@ -165,13 +165,17 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=None, help="runs per row (3)")
     p.add_argument("--only", default="", help="comma-separated substrings of row names")
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--erl-args", default="", help="extra Erlang VM arguments for both nodes (e.g. '+sbwt none': "
+                   "no scheduler busy-waiting, for hosts with fewer cores than busy processes); default: none")
     args = p.parse_args(argv)
     n = args.count or (2000 if args.quick else 200_000)
     repeats = args.repeats or (1 if args.quick else 3)
     selected = rows([s.strip() for s in args.only.split(",") if s.strip()])
     print(f"bridge benchmark: {n:,} persistent 100-byte messages, {repeats} repeat(s); {load()}", flush=True)
-    node_a = BrokerNode(plugins=("rabbitmq_shovel",))
-    node_b = BrokerNode()
+    node_a = BrokerNode(plugins=("rabbitmq_shovel",), erl_args=args.erl_args)
+    node_b = BrokerNode(erl_args=args.erl_args)
+    if args.erl_args:
+        print(f"both nodes run with Erlang arguments: {args.erl_args}", flush=True)
     results: dict[str, list[float]] = {name: [] for name, _, _ in selected}
     failures: dict[str, str] = {}
     try:
@@ -219,7 +223,8 @@ def main(argv=None) -> int:
         verdict = 1
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"count": n, "repeats": repeats, "results": summary, "failures": failures}, f, indent=1)
+            json.dump({"count": n, "repeats": repeats, "erl_args": args.erl_args, "results": summary, "failures": failures},
+                      f, indent=1)
     return verdict
 
 

@@ -330,7 +330,8 @@ def main(argv=None):
     ap.add_argument("--count", type=int, default=None, help="messages per throughput run (default 100,000; --quick 5,000)")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per row (default 3, --quick 1)")
     ap.add_argument("--quick", action="store_true", help="5,000 messages, 1 repeat (CI smoke)")
-    ap.add_argument("--only", metavar="SUBSTR", help="run only rows whose label contains SUBSTR")
+    ap.add_argument("--only", metavar="SUBSTR", help="run only rows whose label contains one of these substrings, "
+                    "separated by '|' (labels hold commas), e.g. 'reference|Producer, 8 threads'")
     ap.add_argument("--url", default=os.environ.get("AMQP_URL") or cb.DEFAULT_URL)
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     args = ap.parse_args(argv)
@@ -338,7 +339,8 @@ def main(argv=None):
     repeats = args.repeats or (1 if args.quick else 3)
     ctx = cb.Ctx(args.url)
     admin = cb.RawConnection(ctx, product="amqwire producer_bench (admin)")
-    rows = [(label, fn) for label, fn in ROWS if not args.only or args.only in label]
+    wanted = [part for part in (args.only or "").split("|") if part]
+    rows = [(label, fn) for label, fn in ROWS if not wanted or any(part in label for part in wanted)]
     print(f"producer_bench: {n} confirmed 100-byte messages per run, {repeats} repeat(s), broker {ctx.safe_url()}")
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {loadavg()} (before)")
     results = {label: [] for label, _ in rows}

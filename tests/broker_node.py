@@ -285,9 +285,12 @@ class BrokerNode:
         config: Optional[Mapping[str, object]] = None,
         start_timeout: float = 60.0,
         stop_timeout: float = 30.0,
+        erl_args: str = "",
     ):
         """``plugins``: plugins to enable (e.g. ``["rabbitmq_shovel"]``); ``config``:
-        extra ``rabbitmq.conf`` settings (key -> value), added after the defaults."""
+        extra ``rabbitmq.conf`` settings (key -> value), added after the defaults;
+        ``erl_args``: extra arguments of the Erlang VM (e.g. ``"+sbwt none"``)."""
+        self.erl_args = erl_args
         global _reaped
         self.scripts = find_rabbitmq_scripts()
         if not _reaped:
@@ -362,6 +365,7 @@ class BrokerNode:
             RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=(
                 "-kernel inet_dist_use_interface {127,0,0,1} "
                 f"{_MARK} {self._name} -amqwire_owner {os.getpid()} -amqwire_base {self.base_dir}"
+                + (f" {self.erl_args}" if self.erl_args else "")
             ),
         )
         return env
