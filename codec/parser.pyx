@@ -8,6 +8,7 @@ bytes object the command carries.
 """
 
 cimport cython
+from cpython.object cimport PyObject
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.list cimport PyList_Append
@@ -178,6 +179,7 @@ cdef class Command:
                 f"properties={self.properties!r}, body={body})")
 
 
+@cython.auto_pickle(False)
 cdef class Delivery:
     """A basic.deliver with its content, flattened into one object.
 
@@ -187,35 +189,97 @@ cdef class Delivery:
     ``message_count`` are never set by the parser; they are for whoever hands the
     delivery on (a client keeps its channel object there; basic.get-ok has a count).
     """
-    cdef public int channel_id
-    cdef public object channel
-    cdef public object consumer_tag
-    cdef public object delivery_tag
-    cdef public object redelivered
-    cdef public object exchange
-    cdef public object routing_key
-    cdef public object message_count
-    cdef public object properties
-    cdef public object body
+    # Exposed to Python as member slots (see _expose_delivery_fields), not as Cython
+    # properties: CPython 3.11 specializes attribute access to slots, not to properties,
+    # and a consumer reads several of these per message.  A slot can be deleted (NULL), so
+    # no code of this module reads them after the parser filled them in: __init__,
+    # __repr__ and __reduce__ go through getattr/setattr.
+    cdef object channel_id
+    cdef object channel
+    cdef object consumer_tag
+    cdef object delivery_tag
+    cdef object redelivered
+    cdef object exchange
+    cdef object routing_key
+    cdef object message_count
+    cdef object properties
+    cdef object body
 
     def __init__(self, int channel_id, delivery_tag, redelivered, exchange, routing_key,
                  properties, body, consumer_tag=None, message_count=None, channel=None):
-        self.channel_id = channel_id
-        self.channel = channel
-        self.consumer_tag = consumer_tag
-        self.delivery_tag = delivery_tag
-        self.redelivered = redelivered
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.message_count = message_count
-        self.properties = properties
-        self.body = body
+        setattr(self, "channel_id", channel_id)
+        setattr(self, "channel", channel)
+        setattr(self, "consumer_tag", consumer_tag)
+        setattr(self, "delivery_tag", delivery_tag)
+        setattr(self, "redelivered", redelivered)
+        setattr(self, "exchange", exchange)
+        setattr(self, "routing_key", routing_key)
+        setattr(self, "message_count", message_count)
+        setattr(self, "properties", properties)
+        setattr(self, "body", body)
+
+    def __reduce__(self):
+        return (type(self), tuple([getattr(self, name, None) for name in (
+            "channel_id", "delivery_tag", "redelivered", "exchange", "routing_key", "properties",
+            "body", "consumer_tag", "message_count")]))
 
     def __repr__(self):
-        return (f"{type(self).__name__}(channel_id={self.channel_id}, "
-                f"consumer_tag={self.consumer_tag!r}, delivery_tag={self.delivery_tag}, "
-                f"exchange={self.exchange!r}, routing_key={self.routing_key!r}, "
-                f"body=<{len(self.body) if self.body is not None else 0} bytes>)")
+        body = getattr(self, "body", None)
+        return (f"{type(self).__name__}(channel_id={getattr(self, 'channel_id', None)}, "
+                f"consumer_tag={getattr(self, 'consumer_tag', None)!r}, "
+                f"delivery_tag={getattr(self, 'delivery_tag', None)}, "
+                f"exchange={getattr(self, 'exchange', None)!r}, "
+                f"routing_key={getattr(self, 'routing_key', None)!r}, "
+                f"body=<{len(body) if body is not None else 0} bytes>)")
+
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char *name
+        int type
+        Py_ssize_t offset
+        int flags
+        const char *doc
+    int T_OBJECT_EX
+
+cdef extern from "Python.h":
+    ctypedef struct _TypeDict "PyTypeObject":
+        PyObject *tp_dict
+    object PyDescr_NewMember(_TypeDict *type, PyMemberDef *member)
+    void PyType_Modified(_TypeDict *type)
+
+cdef PyMemberDef _delivery_members[10]
+_DELIVERY_FIELDS = (b"channel_id", b"channel", b"consumer_tag", b"delivery_tag", b"redelivered",
+                    b"exchange", b"routing_key", b"message_count", b"properties", b"body")
+
+
+cdef int _expose_delivery_fields() except -1:
+    """Replace Delivery's field descriptors by member descriptors (T_OBJECT_EX, writable)."""
+    cdef Delivery probe = Delivery.__new__(Delivery)
+    cdef char *base = <char *><PyObject *>probe
+    cdef Py_ssize_t[10] offsets = [
+        <char *>&probe.channel_id - base, <char *>&probe.channel - base,
+        <char *>&probe.consumer_tag - base, <char *>&probe.delivery_tag - base,
+        <char *>&probe.redelivered - base, <char *>&probe.exchange - base,
+        <char *>&probe.routing_key - base, <char *>&probe.message_count - base,
+        <char *>&probe.properties - base, <char *>&probe.body - base,
+    ]
+    cdef _TypeDict *tp = <_TypeDict *>Delivery
+    cdef int i
+    cdef bytes name
+    for i in range(10):
+        name = _DELIVERY_FIELDS[i]
+        _delivery_members[i].name = <const char *>name  # the module's tuple keeps it alive
+        _delivery_members[i].type = T_OBJECT_EX
+        _delivery_members[i].offset = offsets[i]
+        _delivery_members[i].flags = 0
+        _delivery_members[i].doc = NULL
+        (<dict><object>tp.tp_dict)[name.decode()] = PyDescr_NewMember(tp, &_delivery_members[i])
+    PyType_Modified(tp)
+    return 0
+
+
+_expose_delivery_fields()
 
 
 cdef Delivery _read_delivery(ReadView *v, object delivery_type, uint16_t channel):

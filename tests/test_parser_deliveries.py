@@ -212,3 +212,28 @@ def test_codec_errors_stay_codec_errors():
     with pytest.raises(CodecError) as info:
         codec.CommandParser(delivery_type=Flat).feed(good + R.frame(1, 1, b"\x00\x3c\x00\xff"))
     assert [type(x) for x in info.value.parsed] == [Flat]
+
+
+def test_delivery_fields_are_member_slots_that_survive_deletion():
+    # Member slots, not Cython properties: CPython 3.11 specializes reads of slots (a
+    # consumer reads several fields per message).  A slot can be deleted; nothing may then
+    # read a NULL: repr, pickling and __init__ go through getattr/setattr.
+    import pickle
+    import types
+
+    for name in ("channel_id", "channel", "consumer_tag", "delivery_tag", "redelivered", "exchange",
+                 "routing_key", "message_count", "properties", "body"):
+        assert type(Delivery.__dict__[name]) is types.MemberDescriptorType, name
+    d = Flat(3, 7, False, "ex", "rk", None, b"abc", "ct")
+    d.body = b"xyz"
+    d.delivery_tag += 10
+    assert (d.body, d.tag(), d.channel_id) == (b"xyz", 17, 3)
+    back = pickle.loads(pickle.dumps(d))
+    assert type(back) is Flat and content_of(back) == content_of(d)
+    del d.body, d.consumer_tag
+    with pytest.raises(AttributeError):
+        getattr(d, "body")  # noqa: B009 - the read is the test
+    assert "body=<0 bytes>" in repr(d) and "consumer_tag=None" in repr(d)
+    assert pickle.loads(pickle.dumps(d)).body is None
+    d.__init__(1, 2, True, "e", "r", None, b"b")  # refills what was deleted
+    assert (d.body, d.consumer_tag, d.channel_id) == (b"b", None, 1)
