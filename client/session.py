@@ -673,6 +673,16 @@ class ConnectionBase:
             self._opened = False
             if self._error is None:
                 self._error = error
+            # Decided with the error, under the lock: whoever sees the error and waits for
+            # the recovery (wait_recovered) must find _recovered cleared, not still set.
+            # A loss during a recovery fails that attempt only: the recovery loop decides.
+            recovering = opened and (
+                self._recovering or (self.recovery is not None and not self._closing and recoverable(error))
+            )
+            starts_recovery = recovering and not self._recovering
+            if starts_recovery:
+                self._recovering = True
+                self._recovered.clear()
             unconfirmed = self._core.drain_unconfirmed() if opened else {}
             for channel_id, channel in self._channels.items():
                 state = self._core.channel_state(channel_id)
@@ -687,17 +697,13 @@ class ConnectionBase:
             return  # a handshake that failed: whoever connects raises it
         if not self._closing:
             log.error("connection to %s lost: %s", self.params, error)
-        # A loss during a recovery fails that attempt only: the recovery loop decides.
-        recovering = self._recovering or (self.recovery is not None and not self._closing and recoverable(error))
         for channel_id, channel in list(self._channels.items()):
             channel._on_connection_lost(error, unconfirmed.get(channel_id, ()), recovering)
         self._down_recovering = recovering
         if self._close_listeners:
             self._emit(self._close_listeners, self._shutdown_event(error, recovering))
         if recovering:
-            if not self._recovering:
-                self._recovering = True
-                self._recovered.clear()
+            if starts_recovery:
                 if self._recovery_started_listeners:
                     self._emit(self._recovery_started_listeners, RecoveryEvent(0, error))
                 self._begin_recovery()

@@ -4,6 +4,7 @@ the other thread acts, then the I/O thread goes on."""
 from __future__ import annotations
 
 import inspect
+import sys
 import threading
 from typing import Any
 
@@ -57,6 +58,56 @@ def test_an_ack_read_before_another_thread_gives_the_connection_up_still_settles
         conn._on_lost(ConnectionLost("the test's write failed"))  # as a failing writer does
         go_on.set()
         assert future.exception(timeout=10) is None  # settled, and as the broker said: acked
+    finally:
+        go_on.set()
+        conn.close()
+
+
+def test_wait_recovered_seen_right_after_the_loss_waits_for_that_recovery(amqp_url):
+    # A caller gets the connection error as soon as _on_lost has set it, and calls
+    # wait_recovered().  The recovery was decided (and _recovered cleared) only later in
+    # _on_lost, so wait_recovered found the flag of the last recovery still set and answered
+    # False at once: "no recovery" (fault scenario 1 under load, about one CI run in two).
+    # The loss here is our own side's (the shared broker is not touched): _on_lost is run
+    # from a thread stopped right after its locked section.
+    from amqwire.client import RecoveryPolicy
+
+    conn = connect(amqp_url, recovery=RecoveryPolicy(initial_delay=0.05, max_delay=0.1))
+    code = ConnectionBase._on_lost.__code__
+    stop_line = _line_of(ConnectionBase._on_lost, "self._stop_io()")
+    paused = threading.Event()
+    go_on = threading.Event()
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code is not code:
+            return None
+        if event == "line" and frame.f_lineno == stop_line:
+            paused.set()
+            go_on.wait(10)
+        return tracer
+
+    def lose() -> None:
+        sys.settrace(tracer)
+        try:
+            conn._on_lost(ConnectionLost("the test's socket failed"))
+        finally:
+            sys.settrace(None)
+
+    answers: list[bool] = []
+    try:
+        conn.channel()
+        loser = threading.Thread(target=lose)
+        loser.start()
+        assert paused.wait(10)
+        assert conn._error is not None  # what a caller sees now
+        waiter = threading.Thread(target=lambda: answers.append(conn.wait_recovered(20)))
+        waiter.start()
+        waiter.join(0.5)
+        assert not answers, "wait_recovered answered before the recovery even began"
+        go_on.set()
+        loser.join(10)
+        waiter.join(20)
+        assert answers == [True] and conn.is_open
     finally:
         go_on.set()
         conn.close()
