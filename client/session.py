@@ -138,10 +138,9 @@ class ConnectionBase:
         "_unblocked", "_recovered", "_handshake_waiter", "_close_waiter", "_secret_waiter",
         "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
         "exception_handler", "_metrics", "_seen_published", "_to_stamp", "_closed_by_broker",
-        "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned", "_seen_delivered",
-        "_seen_got",
-        "_down_recovering", "_close_listeners", "_blocked_listeners", "_unblocked_listeners",
-        "_recovery_started_listeners", "_recovery_succeeded_listeners",
+        "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned",
+        "_seen_delivered", "_seen_got", "_down_recovering", "_close_listeners",
+        "_blocked_listeners", "_unblocked_listeners", "_recovery_started_listeners", "_recovery_succeeded_listeners",
         "_recovery_failed_listeners", "__weakref__"
     )
 
@@ -333,7 +332,7 @@ class ConnectionBase:
         cost does not grow with the messages: deliveries are counted in C, confirms from
         the core's totals, latencies from how far each channel's confirms advanced."""
         core = self._core
-        delivered = core._parser.deliveries - self._seen_delivered
+        delivered = core.deliveries_received - self._seen_delivered
         got = core.gets_received - self._seen_got
         if delivered or got:
             self._seen_delivered += delivered
