@@ -136,16 +136,22 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
             def room() -> bool:
                 return self._closed or self._buffered + message.size <= self.buffer_memory or not self._pending
 
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not await self._wait_until(room, min(left, TICK)):
-                    if time.monotonic() >= deadline:
-                        raise self._room_timeout(message)
-                    continue
+            with self._lock:
+                self._room_waiters += 1
+            try:
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not await self._wait_until(room, min(left, TICK)):
+                        if time.monotonic() >= deadline:
+                            raise self._room_timeout(message)
+                        continue
+                    with self._lock:
+                        admitted = self._admit(message)
+                    if admitted:
+                        break
+            finally:
                 with self._lock:
-                    admitted = self._admit(message)
-                if admitted:
-                    break
+                    self._room_waiters -= 1
         if admitted == 2:
             self._wake()
 
@@ -322,29 +328,36 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
             return
         now = time.monotonic()
         live = []
+        plain = []  # one run of frames under one confirm future
+        rest: list[OutgoingMessage] = []  # one by one
+        earliest = now + TICK
         for message in batch:
             if message.done:
                 continue
-            if message.deadline <= now:
+            deadline = message.deadline
+            if deadline <= now:
                 self._expire(message, self._waiting)
                 continue
             live.append(message)
+            if deadline < earliest:
+                earliest = deadline
+            if message.oneway or message.mandatory or message.solo:
+                rest.append(message)
+            else:
+                message.stage = "room in the confirm window"
+                plain.append(message)
         if not live:
             return
-        slice_ = min(min(m.deadline for m in live) - now, TICK, max(self._next_sweep - now, 0.001))
+        slice_ = min(earliest - now, max(self._next_sweep - now, 0.001))
         if live[0].solo:
             await self._write_solo(broker, live[0], slice_)
-            self._requeue(live[1:])
+            self._requeue(live[1:])  # back to "the producer's queue"
             return
-        plain = [m for m in live if not m.oneway and not m.mandatory and not m.solo]
-        rest = [m for m in live if m.oneway or m.mandatory or m.solo] if len(plain) != len(live) else []
         channel = broker.channel
         unwritten: list[OutgoingMessage] = live
         try:
             with channel.batch():
                 if plain:
-                    for message in plain:
-                        message.stage = "room in the confirm window"
                     frames = self._encode(plain, channel.channel_id, broker.connection.frame_max)
                     token = await channel.publish_encoded(frames, len(plain), timeout=slice_)
                     unwritten = rest

@@ -131,11 +131,11 @@ class Producer(SyncProducer[SendFuture]):
     def _resolve(self, future: SendFuture, result: Any, error: Optional[BaseException]) -> None:
         future._settle(result, error)
 
-    def _resolve_all(self, results: list[tuple[SendFuture, SendResult]]) -> None:
+    def _resolve_all(self, futures: list[SendFuture], results: list[SendResult]) -> None:
         """SendFuture._settle for a confirmed batch: one lock for all (the hot path)."""
         with _CALLBACKS:
             work = []
-            for future, result in results:
+            for future, result in zip(futures, results):
                 future._result = result
                 future._done = True
                 if future._callbacks is not None or future._waiter is not None:

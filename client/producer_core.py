@@ -184,11 +184,16 @@ class Latencies:
 # --------------------------------------------------------------------------- message ids
 
 
+_time_ns = time.time_ns
+
+
 class MessageIds:
     """Unique, time-ordered message ids in the UUIDv7 layout: 48 bits of Unix time in ms,
     then (where v7 has random bits) 30 random bits fixed per generator and a 44-bit counter,
     so ids of one producer sort in the order they were made and never repeat, and ids of
     different producers differ."""
+
+    __slots__ = ("_rand_a", "_node_b", "_node_low", "_counter", "_ms", "_template")
 
     def __init__(self) -> None:
         node = int.from_bytes(os.urandom(4), "big") >> 2
@@ -199,18 +204,17 @@ class MessageIds:
         # next() on a count is atomic under the GIL: ids stay unique across threads
         self._counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
         self._ms = -1
-        self._prefix = ""
+        self._template = ""
 
     def next(self) -> str:
         n = next(self._counter) & 0xFFFFFFFFFFF
-        ms = time.time_ns() // 1_000_000
-        prefix = self._prefix
+        ms = _time_ns() // 1_000_000
         if ms != self._ms:  # all but the counter's 11 digits change at most once a millisecond
             h = f"{ms << 16 | self._rand_a:016x}"
             # rand_b (62 bits) = node (18 bits: 14 in the 4th group, 4 in the 5th) + counter (44 bits)
-            prefix = self._prefix = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{self._node_b:04x}-{self._node_low:x}"
+            self._template = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{self._node_b:04x}-{self._node_low:x}%011x"
             self._ms = ms
-        return prefix + format(n, "011x")
+        return self._template % n
 
 
 # --------------------------------------------------------------------------- compression
@@ -490,7 +494,7 @@ class ProducerCore:
         "max_in_flight", "max_body_size", "compressor", "_compress_at", "_ids", "before_send",
         "after_send", "_connect_options", "_random", "_inbox", "_largest", "_finished", "_queue",
         "_queued_bytes", "_retrying", "_inflight", "_buffered", "_pending", "_epochs", "_epoch",
-        "_next_sweep", "_no_broker_until", "_sender_idle", "_flushing", "_closed", "_stopping",
+        "_next_sweep", "_no_broker_until", "_sender_idle", "_flushing", "_room_waiters", "_closed", "_stopping",
         "_waiting", "_sent", "_confirmed", "_oneway", "_retried", "_failed", "_bytes",
         "_latencies", "_lock"
     )
@@ -588,6 +592,9 @@ class ProducerCore:
         self._no_broker_until = 0.0
         self._sender_idle = False
         self._flushing = 0
+        # callers waiting for room in the buffer: while there are none, a settled send wakes
+        # the waiters (flushes) only when it completes an epoch
+        self._room_waiters = 0
         self._closed = False  # no more sends
         self._stopping = False  # the sender ends once everything is settled
         self._waiting = "the producer's queue"  # what the sender waits for now
@@ -770,11 +777,7 @@ class ProducerCore:
             self._inflight.discard(message)
             self._buffered -= message.size
             self._pending -= 1
-            left = self._epochs[message.epoch] - 1
-            if left:
-                self._epochs[message.epoch] = left
-            else:
-                del self._epochs[message.epoch]
+            completed = self._drop_epoch(message.epoch, 1)
             if error is None:
                 if message.oneway:
                     self._oneway += 1
@@ -793,7 +796,8 @@ class ProducerCore:
                 self.after_send(message, result, error)
             except Exception:
                 log.exception("after_send hook %r failed", self.after_send)
-        self._notify()
+        if completed or self._room_waiters:
+            self._notify()
 
     def _succeeded(self, message: OutgoingMessage, broker: Broker) -> None:
         attempts = 1 + (len(message.attempts) if message.attempts else 0)
@@ -848,6 +852,7 @@ class ProducerCore:
             size = 0
             epoch = -1
             count = 0
+            completed = False  # an epoch (what a flush waits for) ended
             for message in messages:
                 if message.done:
                     continue
@@ -855,13 +860,13 @@ class ProducerCore:
                 discard(message)
                 size += message.size
                 if message.epoch != epoch:
-                    if count:
-                        self._drop_epoch(epoch, count)
+                    if count and self._drop_epoch(epoch, count):
+                        completed = True
                     epoch, count = message.epoch, 0
                 count += 1
                 settled.append(message)
-            if count:
-                self._drop_epoch(epoch, count)
+            if count and self._drop_epoch(epoch, count):
+                completed = True
             latencies = [now - m.started for m in settled]
             self._latencies.extend(latencies)
             self._buffered -= size
@@ -871,28 +876,32 @@ class ProducerCore:
         url = broker.url
         new = _new_tuple  # SendResult(...) without its Python-level __new__: this is per message
         results = [
-            (m.future, new(SendResult, (url, 1 + len(m.attempts) if m.attempts else 1, m.message_id, latency)))
+            new(SendResult, (url, 1 + len(m.attempts) if m.attempts else 1, m.message_id, latency))
             for m, latency in zip(settled, latencies)
         ]
-        self._resolve_all(results)
+        self._resolve_all([m.future for m in settled], results)
         after = self.after_send
         if after is not None:
-            for message, (_, result) in zip(settled, results):
+            for message, result in zip(settled, results):
                 try:
                     after(message, result, None)
                 except Exception:
                     log.exception("after_send hook %r failed", after)
-        self._notify()
+        if completed or self._room_waiters:
+            self._notify()
 
-    def _drop_epoch(self, epoch: int, count: int) -> None:
+    def _drop_epoch(self, epoch: int, count: int) -> bool:
+        """``count`` sends of ``epoch`` settled: True when that was the epoch's last."""
         left = self._epochs[epoch] - count
         if left:
             self._epochs[epoch] = left
-        else:
-            del self._epochs[epoch]
+            return False
+        del self._epochs[epoch]
+        return True
 
-    def _resolve_all(self, results: list[tuple[Any, SendResult]]) -> None:
-        for future, result in results:
+    def _resolve_all(self, futures: list[Any], results: list[SendResult]) -> None:
+        """``_resolve(future, result, None)`` for each pair (a transport may do it faster)."""
+        for future, result in zip(futures, results):
             self._resolve(future, result, None)
 
     def _encode(self, messages: Sequence[OutgoingMessage], channel_id: int, frame_max: int) -> bytes:
@@ -1032,12 +1041,11 @@ class ProducerCore:
 
     def _published(self, messages: Sequence[OutgoingMessage], broker: Broker) -> None:
         """Written, waiting for their confirms (some may be settled already)."""
-        for message in messages:
-            message.broker = broker
         with self._lock:
             nearest = self._next_sweep
             inflight = self._inflight
             for message in messages:
+                message.broker = broker
                 if not message.done and not message.oneway:
                     message.stage = "the broker's confirm"
                     inflight.add(message)

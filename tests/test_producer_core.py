@@ -429,6 +429,30 @@ def test_what_flush_waits_for_includes_every_earlier_offer():
     assert core._flushed(epoch) and later.epoch == epoch + 1
 
 
+def test_settling_wakes_the_waiters_only_when_a_flush_or_a_caller_waiting_for_room_can_go_on():
+    class Counting(Core):
+        def __init__(self, **options) -> None:
+            self.notified = 0
+            super().__init__(**options)
+
+        def _notify(self) -> None:
+            self.notified += 1
+
+    core = Counting()
+    first, second, third = core.queue(), core.queue(), core.queue()
+    core._begin_flush()  # the three are one epoch
+    core._succeeded_all([first], _broker(core))
+    core._settle(second, None, PublishNacked(2))
+    assert core.notified == 0  # the epoch is not over: a flush waiting for it would wake for nothing
+    core._succeeded_all([third], _broker(core))
+    assert core.notified == 1
+    with core._lock:
+        core._room_waiters += 1  # a caller waits for room in the buffer: every settle may give it
+    fourth, fifth = core.queue(), core.queue()
+    core._succeeded_all([fourth], _broker(core))
+    assert core.notified == 2
+
+
 def test_an_offer_racing_close_is_refused_or_settled_never_stranded():
     class Racing(Core):
         def _new_future(self):  # close() runs between the offer's check and its append
