@@ -365,6 +365,9 @@ class Consumer(AsyncConsumer):
         return self
 
     async def __anext__(self) -> Message:
+        buffer = self._buffer
+        if buffer:  # without the coroutine of get(): this runs for every delivery
+            return buffer.popleft()  # type: ignore[no-any-return]
         message = await self.get()
         if message is None:
             finished = self._finished
