@@ -102,6 +102,9 @@ class Producer(AsyncProducer["asyncio.Future[SendResult]"]):
     def _start_sender(self) -> None:
         self._task = self._loop.create_task(self._run_sender())
 
+    def _may_pace(self) -> bool:
+        return asyncio.current_task() is not self._task  # callbacks cannot await: only tasks pace
+
     async def _join_sender(self, timeout: Optional[float]) -> None:
         task = self._task
         if task is not None and task is not asyncio.current_task():

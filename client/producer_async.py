@@ -73,6 +73,11 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
     async def _join_sender(self, timeout: Optional[float]) -> None:
         raise NotImplementedError
 
+    def _may_pace(self) -> bool:
+        """Whether the calling thread may wait for the sender (not the sender itself, nor a
+        thread the sender waits for, such as a connection's reader running a callback)."""
+        raise NotImplementedError
+
     # opening -------------------------------------------------------------------------------
 
     async def _start(self) -> None:
@@ -127,6 +132,8 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
 
     async def _enqueue(self, message: OutgoingMessage) -> None:
         if self._offer(message):
+            if len(self._inbox) + len(self._queue) > self._pace_at and self._may_pace():
+                await self._pace(message)
             return
         with self._lock:
             admitted = self._admit(message)
@@ -154,6 +161,30 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
                     self._room_waiters -= 1
         if admitted == 2:
             self._wake()
+
+    async def _pace(self, message: OutgoingMessage) -> None:
+        """The caller is far ahead of the sender: wait until the sender has taken what is
+        queued down to half of ``_pace_at``, at most until ``message``'s deadline (it is
+        queued already: past its deadline the sweep fails it).  Callers that keep running
+        ahead gain nothing, and they cost the sender its turns: threads take turns on the
+        interpreter (the GIL), so with N callers the sender runs one turn in N + 2, and an
+        asyncio caller that does not yield keeps the sender task from running at all."""
+        low = self._pace_at // 2
+
+        def caught_up() -> bool:
+            return self._closed or len(self._inbox) + len(self._queue) <= low
+
+        with self._lock:
+            self._pacing += 1
+        try:
+            while not caught_up():
+                left = message.deadline - time.monotonic()
+                if left <= 0:
+                    return
+                await self._wait_until(caught_up, min(left, TICK))
+        finally:
+            with self._lock:
+                self._pacing -= 1
 
     async def send(
         self,
@@ -259,6 +290,8 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
                         self._clear_work()
                         self._sender_idle = True
                 if batch:
+                    if self._pacing and len(self._inbox) + len(self._queue) <= self._pace_at // 2:
+                        self._notify()  # callers pacing themselves can go on
                     await self._write(batch)
                 elif not self._inbox or (self.linger and wait <= self.linger):
                     await self._wait_work(min(wait, TICK * 4))

@@ -190,6 +190,16 @@ class Producer(SyncProducer[SendFuture]):
         self._thread = threading.Thread(target=self._run_sender, name="amqwire-producer-sender", daemon=True)
         self._thread.start()
 
+    def _may_pace(self) -> bool:
+        current = threading.current_thread()
+        if current is self._thread:
+            return False
+        for broker in self.brokers:
+            connection = broker.connection
+            if connection is not None and connection._io_thread is current:
+                return False  # a confirm callback: the sender may be waiting for this thread
+        return True
+
     def _join_sender(self, timeout: Optional[float]) -> None:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)

@@ -494,7 +494,8 @@ class ProducerCore:
         "max_in_flight", "max_body_size", "compressor", "_compress_at", "_ids", "before_send",
         "after_send", "_connect_options", "_random", "_inbox", "_largest", "_finished", "_queue",
         "_queued_bytes", "_retrying", "_inflight", "_buffered", "_pending", "_epochs", "_epoch",
-        "_next_sweep", "_no_broker_until", "_sender_idle", "_flushing", "_room_waiters", "_closed", "_stopping",
+        "_next_sweep", "_no_broker_until", "_sender_idle", "_flushing", "_room_waiters", "_pace_at", "_pacing",
+        "_closed", "_stopping",
         "_waiting", "_sent", "_confirmed", "_oneway", "_retried", "_failed", "_bytes",
         "_latencies", "_lock"
     )
@@ -595,6 +596,10 @@ class ProducerCore:
         # callers waiting for room in the buffer: while there are none, a settled send wakes
         # the waiters (flushes) only when it completes an epoch
         self._room_waiters = 0
+        # Pacing: a caller that finds more than _pace_at sends queued and not yet written
+        # waits until the sender has taken them down to half (see AsyncProducer._pace).
+        self._pace_at = 2 * max(max_in_flight, batch_size)
+        self._pacing = 0  # callers waiting so
         self._closed = False  # no more sends
         self._stopping = False  # the sender ends once everything is settled
         self._waiting = "the producer's queue"  # what the sender waits for now

@@ -75,6 +75,11 @@ class SyncProducer(ProducerCore, Generic[_Future]):
     def _join_sender(self, timeout: Optional[float]) -> None:
         raise NotImplementedError
 
+    def _may_pace(self) -> bool:
+        """Whether the calling thread may wait for the sender (not the sender itself, nor a
+        thread the sender waits for, such as a connection's reader running a callback)."""
+        raise NotImplementedError
+
     # opening -------------------------------------------------------------------------------
 
     def _start(self) -> None:
@@ -129,6 +134,8 @@ class SyncProducer(ProducerCore, Generic[_Future]):
 
     def _enqueue(self, message: OutgoingMessage) -> None:
         if self._offer(message):
+            if len(self._inbox) + len(self._queue) > self._pace_at and self._may_pace():
+                self._pace(message)
             return
         with self._lock:
             admitted = self._admit(message)
@@ -156,6 +163,30 @@ class SyncProducer(ProducerCore, Generic[_Future]):
                     self._room_waiters -= 1
         if admitted == 2:
             self._wake()
+
+    def _pace(self, message: OutgoingMessage) -> None:
+        """The caller is far ahead of the sender: wait until the sender has taken what is
+        queued down to half of ``_pace_at``, at most until ``message``'s deadline (it is
+        queued already: past its deadline the sweep fails it).  Callers that keep running
+        ahead gain nothing, and they cost the sender its turns: threads take turns on the
+        interpreter (the GIL), so with N callers the sender runs one turn in N + 2, and an
+        asyncio caller that does not yield keeps the sender task from running at all."""
+        low = self._pace_at // 2
+
+        def caught_up() -> bool:
+            return self._closed or len(self._inbox) + len(self._queue) <= low
+
+        with self._lock:
+            self._pacing += 1
+        try:
+            while not caught_up():
+                left = message.deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._wait_until(caught_up, min(left, TICK))
+        finally:
+            with self._lock:
+                self._pacing -= 1
 
     def send(
         self,
@@ -261,6 +292,8 @@ class SyncProducer(ProducerCore, Generic[_Future]):
                         self._clear_work()
                         self._sender_idle = True
                 if batch:
+                    if self._pacing and len(self._inbox) + len(self._queue) <= self._pace_at // 2:
+                        self._notify()  # callers pacing themselves can go on
                     self._write(batch)
                 elif not self._inbox or (self.linger and wait <= self.linger):
                     self._wait_work(min(wait, TICK * 4))

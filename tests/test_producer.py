@@ -220,6 +220,63 @@ def test_one_aio_producer_fed_by_many_tasks(amqp_url, names):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+def test_callers_far_ahead_of_the_sender_wait_for_it(transport, amqp_url, names):
+    # max_in_flight 1 and batch_size 1: the sender writes one message per round trip, so a
+    # caller that never waited would queue all 300 at once (the sender getting a turn
+    # only now and then; in asyncio, not until the loop of awaits ends).
+    queue = names.queue()
+    declare(amqp_url, queue)
+    backlog: list[int] = []
+
+    async def scenario():
+        p = await P.open(transport, amqp_url, max_in_flight=1, batch_size=1,
+                         before_send=lambda m: backlog.append(len(p.producer._inbox) + len(p.producer._queue)))
+        try:
+            futures = await p.many(300, "", queue, b"paced")
+            confirmed_when_the_loop_ended = p.stats().confirmed
+            await p.flush(30)
+            return futures, confirmed_when_the_loop_ended
+        finally:
+            await p.close()
+
+    futures, confirmed_early = run(scenario())
+    pace_at = 2  # 2 * max(max_in_flight, batch_size)
+    print(f"pacing, {transport}: largest backlog seen by a send {max(backlog)}, "
+          f"{confirmed_early} confirmed when the caller's loop ended")
+    assert max(backlog) <= pace_at  # after waiting down to pace_at // 2, one more send
+    assert confirmed_early >= 300 - 10  # the sender ran while the caller waited (not 0)
+    assert all(f.exception() is None for f in futures)
+    assert len(queue_messages(amqp_url, queue)) == 300
+
+
+def test_a_callback_on_the_reader_thread_is_never_paced(amqp_url, names):
+    # A confirm callback runs on the connection's reader thread, which the sender needs
+    # (its acks open the window): were it to wait for the sender, both would stall until
+    # the deadline.  Each of 100 sends chains another from its callback, while the backlog
+    # is far over the pacing threshold (2).
+    queue = names.queue()
+    declare(amqp_url, queue)
+    chained: list = []
+    errors: list = []
+    with Producer(amqp_url, max_in_flight=1, batch_size=1, timeout=20) as producer:
+        def chain(future) -> None:
+            try:
+                chained.append(producer.send_async("", queue, b"chained"))
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        started = time.monotonic()
+        first = [producer.send_async("", queue, b"first", callback=chain) for _ in range(100)]
+        producer.flush(20)
+        for future in first + chained:
+            future.result(20)
+        elapsed = time.monotonic() - started
+    assert errors == [] and len(chained) == 100
+    assert elapsed < 15, f"{elapsed:.1f} s: the reader thread waited"
+    assert len(queue_messages(amqp_url, queue)) == 200
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_compressed_body_is_decoded_on_the_consumer_side(transport, amqp_url, names):
     queue = names.queue()
     declare(amqp_url, queue)
