@@ -886,6 +886,18 @@ def with_metrics(fn):
     return run
 
 
+def with_aa_copies(rows):
+    """Each amqwire row followed by an identical copy (an A/A test): whatever separates the
+    two is noise, which bounds the differences the run can resolve (e.g. a +metrics row)."""
+    out = []
+    for r in rows:
+        out.append(r)
+        if r.lib == "amqwire":
+            out.append(Row(r.case, r.label + " (A/A copy)", r.lib, r.fn, info=True,
+                           note="info: the row above again", na=r.na))
+    return out
+
+
 # =========================================================================== rows
 class Row:
     """One benchmark row: a client doing one case; ``fn(ctx, queue, n) -> seconds``."""
@@ -1313,6 +1325,9 @@ def main(argv=None):
     ap.add_argument("--url", default=os.environ.get("AMQP_URL") or DEFAULT_URL,
                     help="broker URL (default: $AMQP_URL or %s)" % DEFAULT_URL)
     ap.add_argument("--no-gc", action="store_true", help="disable gc while timing")
+    ap.add_argument("--aa", action="store_true",
+                    help="add an identical copy of each amqwire row (info), run beside it: the spread between "
+                         "two rows doing the same thing is the benchmark's resolution on this machine")
     ap.add_argument("--json", metavar="PATH", help="write results as JSON to PATH")
     ap.add_argument("--chart", metavar="PREFIX", help="write the results as charts to PREFIX.png and PREFIX.svg")
     args = ap.parse_args(argv)
@@ -1359,6 +1374,8 @@ def main(argv=None):
     rows = select_rows(build_rows(), args.only)
     if not rows:
         raise SystemExit("--only %r matches no row" % args.only)
+    if args.aa:
+        rows = with_aa_copies(rows)
     t_start = time.monotonic()
     for case, case_rows, _admin in run_rows(rows, ctx, admin, count, repeats, warm_n,
                                            args.no_gc, settle):
