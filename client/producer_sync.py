@@ -132,8 +132,11 @@ class SyncProducer(ProducerCore, Generic[_Future]):
 
     # sending -------------------------------------------------------------------------------
 
-    def _enqueue(self, message: OutgoingMessage) -> None:
-        if self._offer(message):
+    def _enqueue(self, message: OutgoingMessage, offered: bool) -> None:
+        """What a send does after ``_offer`` (``offered``: it took the message) when the
+        offer was refused or the queue is long: wait for room, or pace the caller.  The
+        sends call it only then: in asyncio every call of a coroutine costs one."""
+        if offered:
             if len(self._inbox) + len(self._queue) > self._pace_at and self._may_pace():
                 self._pace(message)
             return
@@ -201,7 +204,9 @@ class SyncProducer(ProducerCore, Generic[_Future]):
         """Send and wait for the broker's confirm: the SendResult, or SendFailed (with the
         attempts) / SendTimeout (naming the wait it was in) / the codec's error for bad input."""
         message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
-        self._enqueue(message)
+        offered = self._offer(message)
+        if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
+            self._enqueue(message, offered)
         return self._wait_result(message.future)
 
     def send_async(
@@ -218,7 +223,9 @@ class SyncProducer(ProducerCore, Generic[_Future]):
         """Queue a send and return its future (its result: a SendResult); ``callback(future)``
         runs exactly once when it settles.  Waits only for room in the buffer."""
         message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
-        self._enqueue(message)
+        offered = self._offer(message)
+        if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
+            self._enqueue(message, offered)
         future: _Future = message.future
         if callback is not None:
             message.future.add_done_callback(callback)
@@ -237,7 +244,9 @@ class SyncProducer(ProducerCore, Generic[_Future]):
         queued, and the message may be lost (a connection lost before the broker read it, an
         unroutable message).  Counted in ``stats().oneway``; a drop is logged."""
         message = self._prepare(exchange, routing_key, body, properties, False, timeout, True)
-        self._enqueue(message)
+        offered = self._offer(message)
+        if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
+            self._enqueue(message, offered)
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Write everything queued now, without lingering, and wait until each of those sends
