@@ -118,7 +118,7 @@ class Connection(SyncConnection):
 
     __slots__ = (
         "_pool", "_write_lock", "_callbacks", "_sock", "_tls", "_io_thread", "_monitor", "_wakeup",
-        "_read_lock", "_read_buffer", "_reads", "_io_parked", "_unpark",
+        "_read_lock", "_read_buffer", "_reads", "_io_parked", "_resume", "_followers",
     )
 
     def __init__(self, parameters: list[ConnectionParameters], *, consumer_workers: int = 0, **options: Any) -> None:
@@ -143,7 +143,10 @@ class Connection(SyncConnection):
         self._read_buffer = memoryview(bytearray(_RECV_SIZE))
         self._reads = 0  # reads so far, by any thread: the parked I/O thread watches it
         self._io_parked = False
-        self._unpark = threading.Event()  # ends the parked I/O thread's wait when the socket closes
+        self._resume = threading.Event()  # ends the parked I/O thread's look early
+        # Threads that found another reading and wait for it to dispatch what they wait for
+        # (their ready() tests): when the reader leaves, the I/O thread serves those left.
+        self._followers: list[Callable[[], bool]] = []
         super().__init__(parameters, **options)
 
     # waiting primitives ------------------------------------------------------------------
@@ -156,18 +159,12 @@ class Connection(SyncConnection):
 
     def _wait(self, waiter: Any, timeout: Optional[float]) -> Any:
         if self._io_parked and not waiter.done():
-            start = time.monotonic()
-            self._read_while_waiting(waiter.done, None if timeout is None else start + timeout)
-            if timeout is not None:
-                timeout = max(0.0, timeout - (time.monotonic() - start))
+            timeout = self._read_for(waiter.done, timeout)
         return waiter.result(timeout)
 
     def _wait_flag(self, flag: threading.Event, timeout: Optional[float]) -> bool:
         if self._io_parked and not flag.is_set():
-            start = time.monotonic()
-            self._read_while_waiting(flag.is_set, None if timeout is None else start + timeout)
-            if timeout is not None:
-                timeout = max(0.0, timeout - (time.monotonic() - start))
+            timeout = self._read_for(flag.is_set, timeout)
         return flag.wait(timeout)
 
     def _sleep(self, seconds: float) -> None:
@@ -186,7 +183,7 @@ class Connection(SyncConnection):
             self._tls = isinstance(sock, ssl.SSLSocket)
             self._monitor = proto.HeartbeatMonitor(0, time.monotonic())
             self._io_parked = False
-            self._unpark.clear()
+            self._resume.clear()
             self._alive = True
         thread = threading.Thread(target=self._io_loop, args=(sock,), name=f"amqwire-io {params.host}:{params.port}",
                                   daemon=True)
@@ -199,7 +196,7 @@ class Connection(SyncConnection):
     def _stop_io(self) -> None:
         # shutdown() wakes the I/O thread's select() at once; close() alone does not, and
         # close() then waited up to a second for the thread to notice.
-        self._unpark.set()
+        self._resume.set()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
@@ -388,7 +385,10 @@ class Connection(SyncConnection):
         """One look of the parked I/O thread: take reading back once nobody holds the read
         lock and nothing was read for a whole look; returns the time to the next look."""
         reads = self._reads
-        self._unpark.wait(park)
+        if self._resume.wait(park):
+            self._resume.clear()
+            if not self._io_parked:
+                return _PARK_MIN  # a reader left threads waiting: serve them
         if self._read_lock.locked():
             return min(park * 2, _PARK_MAX)  # a reader waits in select: it reads what comes
         if self._reads == reads:
@@ -414,12 +414,26 @@ class Connection(SyncConnection):
         self._data_received(buffer[:size])
         return True
 
+    def _read_for(self, ready: Callable[[], bool], timeout: Optional[float]) -> Optional[float]:
+        """_read_while_waiting for up to ``timeout`` seconds; returns the time left of it."""
+        if timeout is None:
+            self._read_while_waiting(ready, None)
+            return None
+        deadline = time.monotonic() + timeout
+        self._read_while_waiting(ready, deadline)
+        return max(0.0, deadline - time.monotonic())
+
     def _read_while_waiting(self, ready: Callable[[], bool], deadline: Optional[float]) -> None:
         """Read the socket in this thread until ``ready()``, the deadline, or the loss of
         the connection; returns at once if another thread is reading.  Threads waiting for
         deliveries call it always; other waits only while the I/O thread is parked."""
-        if not self._read_lock.acquire(blocking=False):
-            return
+        read_lock = self._read_lock
+        if not read_lock.acquire(blocking=False):
+            if not self._io_parked:
+                return  # the I/O thread reads
+            self._followers.append(ready)
+            if not read_lock.acquire(blocking=False):
+                return  # the reader sees this follower when it leaves (it checks after releasing)
         try:
             sock = self._sock
             self._io_parked = True
@@ -438,7 +452,17 @@ class Connection(SyncConnection):
         except (OSError, ValueError):  # ValueError: select on a socket closed meanwhile
             return
         finally:
-            self._read_lock.release()
+            read_lock.release()
+            if self._followers:
+                self._leave_followers()
+
+    def _leave_followers(self) -> None:
+        """A reader leaves: if threads still wait for what it would have read, wake the
+        parked I/O thread to read for them."""
+        followers, self._followers = self._followers, []
+        if not all(ready() for ready in followers):
+            self._io_parked = False
+            self._resume.set()
 
     def _receive_or_lose(self, sock: Any, now: float) -> bool:
         try:
@@ -479,10 +503,7 @@ class Connection(SyncConnection):
         ran = 0
         callbacks = self._callbacks
         if timeout != 0 and callbacks.empty():  # read in this thread while waiting (see _read_lock)
-            start = time.monotonic()
-            self._read_while_waiting(lambda: not callbacks.empty(), None if timeout is None else start + timeout)
-            if timeout is not None:
-                timeout = max(0.0, timeout - (time.monotonic() - start))
+            timeout = self._read_for(lambda: not callbacks.empty(), timeout)
         try:
             item = callbacks.get(timeout=timeout) if timeout != 0 else callbacks.get_nowait()
         except queue.Empty:
@@ -640,12 +661,7 @@ class Consumer(SyncConsumer):
         if queue_.empty() and timeout != 0:
             # Read the socket in this thread rather than wait for the I/O thread to hand
             # deliveries over (see Connection._read_lock).
-            start = time.monotonic()
-            self.channel._connection._read_while_waiting(
-                lambda: not queue_.empty(), None if timeout is None else start + timeout
-            )
-            if timeout is not None:
-                timeout = max(0.0, timeout - (time.monotonic() - start))
+            timeout = self.channel._connection._read_for(lambda: not queue_.empty(), timeout)
         try:
             item = queue_.get(timeout=timeout)
         except queue.Empty:

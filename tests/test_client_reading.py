@@ -173,23 +173,29 @@ def test_iterators_in_two_threads_on_one_connection_each_get_their_messages(amqp
             assert [ch.queue_declare(q, passive=True).message_count for q in queues] == [0, 0]
 
 
-def test_an_iterator_that_is_reading_ends_when_another_thread_closes_the_connection(amqp_url):
-    conn = connect(amqp_url)
-    ch = conn.channel()
-    queue = ch.queue_declare("", exclusive=True).queue
-    consumer = ch.consume(queue)
+def _iterating(consumer: Any) -> tuple[threading.Thread, list[Any]]:
+    """A thread that lists what ``consumer`` yields, or the exception it raises; started,
+    and given 0.3 s to begin waiting (and reading)."""
     outcome: list[Any] = []
 
     def iterate() -> None:
         try:
             outcome.append(list(consumer))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # noqa: BLE001 - the test checks it
             outcome.append(exc)
 
     thread = threading.Thread(target=iterate)
     thread.start()
-    time.sleep(0.3)  # the iterator waits, holding the socket
-    assert conn._read_lock.locked() and conn._io_parked
+    time.sleep(0.3)
+    return thread, outcome
+
+
+def test_an_iterator_that_is_reading_ends_when_another_thread_closes_the_connection(amqp_url):
+    conn = connect(amqp_url)
+    ch = conn.channel()
+    queue = ch.queue_declare("", exclusive=True).queue
+    thread, outcome = _iterating(ch.consume(queue))
+    assert conn._read_lock.locked() and conn._io_parked  # the iterator waits, holding the socket
     conn.close()
     thread.join(10)
     assert not thread.is_alive()
@@ -202,18 +208,7 @@ def test_an_iterator_that_is_reading_raises_when_the_broker_closes_the_connectio
     try:
         ch = conn.channel()
         queue = ch.queue_declare("", exclusive=True).queue
-        consumer = ch.consume(queue)
-        outcome: list[Any] = []
-
-        def iterate() -> None:
-            try:
-                outcome.append(list(consumer))
-            except BaseException as exc:  # noqa: BLE001 - checked below
-                outcome.append(exc)
-
-        thread = threading.Thread(target=iterate)
-        thread.start()
-        time.sleep(0.3)
+        thread, outcome = _iterating(ch.consume(queue))
         assert conn._read_lock.locked()
         listing = rabbitmqctl("-q", "list_connections", "--no-table-headers", "pid", "client_properties")
         pids = [line.partition("\t")[0].strip() for line in listing.splitlines() if name in line]
