@@ -59,6 +59,10 @@ _PARK_MAX = 0.02
 _ADDING_CALLBACKS = threading.Lock()  # PublishFuture.add_done_callback against each other
 
 
+class _EndOfStream(OSError):
+    """The peer closed the socket (a read returned no bytes)."""
+
+
 class _Slot:
     """A one-shot result another thread fills in (the waiter of the blocking transport)."""
 
@@ -372,7 +376,7 @@ class Connection(SyncConnection):
                     return
         except (OSError, ValueError) as exc:  # ValueError: select on a socket closed meanwhile
             if self._sock is sock:
-                self._on_lost(self._eof_error(exc))
+                self._on_lost(self._eof_error(None if type(exc) is _EndOfStream else exc))
         except AMQPConnectionError as exc:
             if self._sock is sock:
                 self._on_lost(exc)
@@ -397,7 +401,7 @@ class Connection(SyncConnection):
 
     def _receive(self, sock: Any, now: float) -> bool:
         """Under ``_read_lock``: one read, dispatched.  False when there was nothing to read;
-        raises OSError, or AMQPConnectionError at the end of the stream."""
+        raises OSError (_EndOfStream when the peer closed the socket)."""
         buffer = self._read_buffer
         try:
             if self._tls:
@@ -408,7 +412,7 @@ class Connection(SyncConnection):
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return False
         if size == 0:
-            raise self._eof_error()
+            raise _EndOfStream
         self._reads += 1
         self._monitor.received(now)
         self._data_received(buffer[:size])
@@ -469,7 +473,7 @@ class Connection(SyncConnection):
             return self._receive(sock, now)
         except OSError as exc:
             if self._sock is sock:
-                self._on_lost(self._eof_error(exc))
+                self._on_lost(self._eof_error(None if type(exc) is _EndOfStream else exc))
             raise
         except AMQPConnectionError as exc:
             if self._sock is sock:

@@ -4,6 +4,7 @@ is left alone.  Real broker; each test checks an outcome the old hand-over desig
 parked I/O thread that never came back, would get wrong."""
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -259,3 +260,14 @@ def test_an_interrupt_in_the_middle_of_a_dispatch_gives_the_connection_up(amqp_u
             ch.queue_declare(queue, passive=True)
     finally:
         conn.close()
+
+
+def test_closing_logs_no_error(amqp_url, caplog):
+    # The broker closes the socket after close-ok; the reader that sees the end of the
+    # stream then must end quietly (it once logged "I/O thread failed" with a traceback).
+    caplog.set_level(logging.DEBUG, logger="amqwire")
+    for _ in range(20):
+        with connect(amqp_url) as conn, conn.channel() as ch:
+            ch.queue_declare("", exclusive=True)
+    time.sleep(0.2)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
