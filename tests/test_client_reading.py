@@ -203,9 +203,12 @@ def test_an_iterator_that_is_reading_ends_when_another_thread_closes_the_connect
     assert outcome == [[]]
 
 
-def test_an_iterator_that_is_reading_raises_when_the_broker_closes_the_connection(amqp_url, rabbitmqctl):
+def test_an_iterator_that_is_reading_raises_when_the_broker_closes_the_connection(broker_node):
+    # A private node: force-closing connections is never done to the shared broker.
+    node = broker_node()
+    rabbitmqctl = node.rabbitmqctl
     name = f"reading-{time.monotonic_ns()}"
-    conn = connect(amqp_url, client_properties={"connection_name": name})
+    conn = connect(node.url, client_properties={"connection_name": name})
     try:
         ch = conn.channel()
         queue = ch.queue_declare("", exclusive=True).queue
