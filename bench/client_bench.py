@@ -76,6 +76,11 @@ import pika
 import amqp
 import aio_pika
 
+try:
+    from bench.rows import select_rows
+except ImportError:  # run as a script: bench/ is sys.path[0]
+    from rows import select_rows  # type: ignore[no-redef]
+
 try:  # importlib.metadata gives the installed distribution versions
     from importlib.metadata import version as _dist_version
 except ImportError:  # pragma: no cover
@@ -985,13 +990,6 @@ def build_rows():
     ]
 
 
-def select_rows(rows, only):
-    if not only:
-        return rows
-    pats = [p.strip().lower() for p in only.split(",") if p.strip()]
-    return [r for r in rows if any(p in r.key.lower() for p in pats)]
-
-
 # =========================================================================== running
 _queue_counter = itertools.count(1)
 
@@ -1321,7 +1319,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per row (default 3, --quick 1)")
     ap.add_argument("--quick", action="store_true", help="5,000 messages, 1 repeat (CI smoke)")
     ap.add_argument("--only", metavar="SUBSTR", help="run only rows whose 'case: label' contains "
-                    "one of these comma-separated substrings (e.g. 'consume', 'pika', 'publish: raw')")
+                    "one of these comma-separated substrings (e.g. 'consume', 'pika', 'publish: raw'); "
+                    "'=case: label' matches that row only (e.g. '=consume: amqwire blocking', without +metrics)")
     ap.add_argument("--url", default=os.environ.get("AMQP_URL") or DEFAULT_URL,
                     help="broker URL (default: $AMQP_URL or %s)" % DEFAULT_URL)
     ap.add_argument("--no-gc", action="store_true", help="disable gc while timing")

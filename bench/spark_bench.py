@@ -75,6 +75,10 @@ try:
     from bench import client_bench as cb
 except ImportError:  # run as a script: bench/ is sys.path[0]
     import client_bench as cb
+try:
+    from bench.rows import select_rows
+except ImportError:  # run as a script: bench/ is sys.path[0]
+    from rows import select_rows  # type: ignore[no-redef]
 
 import pika
 import pika.frame
@@ -490,13 +494,6 @@ def build_rows():
     ]
 
 
-def select_rows(rows, only):
-    if not only:
-        return rows
-    subs = [s.strip().lower() for s in only.split(",") if s.strip()]
-    return [r for r in rows if any(s in r.name.lower() for s in subs)]
-
-
 def attach(rows, df, warm_df, columns, broker, pools):
     """Give every row its run(n, warm) -> seconds."""
     for r in rows:
@@ -693,7 +690,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per row (default 3, --quick 1)")
     ap.add_argument("--quick", action="store_true", help="50,000 rows, 1 repeat (CI smoke)")
     ap.add_argument("--only", metavar="SUBSTR", help="run only rows whose 'section: label' contains one of "
-                    "these comma-separated substrings (e.g. 'encode', 'pika', 'sink: amqwire')")
+                    "these comma-separated substrings (e.g. 'encode', 'pika', 'sink: amqwire'); "
+                    "'=section: label' matches that row only")
     ap.add_argument("--url", default=os.environ.get("AMQP_URL") or DEFAULT_URL,
                     help="broker URL (default: $AMQP_URL or %s)" % DEFAULT_URL)
     ap.add_argument("--driver-memory", default="2g", help="spark.driver.memory (default 2g)")
@@ -724,7 +722,7 @@ def main(argv=None):
         print("  %-8s: %s" % (k, versions[k]))
     sys.stdout.flush()
 
-    rows = select_rows(build_rows(), args.only)
+    rows = select_rows(build_rows(), args.only, name=lambda row: row.name)
     if not rows:
         raise SystemExit("--only %r matches no row" % args.only)
     need_broker = any(r.section == "sink" for r in rows)
