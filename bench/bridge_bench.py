@@ -14,11 +14,11 @@ all N and A's queue is empty (polled every 20 ms on a connection of their own).
 
 Rows:
   bridge <mode>   amqwire.bridge.Bridge (asyncio, in this process) from A's queue to B's
-                  default exchange with B's queue name as routing key, prefetch 1000
+                  default exchange with B's queue name as routing key, prefetch 1000 (--prefetch)
   shovel <mode>   a dynamic shovel declared on A with ``rabbitmqctl set_parameter shovel``:
-                  the same queues, ``ack-mode`` and ``src-prefetch-count`` 1000; cleared after
+                  the same queues, ``ack-mode`` and ``src-prefetch-count``; cleared after
   consume         ceiling: amqwire.client (asyncio) consuming the N messages from A,
-                  prefetch 1000, ack multiple every 100 (nothing published)
+                  the same prefetch, ack multiple every 100 (nothing published)
   confirm publish ceiling: amqwire.client (asyncio) publishing N persistent 100-byte
                   messages to B's queue with confirms (window 2000), until all confirmed
 
@@ -87,25 +87,25 @@ async def wait_done(a: str, b: str, n: int, limit: float) -> None:
             await asyncio.sleep(0.02)
 
 
-async def run_bridge(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int) -> float:
+async def run_bridge(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int, prefetch: int) -> float:
     a, b = node_a.url, node_b.url
     await reset(a, b)
     await fill(a, SRC, n)
     t0 = time.perf_counter()
-    async with Bridge(a, SRC, b, dest_routing_key=DST, ack_mode=mode, prefetch=1000):
+    async with Bridge(a, SRC, b, dest_routing_key=DST, ack_mode=mode, prefetch=prefetch):
         await wait_done(a, b, n, 600)
         elapsed = time.perf_counter() - t0
     return n / elapsed
 
 
-async def run_shovel(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int) -> float:
+async def run_shovel(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int, prefetch: int) -> float:
     a, b = node_a.url, node_b.url
     await reset(a, b)
     await fill(a, SRC, n)
     definition = {
         "src-protocol": "amqp091", "src-uri": a.rstrip("/"), "src-queue": SRC,
         "dest-protocol": "amqp091", "dest-uri": b.rstrip("/"), "dest-queue": DST,
-        "ack-mode": mode, "src-prefetch-count": 1000, "src-delete-after": "never",
+        "ack-mode": mode, "src-prefetch-count": prefetch, "src-delete-after": "never",
     }
     t0 = time.perf_counter()
     node_a.rabbitmqctl("set_parameter", "shovel", "bench", json.dumps(definition))
@@ -117,12 +117,12 @@ async def run_shovel(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int) 
     return n / elapsed
 
 
-async def run_consume(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int) -> float:
+async def run_consume(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int, prefetch: int) -> float:
     a, b = node_a.url, node_b.url
     await reset(a, b)
     await fill(a, SRC, n)
     async with aio.connect(a) as conn, conn.channel() as ch:
-        await ch.basic_qos(1000)
+        await ch.basic_qos(prefetch)
         t0 = time.perf_counter()
         count = 0
         async with ch.consume(SRC) as consumer:
@@ -136,7 +136,7 @@ async def run_consume(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int)
     return n / elapsed
 
 
-async def run_publish(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int) -> float:
+async def run_publish(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int, prefetch: int) -> float:
     a, b = node_a.url, node_b.url
     await reset(a, b)
     async with aio.connect(b) as conn, conn.channel() as ch:
@@ -164,6 +164,9 @@ def main(argv=None) -> int:
     p.add_argument("--count", type=int, default=None, help="messages per run (200,000)")
     p.add_argument("--repeats", type=int, default=None, help="runs per row (3)")
     p.add_argument("--only", default="", help="comma-separated substrings of row names")
+    p.add_argument("--prefetch", type=int, default=1000,
+                   help="prefetch of the bridge, the shovel (src-prefetch-count) and the consume ceiling (1000: "
+                        "the default of both; in on-confirm mode it bounds the messages in flight)")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--erl-args", default="", help="extra Erlang VM arguments for both nodes (e.g. '+sbwt none': "
                    "no scheduler busy-waiting, for hosts with fewer cores than busy processes); default: none")
@@ -171,7 +174,8 @@ def main(argv=None) -> int:
     n = args.count or (2000 if args.quick else 200_000)
     repeats = args.repeats or (1 if args.quick else 3)
     selected = rows([s.strip() for s in args.only.split(",") if s.strip()])
-    print(f"bridge benchmark: {n:,} persistent 100-byte messages, {repeats} repeat(s); {load()}", flush=True)
+    print(f"bridge benchmark: {n:,} persistent 100-byte messages, {repeats} repeat(s), prefetch {args.prefetch:,}; "
+          f"{load()}", flush=True)
     node_a = BrokerNode(plugins=("rabbitmq_shovel",), erl_args=args.erl_args)
     node_b = BrokerNode(erl_args=args.erl_args)
     if args.erl_args:
@@ -187,7 +191,7 @@ def main(argv=None) -> int:
                 if name in failures:
                     continue
                 try:
-                    rate = asyncio.run(fn(node_a, node_b, mode, n))
+                    rate = asyncio.run(fn(node_a, node_b, mode, n, args.prefetch))
                 except Exception as exc:  # noqa: BLE001 - a failed row is reported, the rest goes on
                     failures[name] = f"{type(exc).__name__}: {exc}"
                     print(f"  {name}: FAILED {failures[name]}", flush=True)
@@ -217,13 +221,13 @@ def main(argv=None) -> int:
                 if n < 100_000:  # Shovel's start (rabbitmqctl set_parameter) would weigh in the ratio
                     line += "  (too few messages for the 1.5x target: no verdict)"
                 else:
-                    line += "  -> target 1.5x " + ("MET" if rb >= 1.5 else "MISSED")
+                    line += "  -> target 1.5x (best and median) " + ("MET" if min(rb, rm) >= 1.5 else "MISSED")
             print(line)
     if failures:
         verdict = 1
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"count": n, "repeats": repeats, "erl_args": args.erl_args, "results": summary, "failures": failures},
+            json.dump({"count": n, "repeats": repeats, "prefetch": args.prefetch, "erl_args": args.erl_args, "results": summary, "failures": failures},
                       f, indent=1)
     return verdict
 
