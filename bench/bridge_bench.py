@@ -227,8 +227,8 @@ def main(argv=None) -> int:
         verdict = 1
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"count": n, "repeats": repeats, "prefetch": args.prefetch, "erl_args": args.erl_args, "results": summary, "failures": failures},
-                      f, indent=1)
+            json.dump({"count": n, "repeats": repeats, "prefetch": args.prefetch, "erl_args": args.erl_args,
+                       "results": summary, "failures": failures}, f, indent=1)
     return verdict
 
 

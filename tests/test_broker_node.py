@@ -141,6 +141,9 @@ def test_kill_then_start(broker_node):
     conn = connect(node.url)
     ch = conn.channel()
     ch.queue_declare("survivor", durable=True)
+    # The declare is in Mnesia's transaction log, which disk_log caches in the VM for up to
+    # a couple of seconds: a SIGKILL right away can lose it (seen in CI). Flush it first.
+    node.eval("mnesia:sync_log().")
     beam = node.beam_pid
     node.kill()
     assert not node.is_running and beam not in _node_pids(node.name)
