@@ -174,6 +174,18 @@ def test_iterators_in_two_threads_on_one_connection_each_get_their_messages(amqp
             assert [ch.queue_declare(q, passive=True).message_count for q in queues] == [0, 0]
 
 
+def _reading(conn: Any, also: Any = lambda: True, limit: float = 10.0) -> bool:
+    """Whether a waiting thread holds the connection's socket (its read lock), within
+    ``limit`` seconds: a loaded machine (CI runs Spark beside the suite) may need more than
+    the 0.3 s the thread was given to begin."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if conn._read_lock.locked() and also():
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def _iterating(consumer: Any) -> tuple[threading.Thread, list[Any]]:
     """A thread that lists what ``consumer`` yields, or the exception it raises; started,
     and given 0.3 s to begin waiting (and reading)."""
@@ -196,7 +208,7 @@ def test_an_iterator_that_is_reading_ends_when_another_thread_closes_the_connect
     ch = conn.channel()
     queue = ch.queue_declare("", exclusive=True).queue
     thread, outcome = _iterating(ch.consume(queue))
-    assert conn._read_lock.locked() and conn._io_parked  # the iterator waits, holding the socket
+    assert _reading(conn, lambda: conn._io_parked)  # the iterator waits, holding the socket
     conn.close()
     thread.join(10)
     assert not thread.is_alive()
@@ -213,7 +225,7 @@ def test_an_iterator_that_is_reading_raises_when_the_broker_closes_the_connectio
         ch = conn.channel()
         queue = ch.queue_declare("", exclusive=True).queue
         thread, outcome = _iterating(ch.consume(queue))
-        assert conn._read_lock.locked()
+        assert _reading(conn)
         listing = rabbitmqctl("-q", "list_connections", "--no-table-headers", "pid", "client_properties")
         pids = [line.partition("\t")[0].strip() for line in listing.splitlines() if name in line]
         assert len(pids) == 1, listing
@@ -253,7 +265,7 @@ def test_an_interrupt_in_the_middle_of_a_dispatch_gives_the_connection_up(amqp_u
         reader = threading.Thread(target=iterate)
         reader.start()
         time.sleep(0.3)
-        assert conn._read_lock.locked()
+        assert _reading(conn)
         with connect(amqp_url) as other, other.channel() as och:
             och.basic_publish("", queue, b"lost with the read")
         reader.join(15)
