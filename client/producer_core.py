@@ -20,7 +20,7 @@ import zlib
 from collections import deque
 from typing import Any, Callable, Deque, NamedTuple, Optional, Sequence, Union
 
-from amqwire.codec import AMQPSyntaxError, BasicProperties, encode_publish
+from amqwire.codec import AMQPSyntaxError, BasicProperties, FrameWriter, encode_publish
 
 from .errors import (
     AMQPConnectionError,
@@ -166,12 +166,15 @@ class Latencies:
 
     def extend(self, values: list[float]) -> None:
         size = self._size
-        store = self._values
-        count = self._count
-        for value in values:
-            store[count % size] = value
-            count += 1
-        self._count = count
+        if len(values) > size:
+            self._count += len(values) - size
+            values = values[-size:]
+        start = self._count % size
+        head = values[:size - start]
+        self._values[start:start + len(head)] = head
+        if len(head) < len(values):  # wrapped around
+            self._values[:len(values) - len(head)] = values[len(head):]
+        self._count += len(values)
 
     def percentiles(self, *ps: float) -> list[Optional[float]]:
         n = min(self._count, self._size)
@@ -187,13 +190,16 @@ class Latencies:
 _time_ns = time.time_ns
 
 
+_HEX3 = tuple(f"{i:03x}" for i in range(4096))
+
+
 class MessageIds:
     """Unique, time-ordered message ids in the UUIDv7 layout: 48 bits of Unix time in ms,
     then (where v7 has random bits) 30 random bits fixed per generator and a 44-bit counter,
     so ids of one producer sort in the order they were made and never repeat, and ids of
     different producers differ."""
 
-    __slots__ = ("_rand_a", "_node_b", "_node_low", "_counter", "_ms", "_template")
+    __slots__ = ("_rand_a", "_node_b", "_node_low", "_counter", "_cached")
 
     def __init__(self) -> None:
         node = int.from_bytes(os.urandom(4), "big") >> 2
@@ -203,18 +209,22 @@ class MessageIds:
         self._node_low = node & 0xF  # the node's last 4 bits start the 5th group
         # next() on a count is atomic under the GIL: ids stay unique across threads
         self._counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
-        self._ms = -1
-        self._template = ""
+        self._cached: tuple[int, str] = (-1, "")
 
     def next(self) -> str:
         n = next(self._counter) & 0xFFFFFFFFFFF
-        ms = _time_ns() // 1_000_000
-        if ms != self._ms:  # all but the counter's 11 digits change at most once a millisecond
-            h = f"{ms << 16 | self._rand_a:016x}"
+        key = (_time_ns() // 1_000_000) << 32 | n >> 12
+        # Everything but the counter's last 3 hex digits changes at most once a millisecond
+        # or every 4,096 ids: that prefix is made then, and the id is the prefix and a
+        # digit string from a table.  One (key, prefix) pair, read once: a thread that
+        # races another's update still gets a pair that belongs together.
+        cached = self._cached
+        if cached[0] != key:
+            h = f"{(key >> 32) << 16 | self._rand_a:016x}"
             # rand_b (62 bits) = node (18 bits: 14 in the 4th group, 4 in the 5th) + counter (44 bits)
-            self._template = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{self._node_b:04x}-{self._node_low:x}%011x"
-            self._ms = ms
-        return self._template % n
+            cached = (key, f"{h[:8]}-{h[8:12]}-{h[12:16]}-{self._node_b:04x}-{self._node_low:x}{n >> 12:08x}")
+            self._cached = cached
+        return cached[1] + _HEX3[n & 0xFFF]
 
 
 # --------------------------------------------------------------------------- compression
@@ -852,6 +862,10 @@ class ProducerCore:
         """A batch the broker confirmed: _succeeded for each, one lock for all."""
         now = time.monotonic()
         settled = []
+        futures = []
+        results = []
+        url = broker.url
+        new = _new_tuple  # SendResult(...) without its Python-level __new__: this is per message
         with self._lock:
             discard = self._inflight.discard
             size = 0
@@ -870,21 +884,17 @@ class ProducerCore:
                     epoch, count = message.epoch, 0
                 count += 1
                 settled.append(message)
+                futures.append(message.future)
+                results.append(new(SendResult, (url, 1 + len(message.attempts) if message.attempts else 1,
+                                                message.message_id, now - message.started)))
             if count and self._drop_epoch(epoch, count):
                 completed = True
-            latencies = [now - m.started for m in settled]
-            self._latencies.extend(latencies)
+            self._latencies.extend([r[3] for r in results])
             self._buffered -= size
             self._bytes += size
             self._pending -= len(settled)
             self._confirmed += len(settled)
-        url = broker.url
-        new = _new_tuple  # SendResult(...) without its Python-level __new__: this is per message
-        results = [
-            new(SendResult, (url, 1 + len(m.attempts) if m.attempts else 1, m.message_id, latency))
-            for m, latency in zip(settled, latencies)
-        ]
-        self._resolve_all([m.future for m in settled], results)
+        self._resolve_all(futures, results)
         after = self.after_send
         if after is not None:
             for message, result in zip(settled, results):
@@ -910,11 +920,11 @@ class ProducerCore:
             self._resolve(future, result, None)
 
     def _encode(self, messages: Sequence[OutgoingMessage], channel_id: int, frame_max: int) -> bytes:
-        return b"".join([
-            encode_publish(channel_id, m.exchange, m.routing_key, m.body, m.wire_properties(), False, False,
-                           frame_max)
-            for m in messages
-        ])
+        writer = FrameWriter(frame_max)  # one growing buffer: no bytes object per message
+        publish = writer.publish
+        for m in messages:
+            publish(channel_id, m.exchange, m.routing_key, m.body, m.wire_properties())
+        return writer.take()
 
     def _batch_cb(self, messages: Sequence[OutgoingMessage], broker: Broker) -> Callable[[Any], None]:
         """The callback of a batch's confirm future (it may be called twice: once only counts)."""
