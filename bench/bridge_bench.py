@@ -21,6 +21,12 @@ Rows:
                   the same prefetch, ack multiple every 100 (nothing published)
   confirm publish ceiling: amqwire.client (asyncio) publishing N persistent 100-byte
                   messages to B's queue with confirms (window 2000), until all confirmed
+  confirm publish, prefetch window
+                  the same with at most --prefetch messages unconfirmed: what on-confirm
+                  forwarding, which holds at most that many, can reach at best
+  consume + publish at once
+                  both ceilings at once in this process (prefetch window), not coupled:
+                  B's intake while A delivers, on the same cores as a forwarding run
 
 Repeats run round-robin across the rows so a slow moment of the machine hits all rows
 alike; best and median msg/s of each row are printed, and the ratio bridge / shovel for
@@ -136,11 +142,11 @@ async def run_consume(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int,
     return n / elapsed
 
 
-async def run_publish(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int, prefetch: int) -> float:
+async def _publish(node_a: BrokerNode, node_b: BrokerNode, n: int, window: int) -> float:
     a, b = node_a.url, node_b.url
     await reset(a, b)
     async with aio.connect(b) as conn, conn.channel() as ch:
-        await ch.confirm_select(max_in_flight=2000)
+        await ch.confirm_select(max_in_flight=window)
         t0 = time.perf_counter()
         for _ in range(n):
             await ch.publish_async("", DST, BODY, PERSISTENT)
@@ -149,10 +155,56 @@ async def run_publish(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int,
     return n / elapsed
 
 
+async def run_publish(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int, prefetch: int) -> float:
+    return await _publish(node_a, node_b, n, 2000)
+
+
+async def run_publish_window(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int, prefetch: int) -> float:
+    """On-confirm forwarding holds at most ``prefetch`` messages unconfirmed; so does this."""
+    return await _publish(node_a, node_b, n, prefetch)
+
+
+async def run_both(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int, prefetch: int) -> float:
+    """The consume ceiling and the prefetch-window publish ceiling at once, in this process,
+    not coupled: what a forwarder could reach if nothing it did depended on the other
+    broker.  Both brokers work on the same two cores, as in a forwarding run."""
+    a, b = node_a.url, node_b.url
+    await reset(a, b)
+    await fill(a, SRC, n)
+
+    async def consume() -> None:
+        async with aio.connect(a) as conn, conn.channel() as ch:
+            await ch.basic_qos(prefetch)
+            count = 0
+            async with ch.consume(SRC) as consumer:
+                async for message in consumer:
+                    count += 1
+                    if count % 100 == 0 or count == n:
+                        await message.ack(multiple=True)
+                    if count == n:
+                        break
+
+    async def publish() -> None:
+        async with aio.connect(b) as conn, conn.channel() as ch:
+            await ch.confirm_select(max_in_flight=prefetch)
+            for _ in range(n):
+                await ch.publish_async("", DST, BODY, PERSISTENT)
+            await ch.wait_for_confirms()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(consume(), publish())
+    return n / (time.perf_counter() - t0)
+
+
+WINDOW_ROW = "confirm publish, prefetch window (ceiling)"
+BOTH_ROW = "consume + publish at once (ceiling)"
+
+
 def rows(only: list[str]) -> list[tuple[str, object, str]]:
     out = [(f"bridge {m}", run_bridge, m) for m in MODES]
     out += [(f"shovel {m}", run_shovel, m) for m in MODES]
-    out += [("consume (ceiling)", run_consume, ""), ("confirm publish (ceiling)", run_publish, "")]
+    out += [("consume (ceiling)", run_consume, ""), ("confirm publish (ceiling)", run_publish, ""),
+            (WINDOW_ROW, run_publish_window, ""), (BOTH_ROW, run_both, "")]
     if only:
         out = [r for r in out if any(o in r[0] for o in only)]
     return out
@@ -197,20 +249,20 @@ def main(argv=None) -> int:
                     print(f"  {name}: FAILED {failures[name]}", flush=True)
                     continue
                 results[name].append(rate)
-                print(f"  run {rep + 1} {name:28s} {rate:10,.0f} msg/s   ({load()})", flush=True)
+                print(f"  run {rep + 1} {name:42s} {rate:10,.0f} msg/s   ({load()})", flush=True)
     finally:
         node_a.cleanup(graceful=False)
         node_b.cleanup(graceful=False)
-    print(f"\n{'row':30s} {'best msg/s':>12s} {'median msg/s':>13s}   ({load()})")
+    print(f"\n{'row':42s} {'best msg/s':>12s} {'median msg/s':>13s}   ({load()})")
     summary = {}
     for name, _, _ in selected:
         rates = results[name]
         if not rates:
-            print(f"{name:30s} {'FAILED':>12s}   {failures.get(name, '')}")
+            print(f"{name:42s} {'FAILED':>12s}   {failures.get(name, '')}")
             continue
         best, median = max(rates), statistics.median(rates)
         summary[name] = {"best": best, "median": median, "runs": rates}
-        print(f"{name:30s} {best:12,.0f} {median:13,.0f}")
+        print(f"{name:42s} {best:12,.0f} {median:13,.0f}")
     verdict = 0
     for mode in MODES:
         b, s = summary.get(f"bridge {mode}"), summary.get(f"shovel {mode}")
@@ -222,6 +274,12 @@ def main(argv=None) -> int:
                     line += "  (too few messages for the 1.5x target: no verdict)"
                 else:
                     line += "  -> target 1.5x (best and median) " + ("MET" if min(rb, rm) >= 1.5 else "MISSED")
+                for ceiling, what in ((WINDOW_ROW, f"B's confirmed intake with {args.prefetch:,} unconfirmed"),
+                                      (BOTH_ROW, "that intake while A delivers as fast (not coupled)")):
+                    c = summary.get(ceiling)
+                    if c:  # what on-confirm forwarding could reach at best
+                        line += (f"\n  {what}: bridge on-confirm {b['best'] / c['best']:.0%} / {b['median'] / c['median']:.0%}"
+                                 f" of it, 1.5x shovel {1.5 * s['best'] / c['best']:.0%} / {1.5 * s['median'] / c['median']:.0%}")
             print(line)
     if failures:
         verdict = 1
