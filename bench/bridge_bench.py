@@ -42,6 +42,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
@@ -123,6 +124,25 @@ async def run_shovel(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int, 
     return n / elapsed
 
 
+async def _consume_all(ch: Any, n: int) -> None:
+    """Take n messages from A's queue on ``ch`` (prefetch set), acking every 100 with multiple."""
+    count = 0
+    async with ch.consume(SRC) as consumer:
+        async for message in consumer:
+            count += 1
+            if count % 100 == 0 or count == n:
+                await message.ack(multiple=True)
+            if count == n:
+                break
+
+
+async def _publish_all(ch: Any, n: int) -> None:
+    """Publish n persistent messages to B's queue on ``ch`` (in confirm mode); return when all are confirmed."""
+    for _ in range(n):
+        await ch.publish_async("", DST, BODY, PERSISTENT)
+    await ch.wait_for_confirms()
+
+
 async def run_consume(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int, prefetch: int) -> float:
     a, b = node_a.url, node_b.url
     await reset(a, b)
@@ -130,14 +150,7 @@ async def run_consume(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int,
     async with aio.connect(a) as conn, conn.channel() as ch:
         await ch.basic_qos(prefetch)
         t0 = time.perf_counter()
-        count = 0
-        async with ch.consume(SRC) as consumer:
-            async for message in consumer:
-                count += 1
-                if count % 100 == 0 or count == n:
-                    await message.ack(multiple=True)
-                if count == n:
-                    break
+        await _consume_all(ch, n)
         elapsed = time.perf_counter() - t0
     return n / elapsed
 
@@ -148,9 +161,7 @@ async def _publish(node_a: BrokerNode, node_b: BrokerNode, n: int, window: int) 
     async with aio.connect(b) as conn, conn.channel() as ch:
         await ch.confirm_select(max_in_flight=window)
         t0 = time.perf_counter()
-        for _ in range(n):
-            await ch.publish_async("", DST, BODY, PERSISTENT)
-        await ch.wait_for_confirms()
+        await _publish_all(ch, n)
         elapsed = time.perf_counter() - t0
     return n / elapsed
 
@@ -171,29 +182,13 @@ async def run_both(node_a: BrokerNode, node_b: BrokerNode, mode: str, n: int, pr
     a, b = node_a.url, node_b.url
     await reset(a, b)
     await fill(a, SRC, n)
-
-    async def consume() -> None:
-        async with aio.connect(a) as conn, conn.channel() as ch:
-            await ch.basic_qos(prefetch)
-            count = 0
-            async with ch.consume(SRC) as consumer:
-                async for message in consumer:
-                    count += 1
-                    if count % 100 == 0 or count == n:
-                        await message.ack(multiple=True)
-                    if count == n:
-                        break
-
-    async def publish() -> None:
-        async with aio.connect(b) as conn, conn.channel() as ch:
-            await ch.confirm_select(max_in_flight=prefetch)
-            for _ in range(n):
-                await ch.publish_async("", DST, BODY, PERSISTENT)
-            await ch.wait_for_confirms()
-
-    t0 = time.perf_counter()
-    await asyncio.gather(consume(), publish())
-    return n / (time.perf_counter() - t0)
+    async with aio.connect(a) as ca, ca.channel() as cha, aio.connect(b) as cb, cb.channel() as chb:
+        await cha.basic_qos(prefetch)
+        await chb.confirm_select(max_in_flight=prefetch)
+        t0 = time.perf_counter()
+        await asyncio.gather(_consume_all(cha, n), _publish_all(chb, n))
+        elapsed = time.perf_counter() - t0
+    return n / elapsed
 
 
 WINDOW_ROW = "confirm publish, prefetch window (ceiling)"
