@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 import zlib
 
 import pytest
 
-from amqwire.codec import AMQPSyntaxError, BasicProperties, UnsupportedValueError
+from amqwire.codec import AMQPSyntaxError, BasicProperties, UnsupportedValueError, encode_publish
 from amqwire.client.errors import (
     AMQPConnectionError,
     ConnectionLost,
@@ -28,6 +29,7 @@ from amqwire.client.producer_core import (
     Compressor,
     Latencies,
     MessageIds,
+    OutgoingMessage,
     ProducerCore,
     SendFailed,
     SendTimeout,
@@ -533,6 +535,40 @@ def test_latency_percentiles():
         lat.add(i / 1000)
     p50, p99, pmax = lat.percentiles(50, 99, 100)
     assert (p50, p99, pmax) == (0.151, 0.2, 0.2)  # the last 100 values: 0.101 .. 0.200
+
+
+def test_latencies_keep_the_last_values_whatever_mix_of_add_and_extend():
+    rng = random.Random(7)
+    for _ in range(500):
+        size = rng.randint(1, 20)
+        lat = Latencies(size=size)
+        everything: list[float] = []
+        for _ in range(rng.randint(0, 10)):
+            values = [rng.random() for _ in range(rng.randint(0, 45))]  # longer than the ring too
+            if rng.random() < 0.3:
+                for value in values:
+                    lat.add(value)
+            else:
+                lat.extend(values)
+            everything += values
+        kept = min(len(everything), size)
+        assert sorted(lat._values[:kept]) == sorted(everything[len(everything) - kept:])
+        assert lat._count == len(everything)
+
+
+def test_a_batch_encodes_to_the_publishes_of_its_messages_one_after_the_other():
+    ids = MessageIds()
+    messages = [
+        OutgoingMessage("", "q", b"plain", None, False, None, False, None),
+        OutgoingMessage("ex", "rk", b"with id", None, False, ids.next(), False, None, with_id=True),
+        OutgoingMessage("ex", "rk", b"x" * 10000, BasicProperties(content_type="text/plain", headers={"k": 1}),
+                        False, ids.next(), False, None, with_id=True),
+    ]
+    expected = b"".join(encode_publish(3, m.exchange, m.routing_key, m.body, m.wire_properties(), False, False, 4096)
+                        for m in messages)
+    frames = ProducerCore._encode(None, messages, 3, 4096)  # type: ignore[arg-type]
+    assert frames == expected  # the 10,000-byte body in frames of at most 4,096 bytes
+    assert messages[1].message_id.encode() in frames and messages[2].message_id.encode() in frames
 
 
 # --------------------------------------------------------------------------- typing
