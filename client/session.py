@@ -683,7 +683,11 @@ class ConnectionBase:
                 self._recovering = True
                 self._recovered.clear()
             unconfirmed = self._core.drain_unconfirmed() if opened else {}
-            for channel_id, channel in self._channels.items():
+            # The channels whose futures were just drained, taken with them: a close() on
+            # another thread may replace _channels (_give_up) before they are failed below,
+            # and a future drained here and failed nowhere would wait forever.
+            channels = list(self._channels.items())
+            for channel_id, channel in channels:
                 state = self._core.channel_state(channel_id)
                 if state is not None:
                     channel._tag_before_recovery = channel._tag_offset + state.last_delivery_tag
@@ -696,7 +700,7 @@ class ConnectionBase:
             return  # a handshake that failed: whoever connects raises it
         if not self._closing:
             log.error("connection to %s lost: %s", self.params, error)
-        for channel_id, channel in list(self._channels.items()):
+        for channel_id, channel in channels:
             channel._on_connection_lost(error, unconfirmed.get(channel_id, ()), recovering)
         self._down_recovering = recovering
         if self._close_listeners:

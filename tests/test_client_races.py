@@ -6,11 +6,14 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
+import time
 from typing import Any
+
+import pytest
 
 from amqwire.client import connect
 from amqwire.client import protocol as proto
-from amqwire.client.errors import ConnectionLost
+from amqwire.client.errors import ConnectionLost, PublishUnconfirmed
 from amqwire.client.session import ConnectionBase
 
 
@@ -62,6 +65,62 @@ def test_an_ack_read_before_another_thread_gives_the_connection_up_still_settles
         go_on.set()
         conn.close()
 
+
+
+def test_a_close_racing_the_loss_of_the_connection_still_fails_the_publishes_the_loss_drained(amqp_url):
+    # Two threads give the connection up at once: one loses it (a failed write: it takes the
+    # unconfirmed publishes out of the confirm tracker), the other closes it (which forgets
+    # the channels).  The drained publishes were once failed on whatever channels were left
+    # by then, none: their futures never settled, and a Producer's send waited for its
+    # deadline (then failed with no attempt) instead of going on through another broker.
+    code = ConnectionBase._on_lost.__code__
+    after_drain_line = _line_of(ConnectionBase._on_lost, "self._stop_io()")
+    paused = threading.Event()
+    go_on = threading.Event()
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code is not code:
+            return None
+        if event == "line" and frame.f_lineno == after_drain_line:
+            paused.set()
+            go_on.wait(10)
+        return tracer
+
+    def lose() -> None:
+        sys.settrace(tracer)
+        try:
+            conn._on_lost(ConnectionLost("the test's write failed"))  # as a failing writer does
+        finally:
+            sys.settrace(None)  # type: ignore[arg-type]
+
+    conn = connect(amqp_url)
+    try:
+        ch = conn.channel()
+        ch.confirm_select()
+        queue = ch.queue_declare("", exclusive=True).queue
+        with ch.batch():  # the publish waits in the tracker, not written: no ack can settle it
+            future = ch.publish_async("", queue, b"drained by the loss")
+            loser = threading.Thread(target=lose)
+            loser.start()
+            assert paused.wait(10), "the losing thread never drained the tracker"
+            closer = threading.Thread(target=conn.close)
+            closer.start()
+            deadline = time.monotonic() + 10
+            while conn._channels and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert not conn._channels, "close() never gave the channels up"
+            go_on.set()
+            loser.join(10)
+            closer.join(10)
+        deadline = time.monotonic() + 5
+        while not future.done() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert future.done(), "a publish drained by the loss was failed on no channel: it would wait forever"
+        with pytest.raises(PublishUnconfirmed):
+            future.result()
+    finally:
+        go_on.set()
+        conn.close()
 
 def test_wait_recovered_seen_right_after_the_loss_waits_for_that_recovery(amqp_url):
     # A caller gets the connection error as soon as _on_lost has set it, and calls
