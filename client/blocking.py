@@ -56,6 +56,7 @@ __all__ = ["connect", "Connection", "Channel", "Consumer", "PublishFuture"]
 _RECV_SIZE = 256 * 1024
 _PARK_MIN = 0.002  # the parked I/O thread's first look, then twice as long up to _PARK_MAX
 _PARK_MAX = 0.02
+_TAKE_OVER = 0.05  # seconds a waiting reader waits for the I/O thread to finish its read
 _ADDING_CALLBACKS = threading.Lock()  # PublishFuture.add_done_callback against each other
 
 
@@ -429,15 +430,21 @@ class Connection(SyncConnection):
 
     def _read_while_waiting(self, ready: Callable[[], bool], deadline: Optional[float]) -> None:
         """Read the socket in this thread until ``ready()``, the deadline, or the loss of
-        the connection; returns at once if another thread is reading.  Threads waiting for
+        the connection; returns soon if another thread is reading.  Threads waiting for
         deliveries call it always; other waits only while the I/O thread is parked."""
         read_lock = self._read_lock
         if not read_lock.acquire(blocking=False):
             if not self._io_parked:
-                return  # the I/O thread reads
-            self._followers.append(ready)
-            if not read_lock.acquire(blocking=False):
-                return  # the reader sees this follower when it leaves (it checks after releasing)
+                # The I/O thread is in the middle of a read: take the socket over once that
+                # read is done (it parks when it finds the lock taken), rather than leave the
+                # whole wait to the hand-over.  Never on the I/O thread itself (a callback).
+                left = _TAKE_OVER if deadline is None else min(_TAKE_OVER, deadline - time.monotonic())
+                if left <= 0 or threading.current_thread() is self._io_thread or not read_lock.acquire(timeout=left):
+                    return
+            else:
+                self._followers.append(ready)
+                if not read_lock.acquire(blocking=False):
+                    return  # the reader sees this follower when it leaves (it checks after releasing)
         try:
             sock = self._sock
             self._io_parked = True
