@@ -24,6 +24,32 @@ def _line_of(function: Any, text: str) -> int:
     return matches[0]
 
 
+def _losing_thread(conn: Any, reason: str) -> tuple[threading.Thread, threading.Event, threading.Event]:
+    """A thread that runs ``conn._on_lost`` (as a failing writer does) and stops right after
+    its locked section (the drain of the confirm tracker), until ``go_on`` is set: the
+    thread (not started), ``paused`` (set once it stopped there) and ``go_on``."""
+    code = ConnectionBase._on_lost.__code__
+    after_lock_line = _line_of(ConnectionBase._on_lost, "self._stop_io()")
+    paused = threading.Event()
+    go_on = threading.Event()
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code is not code:
+            return None
+        if event == "line" and frame.f_lineno == after_lock_line:
+            paused.set()
+            go_on.wait(10)
+        return tracer
+
+    def lose() -> None:
+        sys.settrace(tracer)
+        try:
+            conn._on_lost(ConnectionLost(reason))
+        finally:
+            sys.settrace(None)  # type: ignore[arg-type]
+
+    return threading.Thread(target=lose), paused, go_on
+
 def test_an_ack_read_before_another_thread_gives_the_connection_up_still_settles_its_future(amqp_url):
     # A sending thread's write fails (the broker is going away) and it gives the connection up
     # while the I/O thread holds a read with the broker's ack of a publish, not dispatched
@@ -73,34 +99,14 @@ def test_a_close_racing_the_loss_of_the_connection_still_fails_the_publishes_the
     # the channels).  The drained publishes were once failed on whatever channels were left
     # by then, none: their futures never settled, and a Producer's send waited for its
     # deadline (then failed with no attempt) instead of going on through another broker.
-    code = ConnectionBase._on_lost.__code__
-    after_drain_line = _line_of(ConnectionBase._on_lost, "self._stop_io()")
-    paused = threading.Event()
-    go_on = threading.Event()
-
-    def tracer(frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_code is not code:
-            return None
-        if event == "line" and frame.f_lineno == after_drain_line:
-            paused.set()
-            go_on.wait(10)
-        return tracer
-
-    def lose() -> None:
-        sys.settrace(tracer)
-        try:
-            conn._on_lost(ConnectionLost("the test's write failed"))  # as a failing writer does
-        finally:
-            sys.settrace(None)  # type: ignore[arg-type]
-
     conn = connect(amqp_url)
+    loser, paused, go_on = _losing_thread(conn, "the test's write failed")
     try:
         ch = conn.channel()
         ch.confirm_select()
         queue = ch.queue_declare("", exclusive=True).queue
         with ch.batch():  # the publish waits in the tracker, not written: no ack can settle it
             future = ch.publish_async("", queue, b"drained by the loss")
-            loser = threading.Thread(target=lose)
             loser.start()
             assert paused.wait(10), "the losing thread never drained the tracker"
             closer = threading.Thread(target=conn.close)
@@ -122,6 +128,7 @@ def test_a_close_racing_the_loss_of_the_connection_still_fails_the_publishes_the
         go_on.set()
         conn.close()
 
+
 def test_wait_recovered_seen_right_after_the_loss_waits_for_that_recovery(amqp_url):
     # A caller gets the connection error as soon as _on_lost has set it, and calls
     # wait_recovered().  The recovery was decided (and _recovered cleared) only later in
@@ -132,30 +139,10 @@ def test_wait_recovered_seen_right_after_the_loss_waits_for_that_recovery(amqp_u
     from amqwire.client import RecoveryPolicy
 
     conn = connect(amqp_url, recovery=RecoveryPolicy(initial_delay=0.05, max_delay=0.1))
-    code = ConnectionBase._on_lost.__code__
-    stop_line = _line_of(ConnectionBase._on_lost, "self._stop_io()")
-    paused = threading.Event()
-    go_on = threading.Event()
-
-    def tracer(frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_code is not code:
-            return None
-        if event == "line" and frame.f_lineno == stop_line:
-            paused.set()
-            go_on.wait(10)
-        return tracer
-
-    def lose() -> None:
-        sys.settrace(tracer)
-        try:
-            conn._on_lost(ConnectionLost("the test's socket failed"))
-        finally:
-            sys.settrace(None)
-
+    loser, paused, go_on = _losing_thread(conn, "the test's socket failed")
     answers: list[bool] = []
     try:
         conn.channel()
-        loser = threading.Thread(target=lose)
         loser.start()
         assert paused.wait(10)
         assert conn._error is not None  # what a caller sees now
