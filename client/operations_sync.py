@@ -520,20 +520,26 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         self._answer_delivery("basic_reject", delivery_tag, requeue)
 
     def _answer_delivery(self, core_method: str, delivery_tag: int, *args: bool) -> None:
-        """ack, nack or reject: never waits, so both transports share it as it is."""
+        """ack, nack or reject: never waits, so both transports share it as it is.
+
+        Whether it may go ahead is the channel's own state on the current connection: a
+        delivery of that connection is always answered there, even while a recovery is
+        still re-subscribing other consumers; one of a lost connection is refused with the
+        loss while the connection is down, and void (logged) once the channel is back: the
+        broker requeued it."""
         connection = self._connection
-        if self._tag_offset:
-            delivery_tag = self._core_tag(delivery_tag)
-            if not delivery_tag:
-                return
         with connection._lock:
-            if self._closed is not None or connection._error is not None:
+            if self._closed is not None or not connection._alive:
                 self._check()
             try:
-                getattr(connection._core, core_method)(self.channel_id, delivery_tag, *args)
+                sent = getattr(connection._core, core_method)(self.channel_id, delivery_tag, *args)
             except InvalidStateError:
                 self._check()
                 raise
+            if not sent:
+                log.info("channel %d: %s of delivery %d from before a recovery ignored (the broker requeued it)",
+                         self.channel_id, core_method, delivery_tag)
+                return
             if connection._metrics is not None:
                 self._count_settled(connection._metrics, core_method, delivery_tag,
                                     core_method != "basic_reject" and args[0])
@@ -834,7 +840,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         with connection._lock:
             if not connection._alive:
                 raise connection._error or ConnectionLost("the connection is gone")
-            connection._core.open_channel(self.channel_id)
+            connection._core.open_channel(self.channel_id, self._tag_base)
             self._waiter = waiter
             self._stale = None
             self._unsettled = 0  # nothing can be in flight: publishing waits for the recovery
@@ -843,9 +849,6 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             connection._channels[self.channel_id] = self
         connection._flush()
         connection._wait(waiter, connection.params.connection_timeout)
-        # Delivery tags restart at 1 on the new channel: shift them past the old ones, so an
-        # ack of a delivery from before the recovery can never ack a new one.
-        self._tag_offset = self._tag_before_recovery
         if self._qos is not None:
             count, size, global_ = self._qos
             self._rpc(BasicQos(size, count, global_), None, check=False, record=False)

@@ -522,16 +522,21 @@ _CONNECTION_OPEN: Final = ConnectionState.OPEN
 class ChannelState:
     """What the core knows about one channel; ``state`` is its ChannelStatus."""
 
-    __slots__ = ("id", "state", "pending", "confirms", "tx", "flow_active", "last_delivery_tag", "close_reason")
+    __slots__ = ("id", "state", "pending", "confirms", "tx", "flow_active", "last_delivery_tag", "tag_base",
+                 "close_reason")
 
-    def __init__(self, channel_id: int) -> None:
+    def __init__(self, channel_id: int, tag_base: int = 0) -> None:
         self.id = channel_id
         self.state = ChannelStatus.OPENING
         self.pending: Any = None  # the outstanding synchronous request (a method object)
         self.confirms: Optional[ConfirmTracker] = None
         self.tx = False
         self.flow_active = True
-        self.last_delivery_tag = 0
+        self.last_delivery_tag = 0  # the broker's, on this connection
+        # Added to the broker's delivery tags in what the core hands out and taken off in
+        # acks: a channel reopened by a recovery goes on from the tags of its earlier
+        # connections, so an ack of an earlier delivery can never settle a new one.
+        self.tag_base = tag_base
         self.close_reason: Optional[tuple[Any, ...]] = None
 
     @property
@@ -896,6 +901,8 @@ class ConnectionProtocol:
                         self._channel_zero(BasicDeliver)
                     continue  # late delivery to a channel we are closing
                 state.last_delivery_tag = item.delivery_tag
+                if state.tag_base:
+                    item.delivery_tag += state.tag_base
                 events.append(item)
                 continue
             if kind is not Command:
@@ -1005,7 +1012,7 @@ class ConnectionProtocol:
             state.last_delivery_tag = method.delivery_tag
             message = Message(
                 channel,
-                method.delivery_tag,
+                method.delivery_tag + state.tag_base,
                 method.redelivered,
                 method.exchange,
                 method.routing_key,
@@ -1070,8 +1077,10 @@ class ConnectionProtocol:
     def channels(self) -> list[int]:
         return sorted(self._channels)
 
-    def open_channel(self, channel_id: Optional[int] = None) -> int:
-        """Allocate a channel number (the lowest free one unless given) and queue channel.open."""
+    def open_channel(self, channel_id: Optional[int] = None, tag_base: int = 0) -> int:
+        """Allocate a channel number (the lowest free one unless given) and queue channel.open.
+        ``tag_base``: the delivery tags this channel hands out start after it (a channel
+        reopened on a new connection goes on from its old tags; see ChannelState)."""
         self._check_open()
         if channel_id is None:
             channel_id = self._allocate()
@@ -1080,7 +1089,7 @@ class ConnectionProtocol:
         elif channel_id in self._channels:
             raise InvalidStateError(f"channel {channel_id} is already in use")
         self._broker_closed.pop(channel_id, None)
-        state = ChannelState(channel_id)
+        state = ChannelState(channel_id, tag_base)
         state.pending = ChannelOpen()
         self._channels[channel_id] = state
         self._writer.method(channel_id, state.pending)
@@ -1243,19 +1252,49 @@ class ConnectionProtocol:
         confirms.slots.extend(repeat(token, count))
         return first
 
-    def basic_ack(self, channel: int, delivery_tag: int, multiple: bool = False) -> None:
+    def basic_ack(self, channel: int, delivery_tag: int, multiple: bool = False) -> bool:
+        """Queue basic.ack; False (nothing queued) for a delivery of an earlier connection:
+        the broker requeued it when that connection was lost."""
         state = self._channels.get(channel)
         if state is None or state.state is not _CHANNEL_OPEN:
             self._open_state(channel)
-        if delivery_tag > state.last_delivery_tag:  # type: ignore[union-attr]
-            self._check_delivery_tag(state, delivery_tag)  # type: ignore[arg-type]
-        self._writer.method(channel, BasicAck(delivery_tag, multiple))
+        tag = self._broker_tag(state, delivery_tag)  # type: ignore[arg-type]
+        if tag < 0:
+            return False
+        self._writer.method(channel, BasicAck(tag, multiple))
+        return True
 
-    def basic_nack(self, channel: int, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
-        self.send_method(channel, BasicNack(delivery_tag, multiple, requeue))
+    def basic_nack(self, channel: int, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> bool:
+        """Queue basic.nack; False as ``basic_ack``."""
+        tag = self._broker_tag(self._open_state(channel), delivery_tag)
+        if tag < 0:
+            return False
+        self.send_method(channel, BasicNack(tag, multiple, requeue))
+        return True
 
-    def basic_reject(self, channel: int, delivery_tag: int, requeue: bool = True) -> None:
-        self.send_method(channel, BasicReject(delivery_tag, requeue))
+    def basic_reject(self, channel: int, delivery_tag: int, requeue: bool = True) -> bool:
+        """Queue basic.reject; False as ``basic_ack``."""
+        tag = self._broker_tag(self._open_state(channel), delivery_tag)
+        if tag < 0:
+            return False
+        self.send_method(channel, BasicReject(tag, requeue))
+        return True
+
+    def _broker_tag(self, state: ChannelState, delivery_tag: int) -> int:
+        """The broker's tag for one the core handed out (0 stays 0: "every one so far" with
+        ``multiple``); -1 for a delivery of an earlier connection; InvalidStateError for a
+        tag never delivered."""
+        if not delivery_tag:
+            return 0
+        tag = delivery_tag - state.tag_base
+        if tag <= 0:
+            return -1
+        if tag > state.last_delivery_tag:
+            raise InvalidStateError(
+                f"delivery tag {delivery_tag} was never delivered on channel {state.id} "
+                f"(the last one is {state.last_delivery_tag + state.tag_base})"
+            )
+        return tag
 
     def drain_unconfirmed(self) -> dict[int, list[Any]]:
         """Once the connection is gone: channel -> (seqno, token) of the publishes never confirmed."""

@@ -584,7 +584,6 @@ class ConnectionBase:
                     message = event.message
                     if message is not None:
                         message.channel = channel
-                        message.delivery_tag += channel._tag_offset
                     channel._reply(message)
             elif kind is proto.ChannelOpened:
                 channel = channels.get(event.channel_id)
@@ -689,8 +688,8 @@ class ConnectionBase:
             channels = list(self._channels.items())
             for channel_id, channel in channels:
                 state = self._core.channel_state(channel_id)
-                if state is not None:
-                    channel._tag_before_recovery = channel._tag_offset + state.last_delivery_tag
+                if state is not None:  # a reopened channel's tags go on after this connection's
+                    channel._tag_base = max(channel._tag_base, state.tag_base + state.last_delivery_tag)
         self._stop_io()
         _fail(self._handshake_waiter, error)
         _settle(self._close_waiter, None)
@@ -757,7 +756,7 @@ class ChannelBase:
     __slots__ = (
         "_connection", "channel_id", "_waiter", "_stale", "_closed", "_consumers",
         "_pending_consumer", "_return_callbacks", "_confirm", "_max_in_flight", "_unsettled",
-        "_failures", "_flow_paused", "_flow", "_tag_offset", "_tag_before_recovery", "_qos",
+        "_failures", "_flow_paused", "_flow", "_tag_base", "_qos",
         "_default_consumer", "_unknown_logged", "_no_ack_orphans", "_stale_method",
         "_close_listeners", "_flow_listeners", "_confirm_listeners", "_consumer_listeners",
         "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
@@ -783,8 +782,7 @@ class ChannelBase:
         self._flow_paused = False  # the broker sent channel.flow(active=False)
         self._flow = connection._new_flag()
         self._flow.set()
-        self._tag_offset = 0
-        self._tag_before_recovery = 0
+        self._tag_base = 0  # the delivery tags of a reopened channel go on after this one
         self._qos: Optional[tuple[Any, ...]] = None
         self._default_consumer: Optional[Callable[[Message], Any]] = None
         self._unknown_logged = False
@@ -942,7 +940,7 @@ class ChannelBase:
             waiter.set_result(value)
             # The reply to a request given up on: undo what it did.
             if type(value) is Message:  # a basic.get nobody takes: back to the queue
-                connection._core.basic_reject(self.channel_id, value.delivery_tag - self._tag_offset, True)
+                connection._core.basic_reject(self.channel_id, value.delivery_tag, True)
             elif type(value) is BasicConsumeOk:  # a consumer nobody reads
                 if getattr(self._stale_method, "no_ack", False):
                     self._no_ack_orphans.add(value.consumer_tag)
@@ -1059,7 +1057,7 @@ class ChannelBase:
             self._connection._stamped.remove(self)
 
     def _restart_delivery_tags(self) -> None:
-        self._settled_upto = 0
+        self._settled_upto = self._tag_base
         self._settled.clear()
         self._no_ack_tags.clear()
 
@@ -1125,8 +1123,6 @@ class ChannelBase:
 
     def _on_message(self, message: Message) -> None:
         message.channel = self
-        if self._tag_offset:
-            message.delivery_tag += self._tag_offset
         consumer = self._consumers.get(message.consumer_tag)  # type: ignore[arg-type]
         if consumer is None:
             consumer = self._pending_consumer
@@ -1153,7 +1149,7 @@ class ChannelBase:
         connection = self._connection
         with connection._lock:
             try:
-                connection._core.basic_nack(self.channel_id, message.delivery_tag - self._tag_offset, False, True)
+                connection._core.basic_nack(self.channel_id, message.delivery_tag, False, True)
             except InvalidStateError:
                 return  # the channel is going: the broker requeues it anyway
         connection._flush_quietly()
@@ -1165,16 +1161,6 @@ class ChannelBase:
             error = ConsumerCancelled(consumer_tag)
             consumer._finish(error)
             self._consumer_event(ConsumerEventKind.CANCELLED, consumer, error)
-
-    def _core_tag(self, delivery_tag: int) -> int:
-        """The delivery tag on the current connection; 0 for a delivery from before a
-        recovery (its ack is void: the broker requeued it)."""
-        if self._tag_offset:
-            delivery_tag -= self._tag_offset
-            if delivery_tag <= 0:
-                log.info("ack of a delivery from before recovery ignored")
-                return 0
-        return delivery_tag
 
     # the end ---------------------------------------------------------------------------
 
