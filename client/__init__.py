@@ -9,6 +9,7 @@ from amqwire.codec import BasicProperties
 from . import aio
 from .blocking import Channel, Connection, Consumer, PublishFuture, connect
 from .recovery import RecoveryPolicy
+from .encoding import decode_body
 from .errors import (
     AMQPError,
     InvalidStateError,
@@ -54,7 +55,6 @@ from .producer_core import (
     SendFailed,
     SendResult,
     SendTimeout,
-    decode_body,
 )
 from .url import ConnectionParameters, parse_url
 

@@ -14,14 +14,13 @@ import itertools
 import logging
 import os
 import random
-import threading
 import time
-import zlib
 from collections import deque
 from typing import Any, Callable, Deque, NamedTuple, Optional, Sequence, Union
 
 from amqwire.codec import AMQPSyntaxError, BasicProperties, FrameWriter, encode_publish
 
+from .encoding import encoder, zstd_available
 from .errors import (
     AMQPConnectionError,
     AMQPError,
@@ -230,23 +229,6 @@ class MessageIds:
 # --------------------------------------------------------------------------- compression
 
 
-def _zstd_module() -> Any:
-    try:
-        from compression import zstd  # type: ignore[import-not-found]  # Python 3.14
-        return zstd
-    except ImportError:
-        pass
-    try:
-        import zstandard  # type: ignore[import-not-found, import-untyped, unused-ignore]
-        return zstandard
-    except ImportError:
-        return None
-
-
-def zstd_available() -> bool:
-    return _zstd_module() is not None
-
-
 class Compressor:
     """Compresses bodies of at least ``threshold`` bytes: ``zstd`` (the ``zstd`` extra, or
     Python 3.14's compression.zstd), ``zlib`` (content_encoding ``deflate``), or ``auto``
@@ -260,27 +242,15 @@ class Compressor:
         self.threshold = threshold
         self.encoding: Optional[str] = None
         self._compress: Optional[Callable[[bytes], bytes]] = None
-        zstd = _zstd_module() if method in ("auto", "zstd") else None
-        if method == "zstd" and zstd is None:
+        zstd = zstd_available() if method in ("auto", "zstd") else False
+        if method == "zstd" and not zstd:
             raise ValueError("compression='zstd' needs the zstandard package: pip install amqwire[zstd]")
-        if zstd is not None:
+        if zstd:
             self.encoding = "zstd"
-            zlevel = 3 if level is None else level
-            if hasattr(zstd, "ZstdCompressor") and hasattr(zstd.ZstdCompressor, "copy_stream"):  # zstandard
-                local = threading.local()
-
-                def compress_zstd(data: bytes) -> bytes:
-                    compressor = getattr(local, "c", None)
-                    if compressor is None:
-                        compressor = local.c = zstd.ZstdCompressor(level=zlevel)
-                    return bytes(compressor.compress(data))
-                self._compress = compress_zstd
-            else:
-                self._compress = lambda data: bytes(zstd.compress(data, level=zlevel))
         elif method is not None:
             self.encoding = "deflate"
-            zl = 6 if level is None else level
-            self._compress = lambda data: zlib.compress(data, zl)
+        if self.encoding is not None:
+            self._compress = encoder(self.encoding, level)
 
     def apply(self, body: bytes, properties: Optional[BasicProperties]) -> tuple[bytes, Optional[BasicProperties]]:
         if self._compress is None or len(body) < self.threshold:
@@ -293,27 +263,6 @@ class Compressor:
         if properties is None:
             return packed, BasicProperties(content_encoding=self.encoding)
         return packed, _with(properties, content_encoding=self.encoding)
-
-
-def decode_body(body: bytes, content_encoding: Optional[str]) -> bytes:
-    """The body with a compression named by ``content_encoding`` undone (``zstd``,
-    ``deflate``, ``gzip``); any other encoding (or none) leaves it as it is."""
-    if not content_encoding:
-        return body
-    encoding = content_encoding.strip().lower()
-    if encoding == "deflate":
-        return zlib.decompress(body)
-    if encoding == "gzip":
-        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
-    if encoding == "zstd":
-        zstd = _zstd_module()
-        if zstd is None:
-            raise ValueError("the body is zstd-compressed: decoding it needs the zstandard package "
-                             "(pip install amqwire[zstd])")
-        if hasattr(zstd, "ZstdDecompressor") and hasattr(zstd.ZstdDecompressor, "copy_stream"):
-            return bytes(zstd.ZstdDecompressor().decompressobj().decompress(bytes(body)))
-        return bytes(zstd.decompress(bytes(body)))
-    return body
 
 
 _PROPERTY_NAMES = (

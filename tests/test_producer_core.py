@@ -19,6 +19,7 @@ from amqwire.client.errors import (
     PublishNacked,
     PublishUnconfirmed,
 )
+from amqwire.client.encoding import decode_body, zstd_available
 from amqwire.client.message import Message, ReturnedMessage
 from amqwire.client.producer_core import (
     PINNED,
@@ -33,9 +34,7 @@ from amqwire.client.producer_core import (
     ProducerCore,
     SendFailed,
     SendTimeout,
-    decode_body,
     retryable,
-    zstd_available,
 )
 from amqwire.client.url import ConnectionParameters
 
