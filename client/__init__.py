@@ -46,8 +46,8 @@ from .listeners import (
 )
 from .message import Message, ReturnedMessage
 from .metrics import InMemoryMetrics, MetricsCollector, PrometheusMetrics
-from .producer_blocking import Producer, SendFuture
-from .producer_core import (
+from .producer.blocking import Producer, SendFuture
+from .producer.core import (
     Attempt,
     BufferFullError,
     OutgoingMessage,

@@ -527,4 +527,4 @@ class Channel(AsyncChannel["asyncio.Future[None]", _ConsumerOpener]):
         return _ConsumerOpener(self, consumer, timeout)
 
 
-from .producer_aio import Producer  # noqa: E402  (it builds on this module's connect)
+from .producer.aio import Producer  # noqa: E402  (it builds on this module's connect)

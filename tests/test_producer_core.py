@@ -1,4 +1,4 @@
-"""The Producer's transport-neutral policies (client/producer_core.py), without a broker."""
+"""The Producer's transport-neutral policies (client/producer/), without a broker."""
 from __future__ import annotations
 
 import os
@@ -21,7 +21,7 @@ from amqwire.client.errors import (
 )
 from amqwire.client.encoding import decode_body, zstd_available
 from amqwire.client.message import Message, ReturnedMessage
-from amqwire.client.producer_core import (
+from amqwire.client.producer.core import (
     PINNED,
     ROUND_ROBIN,
     Broker,

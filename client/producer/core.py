@@ -3,9 +3,9 @@
 Everything a Producer decides lives here and never waits: validation and compression at the
 call site, message ids, the accumulator and its batching decisions, deadlines, retries with
 back-off and jitter, the choice of a broker and the avoidance of one that failed, hooks and
-statistics.  ``producer_async.py`` holds the flows that wait (written once in async style;
-``producer_sync.py`` is generated from it by ``client/make_sync.py``), and the transports
-(``producer_blocking.py``, ``producer_aio.py``) only supply the waiting primitives.
+statistics.  ``flows_async.py`` holds the flows that wait (written once in async style;
+``flows_sync.py`` is generated from it by ``client/make_sync.py``), and the transports
+(``blocking.py``, ``aio.py``) only supply the waiting primitives.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from typing import Any, Callable, Deque, NamedTuple, Optional, Sequence, Union
 
 from amqwire.codec import AMQPSyntaxError, BasicProperties, FrameWriter, encode_publish
 
-from .encoding import encoder, zstd_available
-from .errors import (
+from ..encoding import encoder, zstd_available
+from ..errors import (
     AMQPConnectionError,
     AMQPError,
     ChannelClosed,
@@ -32,7 +32,7 @@ from .errors import (
     PublishNacked,
     PublishUnconfirmed,
 )
-from .url import ConnectionParameters, ParametersLike, parameters_list
+from ..url import ConnectionParameters, ParametersLike, parameters_list
 
 log = logging.getLogger("amqwire.client.producer")
 
