@@ -47,15 +47,10 @@ from .listeners import (
 from .message import Message, ReturnedMessage
 from .metrics import InMemoryMetrics, MetricsCollector, PrometheusMetrics
 from .producer.blocking import Producer, SendFuture
-from .producer.core import (
-    Attempt,
-    BufferFullError,
-    OutgoingMessage,
-    ProducerStats,
-    SendFailed,
-    SendResult,
-    SendTimeout,
-)
+from .producer.errors import BufferFullError, SendFailed, SendTimeout
+from .producer.message import OutgoingMessage, SendResult
+from .producer.policy import Attempt
+from .producer.stats import ProducerStats
 from .url import ConnectionParameters, parse_url
 
 __all__ = [

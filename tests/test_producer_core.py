@@ -21,21 +21,13 @@ from amqwire.client.errors import (
 )
 from amqwire.client.encoding import decode_body, zstd_available
 from amqwire.client.message import Message, ReturnedMessage
-from amqwire.client.producer.core import (
-    PINNED,
-    ROUND_ROBIN,
-    Broker,
-    BrokerSelector,
-    BufferFullError,
-    Compressor,
-    Latencies,
-    MessageIds,
-    OutgoingMessage,
-    ProducerCore,
-    SendFailed,
-    SendTimeout,
-    retryable,
-)
+from amqwire.client.producer.compression import Compressor
+from amqwire.client.producer.core import ProducerCore
+from amqwire.client.producer.errors import BufferFullError, SendFailed, SendTimeout
+from amqwire.client.producer.ids import MessageIds
+from amqwire.client.producer.message import OutgoingMessage
+from amqwire.client.producer.policy import PINNED, ROUND_ROBIN, Broker, BrokerSelector, retryable
+from amqwire.client.producer.stats import Latencies
 from amqwire.client.url import ConnectionParameters
 
 

@@ -13,8 +13,9 @@ from typing import Any, Callable, Generator, Optional, Sequence, Union
 
 from ..aio import _Unlocked, connect
 from ..url import ConnectionParameters, ParametersLike
-from .core import TICK, SendResult
+from .core import TICK
 from .flows_async import AsyncProducer
+from .message import SendResult
 
 __all__ = ["Producer"]
 

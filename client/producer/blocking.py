@@ -16,8 +16,9 @@ from typing import Any, Callable, Optional, Sequence, Union
 from ..blocking import connect
 from ..errors import OperationTimeout
 from ..url import ConnectionParameters, ParametersLike
-from .core import TICK, SendResult
+from .core import TICK
 from .flows_sync import SyncProducer
+from .message import SendResult
 
 __all__ = ["Producer", "SendFuture"]
 

@@ -25,15 +25,10 @@ from ..errors import (
     InvalidStateError,
     OperationTimeout,
 )
-from .core import (
-    TICK,
-    Body,
-    Broker,
-    OutgoingMessage,
-    ProducerCore,
-    SendResult,
-)
 from ..url import ConnectionParameters
+from .core import TICK, ProducerCore
+from .message import Body, OutgoingMessage, SendResult
+from .policy import Broker
 
 log = logging.getLogger("amqwire.client.producer")
 
