@@ -22,6 +22,8 @@ from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client", "amqwire.spark": "spark", "amqwire.bridge": "bridge"}
+# Subpackages: package_dir finds them under their parent's folder (client/producer/).
+SUBPACKAGES = ["amqwire.client.producer"]
 # (folder, module): compiled in this order; spark's modules cimport the codec's
 CYTHON_MODULES = [("codec", name) for name in ["buffer", "table", "properties", "methods", "writer", "parser"]]
 CYTHON_MODULES += [("spark", name) for name in ["arrow_view", "encode"]]
@@ -109,7 +111,7 @@ def extensions():
 
 
 setup(
-    packages=list(PACKAGES),
+    packages=[*PACKAGES, *SUBPACKAGES],
     package_dir=PACKAGES,
     include_package_data=False,
     package_data={

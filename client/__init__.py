@@ -9,6 +9,7 @@ from amqwire.codec import BasicProperties
 from . import aio
 from .blocking import Channel, Connection, Consumer, PublishFuture, connect
 from .recovery import RecoveryPolicy
+from .encoding import decode_body
 from .errors import (
     AMQPError,
     InvalidStateError,
@@ -45,17 +46,11 @@ from .listeners import (
 )
 from .message import Message, ReturnedMessage
 from .metrics import InMemoryMetrics, MetricsCollector, PrometheusMetrics
-from .producer_blocking import Producer, SendFuture
-from .producer_core import (
-    Attempt,
-    BufferFullError,
-    OutgoingMessage,
-    ProducerStats,
-    SendFailed,
-    SendResult,
-    SendTimeout,
-    decode_body,
-)
+from .producer.blocking import Producer, SendFuture
+from .producer.errors import BufferFullError, SendFailed, SendTimeout
+from .producer.message import OutgoingMessage, SendResult
+from .producer.policy import Attempt
+from .producer.stats import ProducerStats
 from .url import ConnectionParameters, parse_url
 
 __all__ = [

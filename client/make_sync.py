@@ -1,5 +1,5 @@
 """Write the blocking twins of the async flows: operations_sync.py from operations_async.py,
-producer_sync.py from producer_async.py.
+producer/flows_sync.py from producer/flows_async.py.
 
     python client/make_sync.py           # rewrite the generated files
     python client/make_sync.py --check   # exit 1 when a committed file drifts
@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 #: (source, generated twin)
 FILES = [
     (HERE / "operations_async.py", HERE / "operations_sync.py"),
-    (HERE / "producer_async.py", HERE / "producer_sync.py"),
+    (HERE / "producer" / "flows_async.py", HERE / "producer" / "flows_sync.py"),
 ]
 
 RENAMES = {
@@ -82,7 +82,7 @@ def to_sync(source: str, name: str = "operations_async.py") -> str:
 def main(argv: list[str]) -> int:
     status = 0
     for source, target in FILES:
-        text = to_sync(source.read_text(), source.name)
+        text = to_sync(source.read_text(), source.relative_to(HERE).as_posix())
         if "--check" in argv:
             if not target.exists() or target.read_text() != text:
                 print(f"{target} is out of date: run python client/make_sync.py", file=sys.stderr)

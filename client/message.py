@@ -5,6 +5,8 @@ from typing import Any
 
 from amqwire.codec import BasicProperties, Delivery
 
+from .encoding import decode_body
+
 
 class Message(Delivery):
     """A delivered message (basic.deliver or basic.get-ok) with its content.
@@ -37,8 +39,6 @@ class Message(Delivery):
     def decoded_body(self) -> bytes:
         """The body with the compression its ``content_encoding`` names undone (``zstd``,
         ``deflate``, ``gzip``: what a Producer compresses with); the body as it is otherwise."""
-        from .producer_core import decode_body
-
         return decode_body(self.body, self.properties.content_encoding)
 
     def __repr__(self) -> str:

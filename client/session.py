@@ -1,7 +1,7 @@
 """The transport-neutral layer: what both transports do, written once.
 
 Between the sans-IO core (``protocol.py``: bytes in, events out) and the two transports
-(``blocking.py``: a socket and an I/O thread; ``aio.py``: an asyncio protocol) sits this
+(``blocking.py``: a socket and an I/O thread; ``aio_connection.py``: an asyncio protocol) sits this
 layer.  It routes the core's events to channels, consumers, confirm futures and return
 callbacks; keeps the publish bookkeeping and the confirm window; maps every fault to one
 exception, with one text; and decides what a lost connection means (fail, or recover).

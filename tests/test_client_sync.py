@@ -1,4 +1,5 @@
-"""operations_sync.py is generated from operations_async.py: it must not drift."""
+"""operations_sync.py and producer/flows_sync.py are generated from their async sources
+(client/make_sync.py): they must not drift."""
 import subprocess
 import sys
 from pathlib import Path

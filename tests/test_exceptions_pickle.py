@@ -80,7 +80,7 @@ def _make(cls):
         if name == "message" and cls.__name__ == "MessageReturned":
             value = _returned_message()
         elif name == "attempts":
-            from amqwire.client.producer_core import Attempt
+            from amqwire.client.producer.policy import Attempt
 
             value = [Attempt("amqp://guest@a:5672/", ConnectionResetError(104, "reset"), 12.5),
                      Attempt("amqp://guest@b:5672/", RuntimeError("no confirm"), 13.0)]

@@ -51,7 +51,7 @@ def test_the_sdist_ships_every_source_a_build_needs():
     for folder in ("codec", "spark"):
         for pattern in ("*.pyx", "*.pxd", "*.pxi", "*.h", "*.pyi", "*.py", "py.typed"):
             needed += [str(p.relative_to(REPO)) for p in (REPO / folder).glob(pattern)]
-    needed += [str(p.relative_to(REPO)) for p in (REPO / "client").glob("*.py")]
+    needed += [str(p.relative_to(REPO)) for p in (REPO / "client").rglob("*.py") if "__pycache__" not in p.parts]
     missing = sorted(set(needed) - names)
     assert not missing, f"the sdist lacks {missing}"
     # generated C and build products are not sources: a build from the sdist cythonizes afresh
@@ -66,6 +66,12 @@ def test_the_wheel_carries_the_product_and_not_the_tools():
         assert f"amqwire/codec/{module}.pyi" in names
     for module in ("arrow_view", "encode"):
         assert any(re.fullmatch(rf"amqwire/spark/{module}\..*\.so", n) for n in names), module
+    # every Python module of the client, its subpackages' too, but the generator
+    client = sorted(p.relative_to(REPO / "client").as_posix() for p in (REPO / "client").rglob("*.py")
+                    if "__pycache__" not in p.parts and p.name != "make_sync.py")
+    assert "producer/__init__.py" in client, client
+    missing = sorted(f"amqwire/client/{name}" for name in client if f"amqwire/client/{name}" not in names)
+    assert not missing, f"the wheel lacks {missing}"
     for marker in ("codec", "client", "spark"):
         assert f"amqwire/{marker}/py.typed" in names
     assert "amqwire/codec/buffer.pxd" in names and "amqwire/codec/_endian.h" in names  # cimport-able
@@ -85,7 +91,7 @@ def test_one_version_source():
     assert codec.__version__ == declared
     assert protocol.VERSION == declared
     # no second copy of the number in the sources
-    for path in [*REPO.glob("codec/*.py"), *REPO.glob("client/*.py"), *REPO.glob("spark/*.py")]:
+    for path in [*REPO.glob("codec/*.py"), *REPO.glob("client/**/*.py"), *REPO.glob("spark/*.py")]:
         assert not re.search(r"""(VERSION|__version__)\s*=\s*["']\d+\.\d+""", path.read_text()), path
 
 

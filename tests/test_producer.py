@@ -23,7 +23,7 @@ from amqwire.client import (
     aio,
     connect,
 )
-from amqwire.client.producer_core import zstd_available
+from amqwire.client.encoding import zstd_available
 from conftest import closed_port, in_thread, masked
 
 TRANSPORTS = ("blocking", "aio")

@@ -1,4 +1,4 @@
-"""The Producer's transport-neutral policies (client/producer_core.py), without a broker."""
+"""The Producer's transport-neutral policies (client/producer/), without a broker."""
 from __future__ import annotations
 
 import os
@@ -19,24 +19,15 @@ from amqwire.client.errors import (
     PublishNacked,
     PublishUnconfirmed,
 )
+from amqwire.client.encoding import decode_body, zstd_available
 from amqwire.client.message import Message, ReturnedMessage
-from amqwire.client.producer_core import (
-    PINNED,
-    ROUND_ROBIN,
-    Broker,
-    BrokerSelector,
-    BufferFullError,
-    Compressor,
-    Latencies,
-    MessageIds,
-    OutgoingMessage,
-    ProducerCore,
-    SendFailed,
-    SendTimeout,
-    decode_body,
-    retryable,
-    zstd_available,
-)
+from amqwire.client.producer.compression import Compressor
+from amqwire.client.producer.core import ProducerCore
+from amqwire.client.producer.errors import BufferFullError, SendFailed, SendTimeout
+from amqwire.client.producer.ids import MessageIds
+from amqwire.client.producer.message import OutgoingMessage
+from amqwire.client.producer.policy import PINNED, ROUND_ROBIN, Broker, BrokerSelector, retryable
+from amqwire.client.producer.stats import Latencies
 from amqwire.client.url import ConnectionParameters
 
 

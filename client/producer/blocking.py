@@ -1,4 +1,4 @@
-"""The blocking Producer: a sender thread under the flows of ``producer_sync.py``.
+"""The blocking Producer: a sender thread under the flows of ``flows_sync.py``.
 
 Thread-safe: any number of threads may send through one Producer; their messages go into
 one accumulator that the sender thread drains.  Futures' callbacks and the ``after_send``
@@ -13,11 +13,12 @@ import threading
 import time
 from typing import Any, Callable, Optional, Sequence, Union
 
-from .blocking import connect
-from .errors import OperationTimeout
-from .producer_core import TICK, SendResult
-from .producer_sync import SyncProducer
-from .url import ConnectionParameters, ParametersLike
+from ..blocking import connect
+from ..errors import OperationTimeout
+from ..url import ConnectionParameters, ParametersLike
+from .core import TICK
+from .flows_sync import SyncProducer
+from .message import SendResult
 
 __all__ = ["Producer", "SendFuture"]
 

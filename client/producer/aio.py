@@ -1,4 +1,4 @@
-"""The asyncio Producer: a sender task under the flows of ``producer_async.py``.
+"""The asyncio Producer: a sender task under the flows of ``flows_async.py``.
 
 ``producer = await Producer(urls, **options)`` or ``async with Producer(urls) as producer``.
 Sends from any number of tasks of the loop go into one accumulator drained by the sender
@@ -11,10 +11,11 @@ import contextlib
 import time
 from typing import Any, Callable, Generator, Optional, Sequence, Union
 
-from .aio import _Unlocked, connect
-from .producer_async import AsyncProducer
-from .producer_core import TICK, SendResult
-from .url import ConnectionParameters, ParametersLike
+from ..aio_connection import _Unlocked, connect
+from ..url import ConnectionParameters, ParametersLike
+from .core import TICK
+from .flows_async import AsyncProducer
+from .message import SendResult
 
 __all__ = ["Producer"]
 

@@ -1,494 +1,40 @@
-"""The Producer's policies, written once for both transports.
+"""The Producer's core: its state and decisions, written once for both transports.
 
-Everything a Producer decides lives here and never waits: validation and compression at the
-call site, message ids, the accumulator and its batching decisions, deadlines, retries with
-back-off and jitter, the choice of a broker and the avoidance of one that failed, hooks and
-statistics.  ``producer_async.py`` holds the flows that wait (written once in async style;
-``producer_sync.py`` is generated from it by ``client/make_sync.py``), and the transports
-(``producer_blocking.py``, ``producer_aio.py``) only supply the waiting primitives.
+Everything here never waits: validation at the call site, the accumulator and its batching
+decisions, deadlines, settling each send exactly once, hooks and the counters.  It applies
+the policies of its sibling modules: compression (``compression.py``), message ids
+(``ids.py``), retries with back-off and jitter, the choice of a broker and the avoidance of
+one that failed (``policy.py``), statistics (``stats.py``).  ``flows_async.py`` holds the flows that wait (written once in async style;
+``flows_sync.py`` is generated from it by ``client/make_sync.py``), and the transports
+(``blocking.py``, ``aio.py``) only supply the waiting primitives.
 """
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import logging
-import os
 import random
-import threading
 import time
-import zlib
 from collections import deque
-from typing import Any, Callable, Deque, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Deque, Optional, Sequence, Union
 
 from amqwire.codec import AMQPSyntaxError, BasicProperties, FrameWriter, encode_publish
 
-from .errors import (
-    AMQPConnectionError,
-    AMQPError,
-    ChannelClosed,
-    InvalidStateError,
-    MessageReturned,
-    OperationTimeout,
-    PublishError,
-    PublishNacked,
-    PublishUnconfirmed,
-)
-from .url import ConnectionParameters, ParametersLike, parameters_list
+from ..errors import InvalidStateError
+from ..url import ParametersLike, parameters_list
+from .compression import Compressor
+from .errors import BufferFullError, SendFailed, SendTimeout
+from .ids import MessageIds
+from .message import FOREVER, Body, OutgoingMessage, SendResult
+from .policy import ROUND_ROBIN, Attempt, Broker, BrokerSelector, backoff, final_error, retryable
+from .stats import Latencies, ProducerStats
 
 log = logging.getLogger("amqwire.client.producer")
-
-Body = Union[bytes, bytearray, memoryview, str]
-
-ROUND_ROBIN = "round_robin"
-PINNED = "pinned"
-POLICIES = (ROUND_ROBIN, PINNED)
 
 #: RabbitMQ 4's default max_message_size.
 DEFAULT_MAX_BODY_SIZE = 16 * 1024 * 1024
 #: How often at most a sender that waits looks at the deadlines of what it holds.
 TICK = 0.25
-_FOREVER = float("inf")
-
-# Channel closes that a retry cannot cure: the same publish fails the same way again.
-_FINAL_CODES = (403, 404, 406)
-
-
-# --------------------------------------------------------------------------- errors
-
-
-@dataclasses.dataclass(frozen=True)
-class Attempt:
-    """One try of a send: the broker (URL without password) and how it ended."""
-
-    broker: str
-    error: BaseException
-    at: float  # time.monotonic()
-
-
-class SendFailed(PublishError):
-    """A send that did not make it.  ``error``: the last error (also ``__cause__``);
-    ``attempts``: every try, in order."""
-
-    def __init__(self, error: BaseException, attempts: Sequence[Attempt], message_id: Optional[str] = None) -> None:
-        self.error = error
-        self.attempts = list(attempts)
-        self.message_id = message_id
-        super().__init__(error, self.attempts, message_id)
-
-    def __str__(self) -> str:
-        tries = len(self.attempts)
-        return f"send of message {self.message_id} failed after {tries} attempt{'s' if tries != 1 else ''}: {self.error}"
-
-    def __reduce__(self) -> Any:
-        return (SendFailed, (self.error, self.attempts, self.message_id))
-
-
-class SendTimeout(OperationTimeout):
-    """The send's deadline passed; ``operation`` names the wait it was in (room in the
-    producer's buffer, a connection to a broker, connection.blocked, room in the confirm
-    window, the back-off before a retry, the broker's confirm).  ``attempts`` as in
-    SendFailed; ``error``: the last attempt's error, if any."""
-
-    def __init__(self, operation: str, timeout: Optional[float], attempts: Sequence[Attempt] = (),
-                 message_id: Optional[str] = None) -> None:
-        super().__init__(operation, timeout)
-        self.attempts = list(attempts)
-        self.message_id = message_id
-        self.error: Optional[BaseException] = self.attempts[-1].error if self.attempts else None
-
-    def __str__(self) -> str:
-        text = f"send of message {self.message_id} timed out after {self.timeout} s waiting for {self.operation}"
-        if self.attempts:
-            text += f" ({len(self.attempts)} failed attempt(s), the last: {self.error})"
-        return text
-
-    def __reduce__(self) -> Any:
-        return (SendTimeout, (self.operation, self.timeout, self.attempts, self.message_id))
-
-
-class BufferFullError(AMQPError):
-    """``buffer_full='raise'`` and the producer's buffer (``buffer_memory``) cannot take the message."""
-
-    def __init__(self, size: int, buffered: int, limit: int) -> None:
-        self.size, self.buffered, self.limit = size, buffered, limit
-        super().__init__(size, buffered, limit)
-
-    def __str__(self) -> str:
-        return (f"the producer's buffer is full: {self.buffered} of {self.limit} bytes (buffer_memory) "
-                f"held, no room for {self.size} more")
-
-
-# --------------------------------------------------------------------------- results
-
-
-class SendResult(NamedTuple):
-    """A confirmed send: the broker it landed on (URL without password), how many attempts
-    it took, its message id and the time from the call to the confirm (seconds)."""
-
-    broker: str
-    attempts: int
-    message_id: Optional[str]
-    latency: float
-
 
 _new_tuple = tuple.__new__
-
-
-@dataclasses.dataclass(frozen=True)
-class ProducerStats:
-    """A snapshot of a Producer's counters; latencies (seconds) of the last confirmed sends."""
-
-    sent: int  # sends accepted (send, send_async, send_oneway)
-    confirmed: int
-    oneway: int  # one-way sends written
-    retried: int  # attempts after the first
-    failed: int
-    bytes: int  # body bytes confirmed or written one-way (after compression)
-    pending: int  # accepted, not settled yet
-    buffered_bytes: int
-    latency_p50: Optional[float]
-    latency_p90: Optional[float]
-    latency_p99: Optional[float]
-    latency_max: Optional[float]
-
-
-class Latencies:
-    """The last ``size`` latencies, for percentiles."""
-
-    def __init__(self, size: int = 65536) -> None:
-        self._values = [0.0] * size
-        self._size = size
-        self._count = 0
-
-    def add(self, value: float) -> None:
-        self._values[self._count % self._size] = value
-        self._count += 1
-
-    def extend(self, values: list[float]) -> None:
-        size = self._size
-        if len(values) > size:
-            self._count += len(values) - size
-            values = values[-size:]
-        start = self._count % size
-        head = values[:size - start]
-        self._values[start:start + len(head)] = head
-        if len(head) < len(values):  # wrapped around
-            self._values[:len(values) - len(head)] = values[len(head):]
-        self._count += len(values)
-
-    def percentiles(self, *ps: float) -> list[Optional[float]]:
-        n = min(self._count, self._size)
-        if n == 0:
-            return [None for _ in ps]
-        values = sorted(self._values[:n])
-        return [values[min(n - 1, int(p / 100.0 * n))] for p in ps]
-
-
-# --------------------------------------------------------------------------- message ids
-
-
-_time_ns = time.time_ns
-
-
-_HEX3 = tuple(f"{i:03x}" for i in range(4096))
-
-
-class MessageIds:
-    """Unique, time-ordered message ids in the UUIDv7 layout: 48 bits of Unix time in ms,
-    then (where v7 has random bits) 30 random bits fixed per generator and a 44-bit counter,
-    so ids of one producer sort in the order they were made and never repeat, and ids of
-    different producers differ."""
-
-    __slots__ = ("_rand_a", "_node_b", "_node_low", "_counter", "_cached")
-
-    def __init__(self) -> None:
-        node = int.from_bytes(os.urandom(4), "big") >> 2
-        self._rand_a = (0x7 << 12) | ((node >> 18) & 0xFFF)
-        # the variant bits, 18 node bits and the counter's top 12 bits: the 4th group
-        self._node_b = (0x2 << 14) | ((node & 0x3FFFF) >> 4)
-        self._node_low = node & 0xF  # the node's last 4 bits start the 5th group
-        # next() on a count is atomic under the GIL: ids stay unique across threads
-        self._counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
-        self._cached: tuple[int, str] = (-1, "")
-
-    def next(self) -> str:
-        n = next(self._counter) & 0xFFFFFFFFFFF
-        key = (_time_ns() // 1_000_000) << 32 | n >> 12
-        # Everything but the counter's last 3 hex digits changes at most once a millisecond
-        # or every 4,096 ids: that prefix is made then, and the id is the prefix and a
-        # digit string from a table.  One (key, prefix) pair, read once: a thread that
-        # races another's update still gets a pair that belongs together.
-        cached = self._cached
-        if cached[0] != key:
-            h = f"{(key >> 32) << 16 | self._rand_a:016x}"
-            # rand_b (62 bits) = node (18 bits: 14 in the 4th group, 4 in the 5th) + counter (44 bits)
-            cached = (key, f"{h[:8]}-{h[8:12]}-{h[12:16]}-{self._node_b:04x}-{self._node_low:x}{n >> 12:08x}")
-            self._cached = cached
-        return cached[1] + _HEX3[n & 0xFFF]
-
-
-# --------------------------------------------------------------------------- compression
-
-
-def _zstd_module() -> Any:
-    try:
-        from compression import zstd  # type: ignore[import-not-found]  # Python 3.14
-        return zstd
-    except ImportError:
-        pass
-    try:
-        import zstandard  # type: ignore[import-not-found, import-untyped, unused-ignore]
-        return zstandard
-    except ImportError:
-        return None
-
-
-def zstd_available() -> bool:
-    return _zstd_module() is not None
-
-
-class Compressor:
-    """Compresses bodies of at least ``threshold`` bytes: ``zstd`` (the ``zstd`` extra, or
-    Python 3.14's compression.zstd), ``zlib`` (content_encoding ``deflate``), or ``auto``
-    (zstd when available, else zlib)."""
-
-    def __init__(self, method: Optional[str], threshold: int, level: Optional[int] = None) -> None:
-        if method not in (None, "auto", "zstd", "zlib"):
-            raise ValueError(f"compression must be 'auto', 'zstd', 'zlib' or None, not {method!r}")
-        if threshold < 0:
-            raise ValueError(f"compress_threshold must be >= 0, not {threshold}")
-        self.threshold = threshold
-        self.encoding: Optional[str] = None
-        self._compress: Optional[Callable[[bytes], bytes]] = None
-        zstd = _zstd_module() if method in ("auto", "zstd") else None
-        if method == "zstd" and zstd is None:
-            raise ValueError("compression='zstd' needs the zstandard package: pip install amqwire[zstd]")
-        if zstd is not None:
-            self.encoding = "zstd"
-            zlevel = 3 if level is None else level
-            if hasattr(zstd, "ZstdCompressor") and hasattr(zstd.ZstdCompressor, "copy_stream"):  # zstandard
-                local = threading.local()
-
-                def compress_zstd(data: bytes) -> bytes:
-                    compressor = getattr(local, "c", None)
-                    if compressor is None:
-                        compressor = local.c = zstd.ZstdCompressor(level=zlevel)
-                    return bytes(compressor.compress(data))
-                self._compress = compress_zstd
-            else:
-                self._compress = lambda data: bytes(zstd.compress(data, level=zlevel))
-        elif method is not None:
-            self.encoding = "deflate"
-            zl = 6 if level is None else level
-            self._compress = lambda data: zlib.compress(data, zl)
-
-    def apply(self, body: bytes, properties: Optional[BasicProperties]) -> tuple[bytes, Optional[BasicProperties]]:
-        if self._compress is None or len(body) < self.threshold:
-            return body, properties
-        if properties is not None and properties.content_encoding:
-            return body, properties  # the caller encoded it already: left alone
-        packed = self._compress(body)
-        if len(packed) >= len(body):
-            return body, properties
-        if properties is None:
-            return packed, BasicProperties(content_encoding=self.encoding)
-        return packed, _with(properties, content_encoding=self.encoding)
-
-
-def decode_body(body: bytes, content_encoding: Optional[str]) -> bytes:
-    """The body with a compression named by ``content_encoding`` undone (``zstd``,
-    ``deflate``, ``gzip``); any other encoding (or none) leaves it as it is."""
-    if not content_encoding:
-        return body
-    encoding = content_encoding.strip().lower()
-    if encoding == "deflate":
-        return zlib.decompress(body)
-    if encoding == "gzip":
-        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
-    if encoding == "zstd":
-        zstd = _zstd_module()
-        if zstd is None:
-            raise ValueError("the body is zstd-compressed: decoding it needs the zstandard package "
-                             "(pip install amqwire[zstd])")
-        if hasattr(zstd, "ZstdDecompressor") and hasattr(zstd.ZstdDecompressor, "copy_stream"):
-            return bytes(zstd.ZstdDecompressor().decompressobj().decompress(bytes(body)))
-        return bytes(zstd.decompress(bytes(body)))
-    return body
-
-
-_PROPERTY_NAMES = (
-    "content_type", "content_encoding", "headers", "delivery_mode", "priority", "correlation_id", "reply_to",
-    "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id",
-)
-
-
-def _with(properties: BasicProperties, **changes: Any) -> BasicProperties:
-    """A copy of ``properties`` with some fields changed (the caller's object stays as it is)."""
-    values = {name: getattr(properties, name) for name in _PROPERTY_NAMES}
-    values.update(changes)
-    return BasicProperties(**values)
-
-
-# --------------------------------------------------------------------------- records
-
-
-class OutgoingMessage:
-    """A send on its way: what the hooks see.  ``body`` and ``properties`` are what goes on
-    the wire (compressed, with the message id)."""
-
-    __slots__ = (
-        "exchange", "routing_key", "body", "_properties", "_with_id", "mandatory", "message_id", "oneway",
-        "timeout", "deadline", "started", "attempts", "future", "size", "not_before", "stage",
-        "epoch", "done", "broker", "solo",
-    )
-
-    def __init__(self, exchange: str, routing_key: str, body: bytes, properties: Optional[BasicProperties],
-                 mandatory: bool, message_id: Optional[str], oneway: bool, timeout: Optional[float],
-                 with_id: bool = False) -> None:
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.body = body
-        # with_id: message_id was made by the producer and is not in _properties yet.  The
-        # properties carrying it are made when asked for: a long-lived object less per send
-        # (the garbage collector's work grows with every object alive until the confirm).
-        self._properties = properties
-        self._with_id = with_id
-        self.mandatory = mandatory
-        self.message_id = message_id
-        self.oneway = oneway
-        self.timeout = timeout
-        self.started = time.monotonic()
-        self.deadline = _FOREVER if timeout is None else self.started + timeout
-        self.attempts: Optional[list[Attempt]] = None
-        self.future: Any = None
-        self.size = len(body)
-        self.not_before = 0.0
-        self.stage = "the producer's queue"  # the wait it is in, for its timeout error
-        self.epoch = 0
-        self.done = False
-        self.broker: Any = None
-        self.solo = False  # sent alone, its confirm awaited before the next (see _batch_cb)
-
-    @property
-    def properties(self) -> Optional[BasicProperties]:
-        if self._with_id:
-            self._properties = self.wire_properties()
-            self._with_id = False
-        return self._properties
-
-    @properties.setter
-    def properties(self, value: Optional[BasicProperties]) -> None:
-        self._properties = value
-        self._with_id = False
-
-    def wire_properties(self) -> Optional[BasicProperties]:
-        """The properties to encode (``properties``, without keeping what it makes)."""
-        if not self._with_id:
-            return self._properties
-        if self._properties is None:
-            return BasicProperties(message_id=self.message_id)
-        return _with(self._properties, message_id=self.message_id)
-
-    def __repr__(self) -> str:
-        return (f"<OutgoingMessage {self.message_id} exchange={self.exchange!r} "
-                f"routing_key={self.routing_key!r} body={self.size} bytes>")
-
-
-# --------------------------------------------------------------------------- brokers
-
-
-class Broker:
-    """One URL of the Producer: its connection and channels once open, and its avoidance."""
-
-    def __init__(self, index: int, params: ConnectionParameters) -> None:
-        self.index = index
-        self.params = params
-        self.url = params.display_url
-        self.connection: Any = None
-        self.channel: Any = None  # confirm mode
-        self.oneway_channel: Any = None
-        self.failures = 0  # consecutive
-        self.avoid_until = 0.0
-        self.last_error: Optional[BaseException] = None
-
-    def usable(self) -> bool:
-        return self.connection is not None and self.connection.is_open
-
-    def blocked_reason(self) -> str:
-        """Why the broker blocks the connection (connection.blocked's reason)."""
-        core = getattr(self.connection, "_core", None)
-        return str(getattr(core, "blocked", None) or "blocked")
-
-    def __repr__(self) -> str:
-        return f"<Broker {self.url} failures={self.failures}>"
-
-
-class BrokerSelector:
-    """Picks the broker for the next batch.
-
-    ``round_robin``: the usable brokers in turn; ``pinned``: the first usable broker in the
-    order given, the next ones only while it is avoided (failover), back to it once its
-    avoidance is over.  A broker that failed is avoided for ``avoid_backoff`` seconds,
-    doubled at each consecutive failure up to ``avoid_backoff_max``; a broker whose
-    connection is blocked (connection.blocked) is used only when every other one is
-    blocked or avoided too.
-    """
-
-    def __init__(self, brokers: list[Broker], policy: str, avoid_backoff: float, avoid_backoff_max: float) -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-        self.brokers = brokers
-        self.policy = policy
-        self.avoid_backoff = avoid_backoff
-        self.avoid_backoff_max = avoid_backoff_max
-        self._next = 0
-
-    def avoid(self, broker: Broker, error: BaseException, now: float) -> float:
-        broker.failures += 1
-        broker.last_error = error
-        period = min(self.avoid_backoff * 2.0 ** (broker.failures - 1), self.avoid_backoff_max)
-        broker.avoid_until = now + period
-        return period
-
-    def succeeded(self, broker: Broker) -> None:
-        broker.failures = 0
-
-    def choose(self, now: float, is_blocked: Callable[[Broker], bool]) -> tuple[Optional[Broker], float]:
-        """(broker, 0) or (None, seconds until one may be tried again)."""
-        n = len(self.brokers)
-        if self.policy == ROUND_ROBIN:
-            order = [self.brokers[(self._next + i) % n] for i in range(n)]
-        else:
-            order = self.brokers
-        allowed = [b for b in order if b.avoid_until <= now]
-        if not allowed:
-            return None, min(b.avoid_until for b in self.brokers) - now
-        chosen = next((b for b in allowed if not is_blocked(b)), allowed[0])
-        if self.policy == ROUND_ROBIN:
-            self._next = (chosen.index + 1) % n
-        return chosen, 0.0
-
-
-# --------------------------------------------------------------------------- the core
-
-
-def retryable(error: BaseException, retry_on_return: bool) -> bool:
-    if isinstance(error, MessageReturned):
-        return retry_on_return
-    if isinstance(error, PublishUnconfirmed):
-        cause = error.cause
-        if isinstance(cause, ChannelClosed) and cause.by_broker and cause.reply_code in _FINAL_CODES:
-            return False
-        return True
-    return isinstance(error, (PublishNacked, AMQPConnectionError, ChannelClosed, InvalidStateError, OSError))
-
-
-def final_error(error: BaseException) -> BaseException:
-    """What a send that cannot be retried fails with: the broker's channel error itself
-    when a publish was never confirmed because of it (a missing exchange: NotFound)."""
-    if isinstance(error, PublishUnconfirmed) and isinstance(error.cause, ChannelClosed) and error.cause.by_broker:
-        return error.cause
-    return error
 
 
 class ProducerCore:
@@ -574,7 +120,7 @@ class ProducerCore:
         self.max_in_flight = max_in_flight
         self.max_body_size = max_body_size
         self.compressor = Compressor(compression, compress_threshold, compress_level)
-        self._compress_at = compress_threshold if self.compressor.encoding else _FOREVER
+        self._compress_at = compress_threshold if self.compressor.encoding else FOREVER
         self._ids = MessageIds() if message_ids else None
         self.before_send = before_send
         self.after_send = after_send
@@ -599,7 +145,7 @@ class ProducerCore:
         self._pending = 0
         self._epochs: dict[int, int] = {}
         self._epoch = 0
-        self._next_sweep = _FOREVER
+        self._next_sweep = FOREVER
         self._no_broker_until = 0.0
         self._sender_idle = False
         self._flushing = 0
@@ -855,8 +401,7 @@ class ProducerCore:
 
     def _backoff(self, attempt: int) -> float:
         """Exponential from retry_backoff, capped, with full jitter in its upper half."""
-        base = min(self.retry_backoff * 2.0 ** (attempt - 1), self.retry_backoff_max)
-        return base * (0.5 + 0.5 * self._random.random())
+        return backoff(attempt, self.retry_backoff, self.retry_backoff_max, self._random)
 
     def _succeeded_all(self, messages: Sequence[OutgoingMessage], broker: Broker) -> None:
         """A batch the broker confirmed: _succeeded for each, one lock for all."""
@@ -984,7 +529,7 @@ class ProducerCore:
                     m.stage = "the producer's queue"
                     self._queue.appendleft(m)
                     self._queued_bytes += m.size
-        wait = _FOREVER
+        wait = FOREVER
         if self._retrying:
             wait = min(m.not_before for m in self._retrying) - now
         queue = self._queue
@@ -1022,7 +567,7 @@ class ProducerCore:
             return
         expired: list[tuple[OutgoingMessage, str]] = []
         with self._lock:
-            nearest = _FOREVER
+            nearest = FOREVER
             keep: Deque[OutgoingMessage] = deque()
             for m in self._queue:
                 if m.deadline <= now:

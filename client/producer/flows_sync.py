@@ -1,8 +1,10 @@
+# GENERATED from producer/flows_async.py by client/make_sync.py: do not edit.
+# The blocking transport's flows; tests/test_client_sync.py checks it is up to date.
 """The Producer's waiting flows, written once: sending, the sender, connecting, flush, close.
 
-The source of truth: ``producer_sync.py`` is generated from it by ``client/make_sync.py``
+The source of truth: ``flows_sync.py`` is generated from it by ``client/make_sync.py``
 (as ``operations_sync.py`` is) and ``tests/test_client_sync.py`` fails when they drift.  The
-decisions are in ``producer_core.py``; a transport supplies, besides the core's primitives,
+decisions are in ``core.py``; a transport supplies, besides the core's primitives,
 ``_open(params)`` (a connection), ``_wait_until(ready, timeout)`` (callers waiting for room
 or a flush), ``_wait_work(timeout)`` (the sender waiting for something to do),
 ``_wait_result(future)``, ``_start_sender()`` and ``_join_sender(timeout)``.
@@ -15,7 +17,7 @@ from typing import Any, Callable, Generic, Optional, TypeVar
 
 from amqwire.codec import BasicProperties
 
-from .errors import (
+from ..errors import (
     AMQPConnectionError,
     AMQPError,
     ChannelClosed,
@@ -23,15 +25,10 @@ from .errors import (
     InvalidStateError,
     OperationTimeout,
 )
-from .producer_core import (
-    TICK,
-    Body,
-    Broker,
-    OutgoingMessage,
-    ProducerCore,
-    SendResult,
-)
-from .url import ConnectionParameters
+from ..url import ConnectionParameters
+from .core import TICK, ProducerCore
+from .message import Body, OutgoingMessage, SendResult
+from .policy import Broker
 
 log = logging.getLogger("amqwire.client.producer")
 
@@ -40,26 +37,26 @@ _Self = TypeVar("_Self")
 _Future = TypeVar("_Future")  # a transport's send future
 
 
-class AsyncProducer(ProducerCore, Generic[_Future]):
+class SyncProducer(ProducerCore, Generic[_Future]):
     """The flows of a Producer (see ``amqwire.client.Producer`` / ``amqwire.client.aio.Producer``)."""
 
     __slots__ = ()  # all in ProducerCore's
 
     # waiting primitives of the transport -------------------------------------------------
 
-    async def _open(self, params: ConnectionParameters) -> Any:
+    def _open(self, params: ConnectionParameters) -> Any:
         raise NotImplementedError
 
-    async def _wait_until(self, ready: Callable[[], bool], timeout: Optional[float]) -> bool:
+    def _wait_until(self, ready: Callable[[], bool], timeout: Optional[float]) -> bool:
         raise NotImplementedError
 
-    async def _wait_work(self, timeout: float) -> None:
+    def _wait_work(self, timeout: float) -> None:
         raise NotImplementedError
 
-    async def _wait_result(self, future: _Future) -> SendResult:
+    def _wait_result(self, future: _Future) -> SendResult:
         raise NotImplementedError
 
-    async def _wait_confirm(self, token: Any, timeout: float) -> bool:
+    def _wait_confirm(self, token: Any, timeout: float) -> bool:
         """Wait until a publish's confirm future is done; False after ``timeout``."""
         raise NotImplementedError
 
@@ -70,7 +67,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
         """The sender is about to wait: forget earlier wake-ups (called under the lock)."""
         raise NotImplementedError
 
-    async def _join_sender(self, timeout: Optional[float]) -> None:
+    def _join_sender(self, timeout: Optional[float]) -> None:
         raise NotImplementedError
 
     def _may_pace(self) -> bool:
@@ -80,14 +77,14 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
 
     # opening -------------------------------------------------------------------------------
 
-    async def _start(self) -> None:
+    def _start(self) -> None:
         """Connect to the first broker that answers (every broker with round_robin), then
         start the sender.  AMQPConnectionError when none answers."""
         errors = []
         now = time.monotonic()
         for broker in self.brokers:
             try:
-                await self._connect(broker)
+                self._connect(broker)
             except (AMQPError, OSError, TimeoutError) as exc:
                 self.selector.avoid(broker, exc, now)
                 errors.append(f"{broker.url}: {exc}")
@@ -95,48 +92,48 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
             if self.selector.policy != "round_robin":
                 break
         if not any(b.usable() for b in self.brokers):
-            await self._close_connections()
+            self._close_connections()
             raise AMQPConnectionError("the producer could not connect: " + "; ".join(errors))
         self._start_sender()
 
-    async def _connect(self, broker: Broker, within: Optional[float] = None) -> None:
+    def _connect(self, broker: Broker, within: Optional[float] = None) -> None:
         params = broker.params
         if within is not None and within < params.connection_timeout:
             params = params.replace(connection_timeout=within)
-        connection = await self._open(params)
+        connection = self._open(params)
         try:
-            channel = await connection.channel()
-            await channel.confirm_select(max_in_flight=self.max_in_flight)
+            channel = connection.channel()
+            channel.confirm_select(max_in_flight=self.max_in_flight)
         except BaseException:
-            await self._close_quietly(connection)
+            self._close_quietly(connection)
             raise
         broker.connection = connection
         broker.channel = channel
         broker.oneway_channel = None
         log.info("producer: connected to %s", broker.url)
 
-    async def _close_quietly(self, connection: Any) -> None:
+    def _close_quietly(self, connection: Any) -> None:
         try:
-            await connection.close()
+            connection.close()
         except Exception as exc:  # a connection that failed: nothing more to say
             log.debug("closing a failed connection: %s", exc)
 
-    async def _close_connections(self) -> None:
+    def _close_connections(self) -> None:
         for broker in self.brokers:
             if broker.connection is not None:
                 connection, broker.connection = broker.connection, None
                 broker.channel = broker.oneway_channel = None
-                await self._close_quietly(connection)
+                self._close_quietly(connection)
 
     # sending -------------------------------------------------------------------------------
 
-    async def _enqueue(self, message: OutgoingMessage, offered: bool) -> None:
+    def _enqueue(self, message: OutgoingMessage, offered: bool) -> None:
         """What a send does after ``_offer`` (``offered``: it took the message) when the
         offer was refused or the queue is long: wait for room, or pace the caller.  The
         sends call it only then: in asyncio every call of a coroutine costs one."""
         if offered:
             if len(self._inbox) + len(self._queue) > self._pace_at and self._may_pace():
-                await self._pace(message)
+                self._pace(message)
             return
         with self._lock:
             admitted = self._admit(message)
@@ -151,7 +148,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
             try:
                 while True:
                     left = deadline - time.monotonic()
-                    if left <= 0 or not await self._wait_until(room, min(left, TICK)):
+                    if left <= 0 or not self._wait_until(room, min(left, TICK)):
                         if time.monotonic() >= deadline:
                             raise self._room_timeout(message)
                         continue
@@ -165,7 +162,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
         if admitted == 2:
             self._wake()
 
-    async def _pace(self, message: OutgoingMessage) -> None:
+    def _pace(self, message: OutgoingMessage) -> None:
         """The caller is far ahead of the sender: wait until the sender has taken what is
         queued down to half of ``_pace_at``, at most until ``message``'s deadline (it is
         queued already: past its deadline the sweep fails it).  Callers that keep running
@@ -184,12 +181,12 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
                 left = message.deadline - time.monotonic()
                 if left <= 0:
                     return
-                await self._wait_until(caught_up, min(left, TICK))
+                self._wait_until(caught_up, min(left, TICK))
         finally:
             with self._lock:
                 self._pacing -= 1
 
-    async def send(
+    def send(
         self,
         exchange: str,
         routing_key: str,
@@ -204,10 +201,10 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
         message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
         offered = self._offer(message)
         if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
-            await self._enqueue(message, offered)
-        return await self._wait_result(message.future)
+            self._enqueue(message, offered)
+        return self._wait_result(message.future)
 
-    async def send_async(
+    def send_async(
         self,
         exchange: str,
         routing_key: str,
@@ -223,13 +220,13 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
         message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
         offered = self._offer(message)
         if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
-            await self._enqueue(message, offered)
+            self._enqueue(message, offered)
         future: _Future = message.future
         if callback is not None:
             message.future.add_done_callback(callback)
         return future
 
-    async def send_oneway(
+    def send_oneway(
         self,
         exchange: str,
         routing_key: str,
@@ -244,48 +241,48 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
         message = self._prepare(exchange, routing_key, body, properties, False, timeout, True)
         offered = self._offer(message)
         if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
-            await self._enqueue(message, offered)
+            self._enqueue(message, offered)
 
-    async def flush(self, timeout: Optional[float] = None) -> None:
+    def flush(self, timeout: Optional[float] = None) -> None:
         """Write everything queued now, without lingering, and wait until each of those sends
         is settled (confirmed or failed).  OperationTimeout after ``timeout`` seconds."""
         epoch = self._begin_flush()
         try:
-            if not await self._wait_until(lambda: self._flushed(epoch), timeout):
+            if not self._wait_until(lambda: self._flushed(epoch), timeout):
                 raise OperationTimeout("the producer's flush", timeout)
         finally:
             with self._lock:
                 self._flushing -= 1
 
-    async def close(self, timeout: Optional[float] = None) -> None:
+    def close(self, timeout: Optional[float] = None) -> None:
         """Refuse new sends, flush (within ``timeout``), wait for the confirms and close the
         connections; a send still unsettled then fails with InvalidStateError."""
         if self._stopping:
-            await self._join_sender(timeout)
+            self._join_sender(timeout)
             return
         with self._lock:
             self._closed = True
         try:
-            await self.flush(timeout)
+            self.flush(timeout)
         except OperationTimeout:
             log.warning("producer closed with %d sends unsettled after %s s", self._pending, timeout)
         with self._lock:
             self._stopping = True
             self._sender_idle = False
         self._wake()
-        await self._join_sender(TICK * 4)
+        self._join_sender(TICK * 4)
         self._fail_all(InvalidStateError("the producer was closed before the send completed"))
-        await self._close_connections()
+        self._close_connections()
 
-    async def __aenter__(self: _Self) -> _Self:
+    def __enter__(self: _Self) -> _Self:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # the sender ----------------------------------------------------------------------------
 
-    async def _run_sender(self) -> None:
+    def _run_sender(self) -> None:
         try:
             while True:
                 now = time.monotonic()
@@ -301,9 +298,9 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
                 if batch:
                     if self._pacing and len(self._inbox) + len(self._queue) <= self._pace_at // 2:
                         self._notify()  # callers pacing themselves can go on
-                    await self._write(batch)
+                    self._write(batch)
                 elif not self._inbox or (self.linger and wait <= self.linger):
-                    await self._wait_work(min(wait, TICK * 4))
+                    self._wait_work(min(wait, TICK * 4))
                 # else an offer came after the drain and may have missed the idle flag: go round
         except BaseException as exc:
             log.exception("producer: the sender failed")
@@ -315,7 +312,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
     def _is_blocked(self, broker: Broker) -> bool:
         return broker.usable() and bool(broker.connection.blocked)
 
-    async def _pick(self) -> Optional[Broker]:
+    def _pick(self) -> Optional[Broker]:
         """A broker ready to publish to, connecting as needed; None when every broker is
         avoided (``_no_broker_until`` then says when to try again)."""
         while True:
@@ -331,40 +328,40 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
                     self._waiting = "a connection to a broker (every broker failed recently)"
                 return None
             if broker.connection is not None and not broker.usable():
-                await self._broker_failed(broker, broker.connection._error or AMQPConnectionError("connection lost"))
+                self._broker_failed(broker, broker.connection._error or AMQPConnectionError("connection lost"))
                 continue
             if broker.connection is None:
                 self._waiting = f"a connection to {broker.url}"
                 try:
                     # no longer than the nearest deadline allows: the sends say why they failed in time
-                    await self._connect(broker, max(self._next_sweep - now, 0.1))
+                    self._connect(broker, max(self._next_sweep - now, 0.1))
                 except (AMQPError, OSError, TimeoutError) as exc:
                     log.warning("producer: cannot connect to %s: %s", broker.url, exc)
                     self.selector.avoid(broker, exc, time.monotonic())
                     continue
             if not broker.channel.is_open:
                 try:
-                    broker.channel = await broker.connection.channel()
-                    await broker.channel.confirm_select(max_in_flight=self.max_in_flight)
+                    broker.channel = broker.connection.channel()
+                    broker.channel.confirm_select(max_in_flight=self.max_in_flight)
                 except _BROKER_ERRORS + (ChannelClosed, OperationTimeout) as exc:
-                    await self._broker_failed(broker, exc)
+                    self._broker_failed(broker, exc)
                     continue
             return broker
 
-    async def _broker_failed(self, broker: Broker, error: BaseException) -> None:
+    def _broker_failed(self, broker: Broker, error: BaseException) -> None:
         period = self.selector.avoid(broker, error, time.monotonic())
         log.warning("producer: %s failed (%s): avoided for %.1f s", broker.url, error, period)
         if broker.connection is not None:
             connection, broker.connection = broker.connection, None
             broker.channel = broker.oneway_channel = None
-            await self._close_quietly(connection)
+            self._close_quietly(connection)
 
-    async def _write(self, batch: list[OutgoingMessage]) -> None:
+    def _write(self, batch: list[OutgoingMessage]) -> None:
         """Publish a batch through one broker, in one write: the plain confirmed sends as one
         run of frames under one confirm future (a failure retries the whole run: at least
         once), mandatory and one-way sends one by one.  What cannot be written now goes back
         to the head of the queue."""
-        broker = await self._pick()
+        broker = self._pick()
         if broker is None:
             self._requeue(batch)
             return
@@ -392,7 +389,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
             return
         slice_ = min(earliest - now, max(self._next_sweep - now, 0.001))
         if live[0].solo:
-            await self._write_solo(broker, live[0], slice_)
+            self._write_solo(broker, live[0], slice_)
             self._requeue(live[1:])  # back to "the producer's queue"
             return
         channel = broker.channel
@@ -401,7 +398,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
             with channel.batch():
                 if plain:
                     frames = self._encode(plain, channel.channel_id, broker.connection.frame_max)
-                    token = await channel.publish_encoded(frames, len(plain), timeout=slice_)
+                    token = channel.publish_encoded(frames, len(plain), timeout=slice_)
                     unwritten = rest
                     self._published(plain, broker)
                     done = self._batch_cb(plain, broker)
@@ -412,8 +409,8 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
                     unwritten = rest[index:]
                     if message.oneway:
                         if broker.oneway_channel is None or not broker.oneway_channel.is_open:
-                            broker.oneway_channel = await broker.connection.channel()
-                        await broker.oneway_channel.basic_publish(
+                            broker.oneway_channel = broker.connection.channel()
+                        broker.oneway_channel.basic_publish(
                             message.exchange, message.routing_key, message.body, message.wire_properties(), timeout=slice_)
                         self._settle(message, None, None)
                         continue
@@ -421,7 +418,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
                         self._requeue(rest[index:])  # written alone, after this batch
                         break
                     message.stage = "room in the confirm window"
-                    await channel.publish_async(
+                    channel.publish_async(
                         message.exchange, message.routing_key, message.body, message.wire_properties(),
                         mandatory=True, callback=self._confirmed_cb(message, broker), timeout=slice_)
                     self._published([message], broker)
@@ -439,29 +436,29 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
             self._requeue(unwritten)
             return
         except _BROKER_ERRORS as exc:
-            await self._broker_failed(broker, exc)
+            self._broker_failed(broker, exc)
             self._requeue(unwritten)
             return
         self._waiting = "the producer's queue"
         self.selector.succeeded(broker)
 
-    async def _write_solo(self, broker: Broker, message: OutgoingMessage, timeout: float) -> None:
+    def _write_solo(self, broker: Broker, message: OutgoingMessage, timeout: float) -> None:
         """One message alone, its confirm awaited (within ``timeout``) before anything else
         goes out on the channel: its verdict is its own."""
         message.stage = "room in the confirm window"
         try:
-            token = await broker.channel.publish_async(
+            token = broker.channel.publish_async(
                 message.exchange, message.routing_key, message.body, message.wire_properties(),
                 mandatory=message.mandatory, callback=self._confirmed_cb(message, broker), timeout=timeout)
         except (OperationTimeout, ConnectionBlockedError, ChannelClosed):
             self._requeue([message])
             return
         except _BROKER_ERRORS as exc:
-            await self._broker_failed(broker, exc)
+            self._broker_failed(broker, exc)
             self._requeue([message])
             return
         self._published([message], broker)
-        await self._wait_confirm(token, min(max(message.deadline - time.monotonic(), 0.0), 1.0))
+        self._wait_confirm(token, min(max(message.deadline - time.monotonic(), 0.0), 1.0))
 
 
-__all__ = ["AsyncProducer"]
+__all__ = ["SyncProducer"]

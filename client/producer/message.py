@@ -1,0 +1,101 @@
+"""A send on its way (OutgoingMessage: what the hooks see) and the result of a confirmed one
+(SendResult).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple, Optional, Union
+
+from amqwire.codec import BasicProperties
+
+from .policy import Attempt
+
+Body = Union[bytes, bytearray, memoryview, str]
+
+#: The deadline of a send without a timeout.
+FOREVER = float("inf")
+
+
+class SendResult(NamedTuple):
+    """A confirmed send: the broker it landed on (URL without password), how many attempts
+    it took, its message id and the time from the call to the confirm (seconds)."""
+
+    broker: str
+    attempts: int
+    message_id: Optional[str]
+    latency: float
+
+
+_PROPERTY_NAMES = (
+    "content_type", "content_encoding", "headers", "delivery_mode", "priority", "correlation_id", "reply_to",
+    "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id",
+)
+
+
+def replace_properties(properties: BasicProperties, **changes: Any) -> BasicProperties:
+    """A copy of ``properties`` with some fields changed (the caller's object stays as it is)."""
+    values = {name: getattr(properties, name) for name in _PROPERTY_NAMES}
+    values.update(changes)
+    return BasicProperties(**values)
+
+
+class OutgoingMessage:
+    """A send on its way: what the hooks see.  ``body`` and ``properties`` are what goes on
+    the wire (compressed, with the message id)."""
+
+    __slots__ = (
+        "exchange", "routing_key", "body", "_properties", "_with_id", "mandatory", "message_id", "oneway",
+        "timeout", "deadline", "started", "attempts", "future", "size", "not_before", "stage",
+        "epoch", "done", "broker", "solo",
+    )
+
+    def __init__(self, exchange: str, routing_key: str, body: bytes, properties: Optional[BasicProperties],
+                 mandatory: bool, message_id: Optional[str], oneway: bool, timeout: Optional[float],
+                 with_id: bool = False) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.body = body
+        # with_id: message_id was made by the producer and is not in _properties yet.  The
+        # properties carrying it are made when asked for: a long-lived object less per send
+        # (the garbage collector's work grows with every object alive until the confirm).
+        self._properties = properties
+        self._with_id = with_id
+        self.mandatory = mandatory
+        self.message_id = message_id
+        self.oneway = oneway
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.deadline = FOREVER if timeout is None else self.started + timeout
+        self.attempts: Optional[list[Attempt]] = None
+        self.future: Any = None
+        self.size = len(body)
+        self.not_before = 0.0
+        self.stage = "the producer's queue"  # the wait it is in, for its timeout error
+        self.epoch = 0
+        self.done = False
+        self.broker: Any = None
+        self.solo = False  # sent alone, its confirm awaited before the next (see _batch_cb)
+
+    @property
+    def properties(self) -> Optional[BasicProperties]:
+        if self._with_id:
+            self._properties = self.wire_properties()
+            self._with_id = False
+        return self._properties
+
+    @properties.setter
+    def properties(self, value: Optional[BasicProperties]) -> None:
+        self._properties = value
+        self._with_id = False
+
+    def wire_properties(self) -> Optional[BasicProperties]:
+        """The properties to encode (``properties``, without keeping what it makes)."""
+        if not self._with_id:
+            return self._properties
+        if self._properties is None:
+            return BasicProperties(message_id=self.message_id)
+        return replace_properties(self._properties, message_id=self.message_id)
+
+    def __repr__(self) -> str:
+        return (f"<OutgoingMessage {self.message_id} exchange={self.exchange!r} "
+                f"routing_key={self.routing_key!r} body={self.size} bytes>")
