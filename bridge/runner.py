@@ -29,6 +29,7 @@ from amqwire.client.errors import (
     ConnectionClosed,
     NotFound,
 )
+from amqwire.client.lifecycle import ConnectionStatus
 from amqwire.client.recovery import RecoveryPolicy
 from amqwire.client.url import parse_url
 
@@ -38,6 +39,7 @@ from .forwarder import ACK, AckMode, Batch, Forwarder
 from .stats import BridgeStats
 
 log = logging.getLogger("amqwire.bridge")
+_CLOSED_BY_USER = (ConnectionStatus.CLOSING, ConnectionStatus.CLOSED)
 
 DEFAULT_RECOVERY = RecoveryPolicy(initial_delay=0.5, max_delay=10.0)
 
@@ -204,7 +206,7 @@ class Direction:
                 future = await channel.publish_encoded(batch.frames, batch.count)
                 break
             except AMQPConnectionError as exc:
-                if self.destination.recovery is None or self.destination._closing:
+                if self.destination.recovery is None or self.destination.state in _CLOSED_BY_USER:
                     raise
                 log.warning("%s: destination lost (%s): waiting for it to come back", self.label, exc)
                 if not await self.destination.wait_recovered():

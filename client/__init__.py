@@ -8,6 +8,7 @@ from amqwire.codec import BasicProperties
 
 from . import aio
 from .blocking import Channel, Connection, Consumer, PublishFuture, connect
+from .lifecycle import ConnectionStatus
 from .recovery import RecoveryPolicy
 from .encoding import decode_body
 from .errors import (
@@ -66,6 +67,7 @@ __all__ = [
     "ConnectionParameters",
     "parse_url",
     "RecoveryPolicy",
+    "ConnectionStatus",
     "AMQPError",
     "InvalidStateError",
     "AMQPConnectionError",

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generator, Optional,
 from . import protocol as proto
 from .connect import make_ssl_context, server_hostname
 from .errors import AMQPConnectionError, HeartbeatTimeout, OperationTimeout
+from .lifecycle import ConnectionEvent
 from .message import Message
 from .operations_async import AsyncChannel, AsyncConnection, AsyncConsumer
 from .recovery import END
@@ -201,7 +202,7 @@ class Connection(AsyncConnection):
             self._stream = stream
             self._set_write_paused(False)
             self._monitor = proto.HeartbeatMonitor(0, time.monotonic())
-            self._alive = True
+            self._fire(ConnectionEvent.SOCKET_UP)
 
     def _started(self) -> None:
         self._monitor.interval = self.heartbeat
@@ -254,7 +255,7 @@ class Connection(AsyncConnection):
     def _flush(self) -> None:
         self._flush_later = False
         transport = self._transport
-        if transport is None or not self._alive:
+        if transport is None or not self._lifecycle.has_socket:
             return
         pieces = self._core.buffers_to_send() if self._metrics is None else self._take_output()
         if not pieces:
@@ -284,7 +285,7 @@ class Connection(AsyncConnection):
 
     def _on_heartbeat_timer(self) -> None:
         self._heartbeat_timer = None
-        if not self._alive or self._transport is None:
+        if not self._lifecycle.has_socket or self._transport is None:
             return
         monitor = self._monitor
         now = time.monotonic()

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, U
 from . import protocol as proto
 from .connect import open_socket
 from .errors import AMQPConnectionError, HeartbeatTimeout, InvalidStateError, OperationTimeout
+from .lifecycle import ConnectionEvent, ConnectionStatus
 from .message import Message
 from .operations_sync import SyncChannel, SyncConnection, SyncConsumer
 from .recovery import END
@@ -189,7 +190,7 @@ class Connection(SyncConnection):
             self._monitor = proto.HeartbeatMonitor(0, time.monotonic())
             self._io_parked = False
             self._resume.clear()
-            self._alive = True
+            self._fire(ConnectionEvent.SOCKET_UP)
         thread = threading.Thread(target=self._io_loop, args=(sock,), name=f"amqwire-io {params.host}:{params.port}",
                                   daemon=True)
         self._io_thread = thread
@@ -251,11 +252,11 @@ class Connection(SyncConnection):
             while True:
                 with self._lock:
                     pieces = self._core.buffers_to_send() if self._metrics is None else self._take_output()
-                    sock = self._sock if self._alive else None
+                    sock = self._sock if self._lifecycle.has_socket else None
                 if not pieces:
                     return
                 if sock is None:
-                    raise self._error or InvalidStateError("the connection is closed")
+                    raise self._lifecycle.error or InvalidStateError("the connection is closed")
                 self._write(sock, pieces)
 
     _flush_soon = _flush  # publishes check _flush_later (the batch() depth) themselves
@@ -273,7 +274,7 @@ class Connection(SyncConnection):
                 self._write_vectored(sock, pieces)
         except OSError as exc:
             self._on_lost(self._eof_error(f"writing failed: {exc}"))
-            raise self._error or AMQPConnectionError(str(exc)) from exc
+            raise self._lifecycle.error or AMQPConnectionError(str(exc)) from exc
 
     def _write_one(self, sock: socket.socket, data: Any) -> None:
         try:
@@ -312,8 +313,8 @@ class Connection(SyncConnection):
                 self._wait_writable(sock)
 
     def _wait_writable(self, sock: socket.socket) -> None:
-        if not self._alive:
-            raise self._error or InvalidStateError("the connection is closed")
+        if not self._lifecycle.has_socket:
+            raise self._lifecycle.error or InvalidStateError("the connection is closed")
         select.select([], [sock], [], 1.0)
 
     @contextlib.contextmanager
@@ -324,7 +325,7 @@ class Connection(SyncConnection):
             yield
         finally:
             self._flush_later -= 1
-            if not self._flush_later and self._alive:
+            if not self._flush_later and self._lifecycle.has_socket:
                 self._flush()
 
     # the I/O thread ------------------------------------------------------------------------
@@ -336,7 +337,7 @@ class Connection(SyncConnection):
         readable: Any = [sock]  # try a read first: while data flows it is there, and select() is a wasted call
         park = _PARK_MIN
         try:
-            while self._alive and self._sock is sock:
+            while self._lifecycle.has_socket and self._sock is sock:
                 if self._io_parked:
                     park = self._parked(sock, park)
                     now = time.monotonic()
@@ -450,7 +451,7 @@ class Connection(SyncConnection):
             self._io_parked = True
             tls = self._tls
             while not ready():
-                if not self._alive or self._sock is not sock:
+                if not self._lifecycle.has_socket or self._sock is not sock:
                     return
                 now = time.monotonic()
                 if self._receive_or_lose(sock, now):
@@ -537,8 +538,8 @@ class Connection(SyncConnection):
                 return ran
 
     def _raise_if_lost(self) -> None:
-        if self._error is not None and not self._closing and not self._recovering:
-            raise self._error
+        if self._lifecycle.state is ConnectionStatus.FAILED:
+            raise self._lifecycle.error  # type: ignore[misc]  # FAILED always has one
 
 
 class PublishFuture:

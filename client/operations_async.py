@@ -45,6 +45,7 @@ from amqwire.codec import (
     TxSelect,
 )
 
+from .lifecycle import OPENED_STATES, ConnectionEvent, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
     AMQPConnectionError,
@@ -102,7 +103,7 @@ class AsyncConnection(ConnectionBase):
         raise NotImplementedError
 
     async def _open_transport(self, params: ConnectionParameters) -> None:
-        """Connect the socket and start reading into ``_data_received``; sets ``_alive``."""
+        """Connect the socket and start reading into ``_data_received``; fires SOCKET_UP."""
         raise NotImplementedError
 
     def _make_channel(self, channel_id: int) -> Any:
@@ -126,6 +127,15 @@ class AsyncConnection(ConnectionBase):
     # connecting ----------------------------------------------------------------------------
 
     async def _connect_any(self) -> None:
+        try:
+            await self._try_brokers()
+        except BaseException:
+            with self._lock:
+                if self._lifecycle.state is ConnectionStatus.NEW:  # connect() gives up
+                    self._fire(ConnectionEvent.CONNECT_FAILED)
+            raise
+
+    async def _try_brokers(self) -> None:
         errors = []
         last: Optional[BaseException] = None
         for params in self._parameters:
@@ -152,10 +162,8 @@ class AsyncConnection(ConnectionBase):
             # the new core's totals start at 0
             self._seen_acked = self._seen_nacked = self._seen_returned = 0
             self._seen_delivered = self._seen_got = self._seen_published = 0
-            self._closed_by_broker = None
             self._stamped.clear()
             self._to_stamp.clear()
-            self._opened = False
             self._handshake_waiter = waiter
         self._warn_if_unverified(params)
         await self._open_transport(params)
@@ -199,7 +207,7 @@ class AsyncConnection(ConnectionBase):
             with self._lock:
                 self._channels.pop(cid, None)
                 state = self._core.channel_state(cid)
-                if state is not None and self._alive:
+                if state is not None and self._lifecycle.has_socket:
                     try:
                         self._core.close_channel(cid)  # its late open-ok must not leak the number
                     except InvalidStateError:
@@ -228,28 +236,30 @@ class AsyncConnection(ConnectionBase):
 
     async def wait_recovered(self, timeout: Optional[float] = None) -> bool:
         """With recovery on: wait until the connection is up again (True) or timeout."""
-        if self._error is None and self._closed_by_broker is None:
+        lifecycle = self._lifecycle
+        if lifecycle.usable:
             return True
         deadline = _deadline(timeout)
-        while self._alive and self._error is None:  # the broker's close is read, its loss not handled yet
+        while lifecycle.state is ConnectionStatus.CLOSED_BY_BROKER:  # its loss is not handled yet
             left = _left(deadline)
             if left is not None and left <= 0:
                 return False
             await self._sleep(0.001)
         await self._wait_flag(self._recovered, _left(deadline))
-        return self._error is None
+        return lifecycle.usable
 
     async def _recover(self) -> None:
         policy = self.recovery
         if policy is None:
             return
         attempt = 0
-        while not self._closing:
+        lifecycle = self._lifecycle
+        while lifecycle.recovering:  # close() ends it: it gives the connection up itself
             delay = policy.delay(attempt)
             attempt += 1
             log.info("recovery: reconnecting in %.1f s (attempt %d)", delay, attempt)
             await self._sleep(delay)
-            if self._closing:
+            if not lifecycle.recovering:
                 break
             try:
                 await self._connect_any()
@@ -262,14 +272,13 @@ class AsyncConnection(ConnectionBase):
                     self._emit(self._recovery_failed_listeners, RecoveryEvent(attempt, exc, final))
                 if final:
                     log.error("recovery gave up after %d attempts", attempt)
-                    self._give_up()
+                    self._give_up(announced_recovering=True)
                     return
                 continue
-            if self._closing:
+            if not lifecycle.recovering:
                 break  # close() came during the restore: it wins
             self._recovery_done(attempt)
             return
-        self._give_up()
 
     async def _restore(self) -> None:
         """Reopen the channels, declare the topology again, resubscribe the consumers."""
@@ -294,12 +303,13 @@ class AsyncConnection(ConnectionBase):
 
     async def close(self, reply_code: int = 200, reply_text: str = "Normal shutdown") -> None:
         """Close the connection (its channels with it).  Safe to call twice."""
-        if self._closing:
+        with self._lock:
+            old = self._fire(ConnectionEvent.CLOSE)
+        if old is ConnectionStatus.CLOSING or old is ConnectionStatus.CLOSED:
             return
-        self._closing = True
         self._recovered.set()
         self._cancel_recovery()
-        if self._alive and self._opened:
+        if old in OPENED_STATES:
             waiter = self._new_waiter()
             self._close_waiter = waiter
             try:
@@ -309,9 +319,9 @@ class AsyncConnection(ConnectionBase):
                 await self._wait(waiter, self.params.connection_timeout)
             except (AMQPError, OSError, TimeoutError) as exc:
                 log.debug("close: %s", exc)
-        self._on_lost(InvalidStateError("the connection is closed"))
-        if self._channels or self._down_recovering:
-            self._give_up()
+        self._on_lost(InvalidStateError("the connection is closed"))  # the socket, if there is one
+        if old is ConnectionStatus.DOWN:
+            self._give_up(announced_recovering=True)
         self._after_close()
         log.info("connection to %s closed", self.params)
 
@@ -377,8 +387,8 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             with connection._lock:
                 if check:
                     self._check()
-                elif not connection._alive:
-                    raise connection._error or ConnectionLost("the connection is gone")
+                elif not connection._lifecycle.has_socket:
+                    raise connection._lifecycle.error or ConnectionLost("the connection is gone")
                 try:
                     connection._core.send_method(self.channel_id, method)
                 except InvalidStateError:
@@ -527,7 +537,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         broker requeued it."""
         connection = self._connection
         if _LOCKED_SECTION:
-            if self._closed is not None or not connection._alive:
+            if self._closed is not None or not connection._lifecycle.answerable:
                 self._check()
             try:
                 sent = getattr(connection._core, core_method)(self.channel_id, delivery_tag, *args)
@@ -573,7 +583,8 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         """Wait while the broker blocks the connection, the socket cannot take more, or
         channel.flow paused the channel."""
         connection = self._connection
-        if connection._is_blocked:
+        self._check()
+        if connection._lifecycle.state is ConnectionStatus.BLOCKED:
             if connection.blocked_action == "raise":
                 raise ConnectionBlockedError(connection._core.blocked or "blocked")
             connection._flush()
@@ -584,7 +595,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             if not await connection._wait_flag(connection._unblocked, limit):
                 raise ConnectionBlockedError(f"{connection._core.blocked or 'blocked'} (still blocked after {limit} s)")
             self._check()
-        if connection._write_paused:
+        if not connection._writable.is_set():
             if not await connection._wait_flag(connection._writable, _left(deadline)):
                 raise OperationTimeout("room in the socket's write buffer", _left(deadline), self.channel_id)
             self._check()
@@ -608,11 +619,11 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             # may not come before it is unblocked); it raises below, as it would have before.
             refuse = connection.blocked_action == "raise"
             await self._wait_progress(
-                lambda: self._unsettled <= room or (refuse and connection._is_blocked),
+                lambda: self._unsettled <= room or (refuse and connection.blocked),
                 _left(deadline), "room in the confirm window", room,
             )
             self._check()
-            if refuse and connection._is_blocked:
+            if refuse and connection.blocked:
                 raise ConnectionBlockedError(connection._core.blocked or "blocked")
 
     async def basic_publish(
@@ -647,7 +658,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         if connection._held or self._flow_paused:
             await self._wait_publishable(_deadline(timeout))
         if _LOCKED_SECTION:
-            if self._closed is not None or connection._error is not None:
+            if self._closed is not None or not connection._lifecycle.usable:
                 self._check()
             try:
                 connection._core.publish(self.channel_id, exchange, routing_key, body, properties, mandatory)
@@ -684,7 +695,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         if _LOCKED_SECTION:
             # Checked again under the lock: a connection lost while we waited has drained
             # its unconfirmed publishes already, and one queued now would never settle.
-            if self._closed is not None or connection._error is not None:
+            if self._closed is not None or not connection._lifecycle.usable:
                 self._check()
             try:
                 seqno = connection._core.publish(
@@ -715,14 +726,14 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         the safe choice).
         """
         connection = self._connection
-        if self._closed is not None or connection._error is not None:
+        if self._closed is not None or not connection._lifecycle.usable:
             self._check()
         deadline = _deadline(timeout)
         if connection._held or self._flow_paused or self._confirm:
             await self._wait_for_room(count if self._confirm else 0, deadline)
         token = self._new_token(count, None) if self._confirm else None
         if _LOCKED_SECTION:
-            if self._closed is not None or connection._error is not None:
+            if self._closed is not None or not connection._lifecycle.usable:
                 self._check()
             try:
                 first = connection._core.publish_encoded(self.channel_id, frames, count, token)
@@ -836,8 +847,8 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         connection = self._connection
         waiter = connection._new_waiter()
         with connection._lock:
-            if not connection._alive:
-                raise connection._error or ConnectionLost("the connection is gone")
+            if not connection._lifecycle.has_socket:
+                raise connection._lifecycle.error or ConnectionLost("the connection is gone")
             connection._core.open_channel(self.channel_id, self._tag_base)
             self._waiter = waiter
             self._stale = None

@@ -65,6 +65,7 @@ from .listeners import (
     log_callback_error,
 )
 from .message import Message, ReturnedMessage
+from .lifecycle import OPENED_STATES, RECOVERING_STATES, ConnectionEvent, ConnectionStatus, Lifecycle
 from .metrics import MetricsCollector
 from .recovery import END, RecoveryPolicy, Topology, recoverable
 from .connect import unverified_tls
@@ -133,13 +134,12 @@ class ConnectionBase:
     __slots__ = (
         "_parameters", "_ssl_context", "_warned_unverified", "_client_properties", "_on_secure",
         "blocked_action", "blocked_timeout", "rpc_timeout", "recovery", "params", "_lock",
-        "_channels", "_batched", "_flush_later", "_core", "_alive", "_opened", "_closing",
-        "_recovering", "_error", "_is_blocked", "_write_paused", "_held", "_writable",
+        "_channels", "_batched", "_flush_later", "_core", "_lifecycle", "_held", "_writable",
         "_unblocked", "_recovered", "_handshake_waiter", "_close_waiter", "_secret_waiter",
         "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
-        "exception_handler", "_metrics", "_seen_published", "_to_stamp", "_closed_by_broker",
+        "exception_handler", "_metrics", "_seen_published", "_to_stamp",
         "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned",
-        "_seen_delivered", "_seen_got", "_down_recovering", "_close_listeners",
+        "_seen_delivered", "_seen_got", "_close_listeners",
         "_blocked_listeners", "_unblocked_listeners", "_recovery_started_listeners", "_recovery_succeeded_listeners",
         "_recovery_failed_listeners", "__weakref__"
     )
@@ -190,16 +190,12 @@ class ConnectionBase:
         self._batched: list[Any] = []  # consumers holding deliveries of the current read
         self._flush_later: Any = False
         self._core = proto.ConnectionProtocol()
-        self._alive = False  # the current socket is up
-        self._opened = False  # ... and its handshake finished
-        self._closing = False  # close() was called
-        self._recovering = False
-        # Why calls fail: set when the connection is lost or closed, kept through a
-        # recovery until the channels, topology and consumers are back.
-        self._error: Optional[BaseException] = None
-        self._is_blocked = False  # the broker sent connection.blocked
-        self._write_paused = False  # the socket's write buffer is full (asyncio's pause_writing)
-        self._held = False  # either of the two: the one flag a publish reads
+        # The one state of this connection, and why calls fail (``_lifecycle.error``: set
+        # by a loss or a close, kept through a recovery until everything is back).
+        self._lifecycle = Lifecycle(f"connection to {parameters[0]}")
+        # Blocked by the broker or by a full socket buffer: the one attribute a publish
+        # reads before it takes the slow path (written by _update_held only).
+        self._held = False
         self._writable = self._new_flag()
         self._writable.set()
         self._unblocked = self._new_flag()
@@ -219,12 +215,10 @@ class ConnectionBase:
         self._metrics = metrics
         self._seen_published = 0  # the core's count of queued publishes, reported to _metrics
         self._to_stamp: list[Any] = []  # channels with confirm-mode publishes not written yet
-        self._closed_by_broker: Optional[BaseException] = None  # read, its loss not handled yet
         self._stamped: list[Any] = []  # channels with written confirm-mode publishes unsettled
         self._no_ack_seen = False  # a no_ack consumer was ever started: its deliveries need no ack
         # the core's totals, counted already
         self._seen_acked = self._seen_nacked = self._seen_returned = self._seen_delivered = self._seen_got = 0
-        self._down_recovering = False  # the last close event said a recovery follows
         self._close_listeners: list[Callable[[ShutdownEvent], Any]] = []
         self._blocked_listeners: list[Callable[[BlockedEvent], Any]] = []
         self._unblocked_listeners: list[Callable[[UnblockedEvent], Any]] = []
@@ -419,13 +413,25 @@ class ConnectionBase:
     # state ----------------------------------------------------------------------------
 
     @property
+    def state(self) -> ConnectionStatus:
+        """Where the connection is: NEW, CONNECTING, OPEN, BLOCKED, CLOSED_BY_BROKER, DOWN,
+        RECONNECTING, RESTORING, CLOSING, CLOSED or FAILED (see ``amqwire.client.lifecycle``)."""
+        return self._lifecycle.state
+
+    @property
     def is_open(self) -> bool:
-        return self._error is None and not self._closing and self._core.state == "open"
+        return self._lifecycle.usable and self._core.state == "open"
 
     @property
     def blocked(self) -> bool:
         """The broker has blocked publishing on this connection (connection.blocked)."""
-        return self._is_blocked
+        return self._lifecycle.state is ConnectionStatus.BLOCKED
+
+    def _fire(self, event: ConnectionEvent, error: Optional[BaseException] = None) -> ConnectionStatus:
+        """The one way the connection's state changes (under ``_lock``); returns the old one."""
+        old = self._lifecycle.fire(event, error)
+        self._update_held()
+        return old
 
     def __repr__(self) -> str:
         module = type(self).__module__.replace("amqwire.client.blocking", "amqwire.client")
@@ -433,11 +439,12 @@ class ConnectionBase:
 
     def _check(self) -> None:
         """Raise why the connection cannot take calls now, if it cannot."""
-        if self._error is not None:
-            raise self._error
-        if self._closed_by_broker is not None:
-            raise self._closed_by_broker
-        if self._closing:
+        lifecycle = self._lifecycle
+        if lifecycle.usable:
+            return
+        if lifecycle.error is not None:
+            raise lifecycle.error
+        if lifecycle.closed_by_user:
             raise InvalidStateError("the connection is closed")
 
     def _new_core(self, params: ConnectionParameters) -> proto.ConnectionProtocol:
@@ -473,7 +480,7 @@ class ConnectionBase:
         if isinstance(exc, AMQPConnectionError):
             return exc
         params = self.params
-        if not self._opened and not self._core.server_properties:  # nothing AMQP came yet
+        if not self._lifecycle.opened and not self._core.server_properties:  # nothing AMQP came yet
             if isinstance(exc, ProtocolHeaderError) and exc.offered.startswith(b"AMQP"):
                 text = f"{params} does not accept AMQP 0-9-1: {exc}"
             else:
@@ -486,11 +493,12 @@ class ConnectionBase:
 
     def _eof_error(self, detail: Any = None) -> BaseException:
         """The exception for a socket the peer closed (or that failed: ``detail``)."""
-        if self._closing:
+        lifecycle = self._lifecycle
+        if lifecycle.closed_by_user:
             return InvalidStateError("the connection is closed")
         params = self.params
         suffix = f": {detail}" if detail else ""
-        if not self._opened:
+        if not lifecycle.opened:
             if self._core.server_properties:
                 return AuthenticationError(
                     f"{params}: the broker closed the socket during the handshake ({self._login_refused(params)})"
@@ -515,13 +523,13 @@ class ConnectionBase:
                 events = getattr(exc, "events", None) or []
                 error = self._fault(exc, data)
             closed = self._detach_closed_channels(events) if core.channels_released != released else None
-            if core.state is proto.ConnectionState.CLOSED and self._closed_by_broker is None:
+            if core.state is proto.ConnectionState.CLOSED:
                 # The broker closed the connection: a call made between this read and the
                 # dispatch below (which handles the loss) must raise why, an
                 # AMQPConnectionError, not find a closed core (see _check).
                 for event in events:
                     if type(event) is proto.ConnectionClosedEvent and event.by_broker:
-                        self._closed_by_broker = self._broker_close_error(event)
+                        self._fire(ConnectionEvent.BROKER_CLOSE, self._broker_close_error(event))
             if self._metrics is not None:
                 self._count_input(self._metrics, data, events)
         if core.pending_output:
@@ -620,11 +628,16 @@ class ConnectionBase:
             elif kind is proto.SecretUpdated:
                 _settle(self._secret_waiter, None)
             elif kind is proto.ConnectionOpened:
-                self._opened = True
+                with self._lock:
+                    self._fire(ConnectionEvent.HANDSHAKE_DONE)
                 _settle(self._handshake_waiter, event)
             elif kind is proto.ConnectionClosedEvent:
                 if event.by_broker:
-                    error = self._closed_by_broker or self._broker_close_error(event)
+                    lifecycle = self._lifecycle
+                    if lifecycle.state is ConnectionStatus.CLOSED_BY_BROKER and lifecycle.error is not None:
+                        error = lifecycle.error  # made when it was read
+                    else:
+                        error = self._broker_close_error(event)
                     self._flush_quietly()  # our close-ok
                     self._on_lost(error)
                 else:
@@ -640,9 +653,13 @@ class ConnectionBase:
             consumer._hand_over()
 
     def _set_blocked(self, blocked: bool) -> None:
-        self._is_blocked = blocked
-        self._held = blocked or self._write_paused
-        if blocked:
+        with self._lock:
+            self._fire(ConnectionEvent.BLOCK if blocked else ConnectionEvent.UNBLOCK)
+        self._wake_blocked()
+
+    def _wake_blocked(self) -> None:
+        """Publishes waiting while blocked go on (or raise) once the connection is not."""
+        if self._lifecycle.state is ConnectionStatus.BLOCKED:
             self._unblocked.clear()
             if self.blocked_action == "raise":  # publishes waiting for window room raise now
                 for channel in list(self._channels.values()):
@@ -650,36 +667,35 @@ class ConnectionBase:
         else:
             self._unblocked.set()
 
-    # losing the connection ----------------------------------------------------------
-
     def _set_write_paused(self, paused: bool) -> None:
-        self._write_paused = paused
-        self._held = paused or self._is_blocked
+        """The socket's write buffer is full (asyncio's pause_writing), or has room again."""
         if paused:
             self._writable.clear()
         else:
             self._writable.set()
+        self._update_held()
+
+    def _update_held(self) -> None:
+        self._held = self._lifecycle.state is ConnectionStatus.BLOCKED or not self._writable.is_set()
+
+    # losing the connection ----------------------------------------------------------
 
     def _on_lost(self, error: BaseException) -> None:
         """The socket is gone: fail every waiter and every unconfirmed publish; recover
         if asked to and the fault allows it.  Safe to call more than once."""
         with self._lock:
-            if not self._alive:
+            lifecycle = self._lifecycle
+            if not lifecycle.has_socket:
                 return
-            self._alive = False
-            opened = self._opened
-            self._opened = False
-            if self._error is None:
-                self._error = error
-            # Decided with the error, under the lock: whoever sees the error and waits for
-            # the recovery (wait_recovered) must find _recovered cleared, not still set.
+            wanted = self.recovery is not None and recoverable(error)
+            old = self._fire(ConnectionEvent.LOST_RECOVERABLE if wanted else ConnectionEvent.LOST, error)
+            opened = old in OPENED_STATES
             # A loss during a recovery fails that attempt only: the recovery loop decides.
-            recovering = opened and (
-                self._recovering or (self.recovery is not None and not self._closing and recoverable(error))
-            )
-            starts_recovery = recovering and not self._recovering
+            recovering = lifecycle.recovering
+            starts_recovery = opened and recovering and old not in RECOVERING_STATES
             if starts_recovery:
-                self._recovering = True
+                # Decided with the error, under the lock: whoever sees the error and waits
+                # for the recovery (wait_recovered) must find _recovered cleared.
                 self._recovered.clear()
             unconfirmed = self._core.drain_unconfirmed() if opened else {}
             # The channels whose futures were just drained, taken with them: a close() on
@@ -694,14 +710,14 @@ class ConnectionBase:
         _fail(self._handshake_waiter, error)
         _settle(self._close_waiter, None)
         _fail(self._secret_waiter, error)
-        self._set_blocked(False)
+        self._wake_blocked()
         if not opened:
             return  # a handshake that failed: whoever connects raises it
-        if not self._closing:
+        if old is not ConnectionStatus.CLOSING:
             log.error("connection to %s lost: %s", self.params, error)
+        recovering = recovering and old is not ConnectionStatus.CLOSING
         for channel_id, channel in channels:
             channel._on_connection_lost(error, unconfirmed.get(channel_id, ()), recovering)
-        self._down_recovering = recovering
         if self._close_listeners:
             self._emit(self._close_listeners, self._shutdown_event(error, recovering))
         if recovering:
@@ -713,7 +729,7 @@ class ConnectionBase:
         self._give_up()
 
     def _shutdown_event(self, error: BaseException, recovering: bool) -> ShutdownEvent:
-        if self._closing:
+        if self._lifecycle.closed_by_user:
             code, text = self._core.close_reason_sent()
             return ShutdownEvent(0, True, False, code, text, None, False)
         if isinstance(error, ConnectionClosed):
@@ -721,24 +737,27 @@ class ConnectionBase:
         code = getattr(error.__cause__, "reply_code", 0) or 0  # a protocol error we closed with
         return ShutdownEvent(0, False, False, code, str(error), error, recovering)
 
-    def _give_up(self) -> None:
-        """No recovery: the channels are closed for good."""
-        error = self._error or InvalidStateError("the connection is closed")
+    def _give_up(self, announced_recovering: bool = False) -> None:
+        """No recovery: the channels are closed for good.  ``announced_recovering``: the
+        close listeners last heard that a recovery follows, and must hear it does not."""
+        with self._lock:
+            if self._lifecycle.recovering:
+                self._fire(ConnectionEvent.GIVE_UP)
+        error = self._lifecycle.error or InvalidStateError("the connection is closed")
         for channel in list(self._channels.values()):
             channel._on_connection_lost(error, (), False)
         self._channels = {}  # a new dict, not cleared: see _data_received
-        self._recovering = False
         self._recovered.set()
-        if self._down_recovering:  # the close listeners heard "recovering": it is not coming back
-            self._down_recovering = False
-            if self._close_listeners:
-                self._emit(self._close_listeners, self._shutdown_event(error, False))
+        if announced_recovering and self._close_listeners:
+            self._emit(self._close_listeners, self._shutdown_event(error, False))
         self._closed_for_good()
 
     def _recovery_done(self, attempt: int) -> None:
         with self._lock:
-            self._error = None
-        self._recovering = False
+            self._fire(ConnectionEvent.RESTORED)
+            if self._core.blocked is not None:  # blocked while restoring: the core kept it
+                self._fire(ConnectionEvent.BLOCK)
+        self._wake_blocked()
         self._recovered.set()
         log.info("recovery: connection to %s restored", self.params)
         if self._metrics is not None:
@@ -897,7 +916,7 @@ class ChannelBase:
     @property
     def is_open(self) -> bool:
         connection = self._connection
-        if self._closed is not None or connection._error is not None or connection._closing:
+        if self._closed is not None or not connection._lifecycle.usable:
             return False
         state = connection._core.channel_state(self.channel_id)  # may know of a close first
         return state is not None and state.is_open

@@ -145,7 +145,7 @@ def test_wait_recovered_seen_right_after_the_loss_waits_for_that_recovery(amqp_u
         conn.channel()
         loser.start()
         assert paused.wait(10)
-        assert conn._error is not None  # what a caller sees now
+        assert conn._lifecycle.error is not None  # what a caller sees now
         waiter = threading.Thread(target=lambda: answers.append(conn.wait_recovered(20)))
         waiter.start()
         waiter.join(0.5)

@@ -328,7 +328,7 @@ class SyncProducer(ProducerCore, Generic[_Future]):
                     self._waiting = "a connection to a broker (every broker failed recently)"
                 return None
             if broker.connection is not None and not broker.usable():
-                self._broker_failed(broker, broker.connection._error or AMQPConnectionError("connection lost"))
+                self._broker_failed(broker, broker.connection._lifecycle.error or AMQPConnectionError("connection lost"))
                 continue
             if broker.connection is None:
                 self._waiting = f"a connection to {broker.url}"

@@ -1,0 +1,185 @@
+"""A connection's lifecycle: one state from an explicit set, one table of transitions.
+
+Everything a connection decides about itself (may a call go ahead, may an ack, is there a
+socket to write to, does a loss start a recovery, has the user closed it) is read from
+``Lifecycle.state``, and only ``Lifecycle.fire`` changes it, by looking up (state, event)
+in ``TRANSITIONS``.  An event that the table does not allow in a state is a bug of the
+client, not of the user: it raises ``InvalidStateError`` naming both.  Every change is
+logged at DEBUG on ``amqwire.client.lifecycle``.
+
+The state carries one datum with it: ``error``, why calls fail (the loss, the broker's
+close, or the user's close), set by the events that mean it and cleared by the ones that
+end it.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+from typing import Optional
+
+from .errors import InvalidStateError
+
+log = logging.getLogger("amqwire.client.lifecycle")
+
+__all__ = ["ConnectionStatus", "ConnectionEvent", "TRANSITIONS", "Lifecycle"]
+
+
+class ConnectionStatus(enum.Enum):
+    """Where a logical connection is (it outlives the sockets a recovery replaces)."""
+
+    NEW = "new"                            # no socket yet: connect() is trying the brokers
+    CONNECTING = "connecting"              # a socket, the handshake under way (connect())
+    OPEN = "open"
+    BLOCKED = "blocked"                    # open; the broker blocked publishing (connection.blocked)
+    CLOSED_BY_BROKER = "closed by broker"  # the broker's connection.close is read; its loss comes next
+    DOWN = "down"                          # the socket is lost and a recovery will reconnect
+    RECONNECTING = "reconnecting"          # a recovery attempt: a socket, the handshake under way
+    RESTORING = "restoring"                # reconnected: channels, topology and consumers coming back
+    CLOSING = "closing"                    # close(): the close handshake under way
+    CLOSED = "closed"                      # closed by the user, for good
+    FAILED = "failed"                      # lost and not recovered, for good
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ConnectionEvent(enum.Enum):
+    SOCKET_UP = "socket up"
+    HANDSHAKE_DONE = "handshake done"
+    CONNECT_FAILED = "connect failed"      # connect() tried every broker
+    BLOCK = "connection.blocked"
+    UNBLOCK = "connection.unblocked"
+    BROKER_CLOSE = "connection.close from the broker"
+    LOST = "lost"                          # the socket is gone; no recovery wanted
+    LOST_RECOVERABLE = "lost, recoverable"  # the socket is gone; recovery is on and the fault allows it
+    RESTORED = "restored"
+    GIVE_UP = "recovery given up"
+    CLOSE = "close()"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+S = ConnectionStatus
+E = ConnectionEvent
+
+#: States with a socket: I/O may go on.
+SOCKET_STATES = frozenset({S.CONNECTING, S.OPEN, S.BLOCKED, S.CLOSED_BY_BROKER, S.RECONNECTING, S.RESTORING, S.CLOSING})
+#: States whose socket finished its handshake.
+OPENED_STATES = frozenset({S.OPEN, S.BLOCKED, S.CLOSED_BY_BROKER, S.RESTORING, S.CLOSING})
+#: A recovery is under way.
+RECOVERING_STATES = frozenset({S.DOWN, S.RECONNECTING, S.RESTORING})
+#: Callers may send (requests, publishes).
+USABLE_STATES = frozenset({S.OPEN, S.BLOCKED})
+#: Deliveries of the current socket may be acked, nacked, rejected: a recovering
+#: connection's re-subscribed consumers get deliveries before the recovery ends.
+ANSWERABLE_STATES = frozenset({S.OPEN, S.BLOCKED, S.RESTORING})
+FINAL_STATES = frozenset({S.CLOSED, S.FAILED})
+
+# (state, event) -> state.  Losses and gives-up may be reported twice (the reader and a
+# writer, a recovery thread and close()): the second finds a state that maps to itself.
+TRANSITIONS: dict[tuple[ConnectionStatus, ConnectionEvent], ConnectionStatus] = {
+    (S.NEW, E.SOCKET_UP): S.CONNECTING,
+    (S.NEW, E.CONNECT_FAILED): S.FAILED,
+    (S.NEW, E.LOST): S.NEW,
+    (S.NEW, E.LOST_RECOVERABLE): S.NEW,
+    (S.NEW, E.CLOSE): S.CLOSED,
+    (S.CONNECTING, E.HANDSHAKE_DONE): S.OPEN,
+    (S.CONNECTING, E.BROKER_CLOSE): S.CONNECTING,  # a refused login: the loss follows
+    (S.CONNECTING, E.LOST): S.NEW,  # the next broker, or connect() raises
+    (S.CONNECTING, E.LOST_RECOVERABLE): S.NEW,
+    (S.CONNECTING, E.CLOSE): S.CLOSED,
+    (S.OPEN, E.BLOCK): S.BLOCKED,
+    (S.OPEN, E.UNBLOCK): S.OPEN,
+    (S.OPEN, E.BROKER_CLOSE): S.CLOSED_BY_BROKER,
+    (S.OPEN, E.LOST): S.FAILED,
+    (S.OPEN, E.LOST_RECOVERABLE): S.DOWN,
+    (S.OPEN, E.CLOSE): S.CLOSING,
+    (S.BLOCKED, E.BLOCK): S.BLOCKED,
+    (S.BLOCKED, E.UNBLOCK): S.OPEN,
+    (S.BLOCKED, E.BROKER_CLOSE): S.CLOSED_BY_BROKER,
+    (S.BLOCKED, E.LOST): S.FAILED,
+    (S.BLOCKED, E.LOST_RECOVERABLE): S.DOWN,
+    (S.BLOCKED, E.CLOSE): S.CLOSING,
+    (S.CLOSED_BY_BROKER, E.BLOCK): S.CLOSED_BY_BROKER,
+    (S.CLOSED_BY_BROKER, E.UNBLOCK): S.CLOSED_BY_BROKER,
+    (S.CLOSED_BY_BROKER, E.BROKER_CLOSE): S.CLOSED_BY_BROKER,
+    (S.CLOSED_BY_BROKER, E.LOST): S.FAILED,
+    (S.CLOSED_BY_BROKER, E.LOST_RECOVERABLE): S.DOWN,
+    (S.CLOSED_BY_BROKER, E.CLOSE): S.CLOSING,
+    (S.DOWN, E.SOCKET_UP): S.RECONNECTING,
+    (S.DOWN, E.LOST): S.DOWN,
+    (S.DOWN, E.LOST_RECOVERABLE): S.DOWN,
+    (S.DOWN, E.GIVE_UP): S.FAILED,
+    (S.DOWN, E.CLOSE): S.CLOSED,
+    (S.RECONNECTING, E.HANDSHAKE_DONE): S.RESTORING,
+    (S.RECONNECTING, E.BROKER_CLOSE): S.RECONNECTING,
+    (S.RECONNECTING, E.LOST): S.DOWN,  # a failed attempt: the recovery decides what next
+    (S.RECONNECTING, E.LOST_RECOVERABLE): S.DOWN,
+    (S.RECONNECTING, E.CLOSE): S.CLOSING,  # no close handshake: the socket is aborted
+    (S.RESTORING, E.BLOCK): S.RESTORING,  # the core keeps it: RESTORED reads it
+    (S.RESTORING, E.UNBLOCK): S.RESTORING,
+    (S.RESTORING, E.BROKER_CLOSE): S.RESTORING,
+    (S.RESTORING, E.LOST): S.DOWN,
+    (S.RESTORING, E.LOST_RECOVERABLE): S.DOWN,
+    (S.RESTORING, E.RESTORED): S.OPEN,
+    (S.RESTORING, E.CLOSE): S.CLOSING,
+    (S.CLOSING, E.BLOCK): S.CLOSING,
+    (S.CLOSING, E.UNBLOCK): S.CLOSING,
+    (S.CLOSING, E.BROKER_CLOSE): S.CLOSING,
+    (S.CLOSING, E.LOST): S.CLOSED,
+    (S.CLOSING, E.LOST_RECOVERABLE): S.CLOSED,
+    (S.CLOSING, E.CLOSE): S.CLOSING,
+    (S.CLOSED, E.LOST): S.CLOSED,
+    (S.CLOSED, E.LOST_RECOVERABLE): S.CLOSED,
+    (S.CLOSED, E.GIVE_UP): S.CLOSED,
+    (S.CLOSED, E.CLOSE): S.CLOSED,
+    (S.FAILED, E.LOST): S.FAILED,
+    (S.FAILED, E.LOST_RECOVERABLE): S.FAILED,
+    (S.FAILED, E.GIVE_UP): S.FAILED,
+    (S.FAILED, E.CLOSE): S.CLOSED,
+}
+
+
+class Lifecycle:
+    """One connection's state and why calls fail (``error``); see the module's text.
+
+    ``usable``, ``answerable``, ``has_socket``, ``opened``, ``recovering`` and
+    ``closed_by_user`` say whether the state is in the sets above: read-only views of
+    ``state``, written by ``fire`` alone, so a hot path reads one attribute."""
+
+    __slots__ = ("state", "error", "name", "usable", "answerable", "has_socket", "opened", "recovering",
+                 "closed_by_user")
+
+    def __init__(self, name: str = "connection") -> None:
+        self.name = name
+        self.error: Optional[BaseException] = None
+        self._enter(S.NEW)
+
+    def _enter(self, state: ConnectionStatus) -> None:
+        self.state = state
+        self.usable = state in USABLE_STATES
+        self.answerable = state in ANSWERABLE_STATES
+        self.has_socket = state in SOCKET_STATES
+        self.opened = state in OPENED_STATES
+        self.recovering = state in RECOVERING_STATES
+        self.closed_by_user = state is S.CLOSING or state is S.CLOSED
+
+    def fire(self, event: ConnectionEvent, error: Optional[BaseException] = None) -> ConnectionStatus:
+        """Take the transition of ``event``; returns the state it left.  ``error``: why
+        calls fail from now on, for the events that bring one (kept if one is set)."""
+        old = self.state
+        new = TRANSITIONS.get((old, event))
+        if new is None:
+            raise InvalidStateError(f"{self.name}: {event} is not possible while {old}")
+        self._enter(new)
+        if new is S.OPEN:
+            self.error = None  # connected, or recovered
+        elif error is not None and self.error is None:
+            self.error = error  # the first reason stays: a loss is not hidden by the close after it
+        if new is not old:
+            log.debug("%s: %s -> %s (%s)", self.name, old, new, event)
+        return old
+
+    def __repr__(self) -> str:
+        return f"<Lifecycle {self.name} {self.state}>"

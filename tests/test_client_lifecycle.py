@@ -1,0 +1,192 @@
+"""A connection's lifecycle: one state, one table (client/lifecycle.py), and what the
+connection reads from it, on both transports."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+
+import pytest
+
+from amqwire.client.errors import InvalidStateError
+from amqwire.client.lifecycle import (
+    ANSWERABLE_STATES,
+    OPENED_STATES,
+    RECOVERING_STATES,
+    SOCKET_STATES,
+    TRANSITIONS,
+    USABLE_STATES,
+    ConnectionEvent,
+    ConnectionStatus,
+    Lifecycle,
+)
+
+S, E = ConnectionStatus, ConnectionEvent
+
+
+def at(state: ConnectionStatus) -> Lifecycle:
+    """A lifecycle driven into ``state`` through the table (the shortest path)."""
+    paths = {S.NEW: []}
+    frontier = [S.NEW]
+    while frontier:
+        nxt = []
+        for src in frontier:
+            for (a, event), b in TRANSITIONS.items():
+                if a is src and b not in paths:
+                    paths[b] = paths[src] + [event]
+                    nxt.append(b)
+        frontier = nxt
+    lifecycle = Lifecycle("test")
+    for event in paths[state]:
+        lifecycle.fire(event, RuntimeError("why"))
+    assert lifecycle.state is state
+    return lifecycle
+
+
+def test_every_state_is_reachable_and_only_final_states_are_dead_ends():
+    for state in S:
+        at(state)
+    for state in S:
+        leaving = {b for (a, _), b in TRANSITIONS.items() if a is state and b is not state}
+        if state in (S.CLOSED,):
+            assert not leaving
+        else:
+            assert leaving, f"{state} has no way out"
+
+
+@pytest.mark.parametrize("state", list(S), ids=str)
+def test_an_event_the_table_does_not_allow_raises_naming_both(state):
+    for event in E:
+        lifecycle = at(state)
+        if (state, event) in TRANSITIONS:
+            old = lifecycle.fire(event)
+            assert old is state and lifecycle.state is TRANSITIONS[state, event]
+            continue
+        with pytest.raises(InvalidStateError) as raised:
+            lifecycle.fire(event)
+        assert str(event) in str(raised.value) and str(state) in str(raised.value)
+        assert lifecycle.state is state  # unchanged
+
+
+def test_views_follow_the_state_and_error_is_kept_until_open():
+    lifecycle = Lifecycle("test")
+    first, second = ConnectionError("first"), ConnectionError("second")
+    for event, error in [(E.SOCKET_UP, None), (E.HANDSHAKE_DONE, None), (E.LOST_RECOVERABLE, first),
+                         (E.SOCKET_UP, None), (E.LOST, second), (E.SOCKET_UP, None), (E.HANDSHAKE_DONE, None)]:
+        lifecycle.fire(event, error)
+        state = lifecycle.state
+        assert lifecycle.usable == (state in USABLE_STATES)
+        assert lifecycle.answerable == (state in ANSWERABLE_STATES)
+        assert lifecycle.has_socket == (state in SOCKET_STATES)
+        assert lifecycle.opened == (state in OPENED_STATES)
+        assert lifecycle.recovering == (state in RECOVERING_STATES)
+        if state is S.DOWN or state is S.RECONNECTING:
+            assert lifecycle.error is first  # the first loss stays the reason
+    assert lifecycle.state is S.RESTORING and lifecycle.error is first
+    assert not lifecycle.usable and lifecycle.answerable  # acks of re-subscribed consumers go ahead
+    lifecycle.fire(E.RESTORED)
+    assert lifecycle.state is S.OPEN and lifecycle.error is None
+
+
+def test_transitions_are_logged_at_debug(caplog):
+    caplog.set_level(logging.DEBUG, logger="amqwire.client.lifecycle")
+    lifecycle = Lifecycle("connection to x")
+    lifecycle.fire(E.SOCKET_UP)
+    lifecycle.fire(E.HANDSHAKE_DONE)
+    lines = [r.getMessage() for r in caplog.records if r.name == "amqwire.client.lifecycle"]
+    assert lines == ["connection to x: new -> connecting (socket up)",
+                     "connection to x: connecting -> open (handshake done)"]
+
+
+# --------------------------------------------------------------------------- on both transports
+# (states compared with ==: the blocking transport's test proxy wraps what it returns)
+
+
+def test_states_across_open_close_and_a_loss_without_recovery(run):
+    async def scenario(api):
+        E_ = api.errors
+        conn = await api.connect()
+        assert conn.state == S.OPEN and conn.is_open
+        await conn.close()
+        assert conn.state == S.CLOSED and not conn.is_open
+        await conn.close()  # twice: nothing happens
+        assert conn.state == S.CLOSED
+
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy))
+        ch = await conn.channel()
+        proxy.kill()
+        with pytest.raises(E_.AMQPConnectionError):
+            await asyncio.wait_for(ch.queue_declare("", exclusive=True), 10)
+        assert conn.state == S.FAILED
+        await conn.close()
+        assert conn.state == S.CLOSED
+
+    run(scenario)
+
+
+def test_a_recovery_goes_down_and_comes_back_open(run):
+    async def scenario(api):
+        from amqwire.client import RecoveryPolicy
+
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy), recovery=RecoveryPolicy(initial_delay=0.5, max_delay=0.5))
+        ch = await conn.channel()
+        seen = []
+        conn.add_recovery_started_listener(lambda event: seen.append(conn.state))
+        proxy.kill()
+        for _ in range(200):
+            if conn.state != S.OPEN:
+                break
+            await asyncio.sleep(0.01)
+        assert conn.state in RECOVERING_STATES, conn.state
+        assert await conn.wait_recovered(20), "no recovery within 20 s"
+        assert conn.state == S.OPEN and seen and seen[0] in RECOVERING_STATES
+        await ch.queue_declare("", exclusive=True)
+
+    run(scenario)
+
+
+class _NotABroker:
+    """Accepts connections and answers with bytes that are not AMQP, then closes."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                sock.recv(64)
+                sock.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self):
+        self.listener.close()
+
+
+def test_a_broker_that_fails_the_handshake_does_not_spoil_the_next_one(run):
+    """connect() with two URLs, the first not a broker: the failed handshake's error must not
+    stay the connection's reason once the second broker opened it (it did: is_open False and
+    every call raised the first broker's error)."""
+    peer = _NotABroker()
+
+    async def scenario(api):
+        bad = api.url_with(host="127.0.0.1", port=peer.port)
+        conn = await api.connect([bad, api.url])
+        assert conn.state == S.OPEN and conn.is_open
+        ch = await conn.channel()
+        await ch.queue_declare("", exclusive=True)
+
+    try:
+        run(scenario)
+    finally:
+        peer.close()
