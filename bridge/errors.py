@@ -1,8 +1,10 @@
 """Why a bridge could not start, or stopped: one line each, and the command's exit code."""
 from __future__ import annotations
 
+from amqwire.client.errors import AmqwireError
 
-class BridgeError(Exception):
+
+class BridgeError(AmqwireError):
     """Base class; ``exit_code`` is what ``python -m amqwire.bridge`` exits with."""
 
     exit_code = 1

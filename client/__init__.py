@@ -10,6 +10,7 @@ from . import aio
 from .blocking import Channel, Connection, Consumer, PublishFuture, connect
 from .recovery import RecoveryPolicy
 from .errors import (
+    AmqwireError,
     AMQPError,
     InvalidStateError,
     AMQPConnectionError,
@@ -71,6 +72,7 @@ __all__ = [
     "ConnectionParameters",
     "parse_url",
     "RecoveryPolicy",
+    "AmqwireError",
     "AMQPError",
     "InvalidStateError",
     "AMQPConnectionError",

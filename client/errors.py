@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from amqwire.codec import METHODS
+from amqwire.codec import METHODS, AmqwireError
 
 
 def method_name(class_id: int, method_id: int) -> str:
@@ -20,8 +20,9 @@ def method_name(class_id: int, method_id: int) -> str:
     return method.NAME if method is not None else f"{class_id}.{method_id}"
 
 
-class AMQPError(Exception):
-    """Base class of every error the client raises."""
+class AMQPError(AmqwireError):
+    """Base class of every error the client raises (an :class:`AmqwireError`, the root of
+    every exception amqwire raises, re-exported here from ``amqwire.codec``)."""
 
 
 class InvalidStateError(AMQPError, RuntimeError):
@@ -230,6 +231,7 @@ class ConnectionBlockedError(AMQPError):
 
 
 __all__ = [
+    "AmqwireError",
     "AMQPError",
     "InvalidStateError",
     "AMQPConnectionError",

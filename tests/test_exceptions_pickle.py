@@ -13,6 +13,7 @@ import pkgutil
 
 import pytest
 
+import amqwire.bridge
 import amqwire.client
 import amqwire.codec
 import amqwire.spark
@@ -21,7 +22,7 @@ from amqwire.codec import BasicProperties
 
 def _all_exception_classes():
     found = {}
-    for package in (amqwire.codec, amqwire.client, amqwire.spark):
+    for package in (amqwire.codec, amqwire.client, amqwire.bridge, amqwire.spark):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             module = importlib.import_module(info.name)
             for obj in vars(module).values():
@@ -116,13 +117,14 @@ def _state(exc):
     return attrs
 
 
-def test_the_walk_finds_the_classes_of_all_three_error_modules():
+def test_the_walk_finds_the_classes_of_all_four_packages():
     names = set(CLASSES)
     for expected in ("amqwire.codec.errors.ProtocolHeaderError", "amqwire.client.errors.MessageReturned",
                      "amqwire.client.errors.OperationTimeout", "amqwire.spark.errors.RowEncodeError",
-                     "amqwire.spark.errors.SinkError"):
+                     "amqwire.spark.errors.SinkError", "amqwire.bridge.errors.MissingResource",
+                     "amqwire.bridge.path.PathError"):
         assert expected in names
-    assert len(names) >= 29, sorted(names)  # 6 codec + 20 client + 3 spark today
+    assert len(names) >= 36, sorted(names)  # 7 codec + 24 client + 6 bridge + 3 spark today
 
 
 @pytest.mark.parametrize("name", sorted(CLASSES))
