@@ -1,4 +1,4 @@
-"""One root for every exception amqwire defines.
+"""One root for every exception amqwire defines, and one class per name.
 
 The classes are found by walking every module of the four packages (spark's import
 pyspark, installed in the test venv), so a class added later cannot escape these tests.
@@ -59,6 +59,14 @@ def test_every_exception_class_derives_from_the_root(name):
     assert issubclass(CLASSES[name], AmqwireError), f"{name} is not an AmqwireError"
 
 
+def test_no_two_exception_classes_share_a_name():
+    by_name = {}
+    for cls in {id(c): c for c in CLASSES.values()}.values():  # re-exports are the same class
+        by_name.setdefault(cls.__name__, []).append(f"{cls.__module__}.{cls.__qualname__}")
+    shared = {name: where for name, where in by_name.items() if len(where) > 1}
+    assert not shared, shared
+
+
 def test_the_root_is_one_class_defined_in_the_codec():
     assert AmqwireError.__module__ == "amqwire.codec.errors"
     assert amqwire.client.AmqwireError is E.AmqwireError is amqwire.codec.errors.AmqwireError
@@ -87,3 +95,11 @@ def test_the_codec_defines_the_root_without_importing_the_layers_above():
 ])
 def test_each_class_keeps_its_builtin(cls, builtin):
     assert issubclass(cls, AmqwireError) and issubclass(cls, builtin)
+
+
+def test_the_bridges_access_refused_has_its_own_name():
+    assert not hasattr(amqwire.bridge, "AccessRefused")
+    assert "AccessRefused" not in amqwire.bridge.__all__
+    refused = amqwire.bridge.BrokerAccessRefused
+    assert issubclass(refused, amqwire.bridge.BridgeError) and refused.exit_code == 4
+    assert not issubclass(refused, amqwire.client.AccessRefused)

@@ -121,7 +121,7 @@ def test_the_walk_finds_the_classes_of_all_four_packages():
     names = set(CLASSES)
     for expected in ("amqwire.codec.errors.ProtocolHeaderError", "amqwire.client.errors.MessageReturned",
                      "amqwire.client.errors.OperationTimeout", "amqwire.spark.errors.RowEncodeError",
-                     "amqwire.spark.errors.SinkError", "amqwire.bridge.errors.MissingResource",
+                     "amqwire.spark.errors.SinkError", "amqwire.bridge.errors.BrokerAccessRefused",
                      "amqwire.bridge.path.PathError"):
         assert expected in names
     assert len(names) >= 36, sorted(names)  # 7 codec + 24 client + 6 bridge + 3 spark today
