@@ -483,14 +483,6 @@ def retryable(error: BaseException, retry_on_return: bool) -> bool:
     return isinstance(error, (PublishNacked, AMQPConnectionError, ChannelClosed, InvalidStateError, OSError))
 
 
-def final_error(error: BaseException) -> BaseException:
-    """What a send that cannot be retried fails with: the broker's channel error itself
-    when a publish was never confirmed because of it (a missing exchange: NotFound)."""
-    if isinstance(error, PublishUnconfirmed) and isinstance(error.cause, ChannelClosed) and error.cause.by_broker:
-        return error.cause
-    return error
-
-
 class ProducerCore:
     """The Producer's state and decisions; the transport supplies ``_lock`` (a context
     manager), ``_new_future()``, ``_resolve(future, result, error)``, ``_wake()`` (the
@@ -821,7 +813,7 @@ class ProducerCore:
 
     def _fail(self, message: OutgoingMessage, error: BaseException) -> None:
         attempts = message.attempts or ()
-        self._settle(message, None, SendFailed(final_error(error), attempts, message.message_id))
+        self._settle(message, None, SendFailed(error, attempts, message.message_id))
 
     def _expire(self, message: OutgoingMessage, wait: str) -> None:
         self._settle(message, None, SendTimeout(wait, message.timeout, message.attempts or (), message.message_id))

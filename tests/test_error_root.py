@@ -1,4 +1,5 @@
-"""One root for every exception amqwire defines, and one class per name.
+"""One root for every exception amqwire defines, one class per name, and a publish failed by
+a channel close that is both PublishUnconfirmed and the close's class.
 
 The classes are found by walking every module of the four packages (spark's import
 pyspark, installed in the test venv), so a class added later cannot escape these tests.
@@ -103,3 +104,55 @@ def test_the_bridges_access_refused_has_its_own_name():
     refused = amqwire.bridge.BrokerAccessRefused
     assert issubclass(refused, amqwire.bridge.BridgeError) and refused.exit_code == 4
     assert not issubclass(refused, amqwire.client.AccessRefused)
+
+
+# --------------------------------------------------------------------------- PublishUnconfirmed
+
+
+CLOSES = [
+    (E.AccessRefused, 403, "ACCESS_REFUSED - access to exchange 'x' refused"),
+    (E.NotFound, 404, "NOT_FOUND - no exchange 'x' in vhost '/'"),
+    (E.ResourceLocked, 405, "RESOURCE_LOCKED - cannot obtain exclusive access"),
+    (E.PreconditionFailed, 406, "PRECONDITION_FAILED - unknown delivery tag 9"),
+    (E.ChannelClosed, 311, "CONTENT_TOO_LARGE"),
+]
+
+
+@pytest.mark.parametrize("close_class, code, text", CLOSES)
+def test_a_publish_failed_by_a_broker_close_is_also_the_close(close_class, code, text):
+    close = E.channel_closed(code, text, 60, 40, by_broker=True, channel=3)
+    assert type(close) is close_class
+    exc = E.PublishUnconfirmed(7, close)
+    assert isinstance(exc, E.PublishUnconfirmed) and isinstance(exc, close_class)
+    assert isinstance(exc, E.PublishError) and isinstance(exc, E.ChannelClosed)
+    assert type(exc).__name__ == "PublishUnconfirmed"
+    # PublishUnconfirmed's attributes and message, the close's fields
+    assert (exc.delivery_tag, exc.cause, exc.args) == (7, close, (7,))
+    assert str(exc) == f"publish with delivery tag 7 was never confirmed: {close}"
+    assert (exc.reply_code, exc.reply_text, exc.class_id, exc.method_id, exc.by_broker, exc.channel) == (
+        code, text, 60, 40, True, 3)
+    assert exc.method_name == "basic.publish"
+    # one class per close class
+    assert type(E.PublishUnconfirmed(8, E.channel_closed(code, "", 0, 0, by_broker=True, channel=1))) is type(exc)
+    with pytest.raises(close_class):
+        raise exc
+
+
+@pytest.mark.parametrize("cause", [
+    None,
+    E.ConnectionLost("the socket closed"),
+    E.ConnectionClosed(320, "CONNECTION_FORCED", by_broker=True),
+    E.ChannelClosed(200, "bye", by_broker=False, channel=1),  # this client closed it
+])
+def test_other_causes_leave_a_plain_publish_unconfirmed(cause):
+    exc = E.PublishUnconfirmed(2, cause)
+    assert type(exc) is E.PublishUnconfirmed and not isinstance(exc, E.ChannelClosed)
+    assert exc.cause is cause
+
+
+def test_a_subclass_of_publish_unconfirmed_stays_itself():
+    class Mine(E.PublishUnconfirmed):
+        pass
+
+    close = E.channel_closed(404, "NOT_FOUND", 60, 40, by_broker=True, channel=1)
+    assert type(Mine(1, close)) is Mine
