@@ -8,7 +8,7 @@ or from Python, on asyncio::
     async with Bridge("amqp://a/", "orders", "amqp://b/") as bridge:
         await bridge.wait()
 """
-from .errors import AccessRefused, BridgeError, BridgeFailed, BrokerUnreachable, MissingResource
+from .errors import BridgeError, BridgeFailed, BrokerAccessRefused, BrokerUnreachable, MissingResource
 from .filters import TopicFilter, topic_matches
 from .forwarder import AckMode, Forwarder
 from .path import PATH_HEADER, read_path
@@ -27,7 +27,7 @@ __all__ = [
     "read_path",
     "BridgeError",
     "BrokerUnreachable",
-    "AccessRefused",
+    "BrokerAccessRefused",
     "MissingResource",
     "BridgeFailed",
 ]

@@ -1,8 +1,12 @@
 """Why a bridge could not start, or stopped: one line each, and the command's exit code."""
 from __future__ import annotations
 
+from amqwire.client.errors import AmqwireError
 
-class BridgeError(Exception):
+__all__ = ["BridgeError", "BrokerUnreachable", "BrokerAccessRefused", "MissingResource", "BridgeFailed"]
+
+
+class BridgeError(AmqwireError):
     """Base class; ``exit_code`` is what ``python -m amqwire.bridge`` exits with."""
 
     exit_code = 1
@@ -14,8 +18,11 @@ class BrokerUnreachable(BridgeError):
     exit_code = 3
 
 
-class AccessRefused(BridgeError):
-    """A broker refused the credentials, the vhost or the access to a queue or exchange."""
+class BrokerAccessRefused(BridgeError):
+    """A broker refused the credentials, the vhost or the access to a queue or exchange.
+
+    Not the client's ``amqwire.client.AccessRefused`` (a 403 channel close), which it
+    usually wraps as ``__cause__``: one name, one class across amqwire."""
 
     exit_code = 4
 

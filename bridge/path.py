@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Optional
 
-from amqwire.codec import BasicProperties, encode_array
+from amqwire.codec import AmqwireError, BasicProperties, encode_array
 
 PATH_HEADER = "x-amqwire-path"
 
@@ -34,7 +34,7 @@ _FIXED = {
 _SIZED = {ord("S"), ord("x"), ord("A"), ord("F")}
 
 
-class PathError(ValueError):
+class PathError(AmqwireError, ValueError):
     """A content header whose property bytes do not parse where the path must go."""
 
 

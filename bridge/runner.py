@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 from amqwire.client import aio
 from amqwire.client.errors import (
-    AccessRefused as ClientAccessRefused,
+    AccessRefused,
     AMQPConnectionError,
     AMQPError,
     AuthenticationError,
@@ -33,7 +33,7 @@ from amqwire.client.lifecycle import ConnectionStatus
 from amqwire.client.recovery import RecoveryPolicy
 from amqwire.client.url import parse_url
 
-from .errors import AccessRefused, BridgeError, BridgeFailed, BrokerUnreachable, MissingResource
+from .errors import BridgeError, BridgeFailed, BrokerAccessRefused, BrokerUnreachable, MissingResource
 from .filters import TopicFilter
 from .forwarder import ACK, AckMode, Batch, Forwarder
 from .stats import BridgeStats
@@ -67,10 +67,10 @@ async def _connect(url: str, role: str, recovery: RecoveryPolicy, connection_tim
         return await aio.connect(url, recovery=recovery, connection_timeout=connection_timeout, heartbeat=heartbeat,
                                  client_properties={"connection_name": f"amqwire.bridge {role}"})
     except AuthenticationError as exc:
-        raise AccessRefused(f"{role} broker {_display(url)} refused the credentials: {exc}") from exc
+        raise BrokerAccessRefused(f"{role} broker {_display(url)} refused the credentials: {exc}") from exc
     except ConnectionClosed as exc:
         if exc.reply_code in (402, 403, 530):
-            raise AccessRefused(f"{role} broker {_display(url)} refused access: {exc}") from exc
+            raise BrokerAccessRefused(f"{role} broker {_display(url)} refused access: {exc}") from exc
         raise BrokerUnreachable(f"{role} broker {_display(url)} closed the connection: {exc}") from exc
     except (AMQPConnectionError, OSError, TimeoutError) as exc:
         raise BrokerUnreachable(f"cannot reach the {role} broker {_display(url)}: {exc}") from exc
@@ -81,8 +81,8 @@ async def _connect(url: str, role: str, recovery: RecoveryPolicy, connection_tim
 def _resource_error(exc: AMQPError, what: str) -> BridgeError:
     if isinstance(exc, NotFound):
         return MissingResource(f"{what} does not exist ({exc})")
-    if isinstance(exc, ClientAccessRefused):
-        return AccessRefused(f"access to {what} refused ({exc})")
+    if isinstance(exc, AccessRefused):
+        return BrokerAccessRefused(f"access to {what} refused ({exc})")
     return BridgeFailed(f"{what}: {exc}")
 
 

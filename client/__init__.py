@@ -12,6 +12,7 @@ from .lifecycle import ConnectionStatus
 from .recovery import RecoveryPolicy
 from .encoding import decode_body
 from .errors import (
+    AmqwireError,
     AMQPError,
     InvalidStateError,
     AMQPConnectionError,
@@ -68,6 +69,7 @@ __all__ = [
     "parse_url",
     "RecoveryPolicy",
     "ConnectionStatus",
+    "AmqwireError",
     "AMQPError",
     "InvalidStateError",
     "AMQPConnectionError",

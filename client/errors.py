@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from amqwire.codec import METHODS
+from amqwire.codec import METHODS, AmqwireError
 
 
 def method_name(class_id: int, method_id: int) -> str:
@@ -20,8 +20,9 @@ def method_name(class_id: int, method_id: int) -> str:
     return method.NAME if method is not None else f"{class_id}.{method_id}"
 
 
-class AMQPError(Exception):
-    """Base class of every error the client raises."""
+class AMQPError(AmqwireError):
+    """Base class of every error the client raises (an :class:`AmqwireError`, the root of
+    every exception amqwire raises, re-exported here from ``amqwire.codec``)."""
 
 
 class InvalidStateError(AMQPError, RuntimeError):
@@ -164,18 +165,73 @@ class MessageReturned(PublishError):
 
 
 class PublishUnconfirmed(PublishError):
-    """The connection or channel went away before the broker confirmed the publish."""
+    """The connection or channel went away before the broker confirmed the publish.
+
+    When the broker closed the channel (``cause`` a :class:`ChannelClosed` with ``by_broker``:
+    404 for a missing exchange, 403, 406, ...), ``PublishUnconfirmed(tag, cause)`` is an
+    instance of a subclass that is also the close's class, with its ``reply_code``,
+    ``reply_text``, ``class_id``, ``method_id``, ``by_broker`` and ``channel``: ``except
+    NotFound`` catches it as ``except PublishUnconfirmed`` does."""
+
+    delivery_tag: int
+    cause: Optional[BaseException]
+    #: The close class (NotFound, ...) on the subclass made for it, None here.
+    _for_close: Optional[type] = None
+
+    def __new__(cls, delivery_tag: int, cause: Optional[BaseException] = None) -> "PublishUnconfirmed":
+        kind = cls
+        if cls is PublishUnconfirmed and isinstance(cause, ChannelClosed) and cause.by_broker:
+            kind = _unconfirmed_by(type(cause))
+        return super().__new__(kind, delivery_tag)
 
     def __init__(self, delivery_tag: int, cause: Optional[BaseException] = None) -> None:
         self.delivery_tag = delivery_tag
         self.cause = cause
-        super().__init__(delivery_tag)
+        # Not super().__init__: in the class made for a channel close the next __init__ in
+        # line is _Closed's, which takes the close's fields (see _init_by_close).
+        PublishError.__init__(self, delivery_tag)
 
     def __str__(self) -> str:
         text = f"publish with delivery tag {self.delivery_tag} was never confirmed"
         if self.cause is not None:
             text += f": {self.cause}"
         return text
+
+    def __reduce__(self) -> Any:
+        if self._for_close is not None:
+            # Rebuilt through PublishUnconfirmed(tag, cause), which picks the class made for
+            # the close again: made at run time, it cannot be pickled by reference.
+            return (PublishUnconfirmed, (self.delivery_tag, self.cause), self.__dict__)
+        return super().__reduce__()
+
+
+def _init_by_close(self: Any, delivery_tag: int, cause: Optional[BaseException] = None) -> None:
+    PublishUnconfirmed.__init__(self, delivery_tag, cause)
+    close = cause if isinstance(cause, _Closed) else None  # always one, unless built by hand
+    self.reply_code = close.reply_code if close is not None else 0
+    self.reply_text = close.reply_text if close is not None else ""
+    self.class_id = close.class_id if close is not None else 0
+    self.method_id = close.method_id if close is not None else 0
+    self.by_broker = close.by_broker if close is not None else True
+    self.channel = close.channel if close is not None else None
+
+
+# close class (NotFound, ...) -> the subclass of PublishUnconfirmed that is also that class
+_UNCONFIRMED_BY: dict[type, type] = {}
+
+
+def _unconfirmed_by(close_class: type) -> type:
+    kind = _UNCONFIRMED_BY.get(close_class)
+    if kind is None:
+        made = type("PublishUnconfirmed", (PublishUnconfirmed, close_class), {
+            "__module__": __name__,
+            "__qualname__": "PublishUnconfirmed",
+            "__doc__": f"PublishUnconfirmed because the broker closed the channel: also a {close_class.__name__}.",
+            "__init__": _init_by_close,
+            "_for_close": close_class,
+        })
+        kind = _UNCONFIRMED_BY.setdefault(close_class, made)  # one class per close class, even in a race
+    return kind
 
 
 class OperationTimeout(AMQPError, TimeoutError):
@@ -230,6 +286,7 @@ class ConnectionBlockedError(AMQPError):
 
 
 __all__ = [
+    "AmqwireError",
     "AMQPError",
     "InvalidStateError",
     "AMQPConnectionError",

@@ -8,6 +8,7 @@ from importlib import metadata as _metadata
 
 from amqwire.codec.errors import (
     AMQPSyntaxError,
+    AmqwireError,
     CodecError,
     FrameError,
     ProtocolHeaderError,
@@ -123,7 +124,7 @@ except _metadata.PackageNotFoundError:  # imported from a source tree that was n
     __version__ = "0+unknown"
 
 __all__ = [
-    "AMQPSyntaxError", "CodecError", "FrameError", "ProtocolHeaderError", "UnexpectedFrame",
+    "AmqwireError", "AMQPSyntaxError", "CodecError", "FrameError", "ProtocolHeaderError", "UnexpectedFrame",
     "UnsupportedValueError",
     "BasicProperties", "PROPERTY_NAMES",
     "encode_table", "decode_table", "encode_array", "decode_array",

@@ -1,6 +1,9 @@
-"""Errors raised by the codec.
+"""Errors raised by the codec, and the root of every exception amqwire raises.
 
-Every error is a ``ValueError`` carrying the AMQP reply code a peer would send for it,
+:class:`AmqwireError` is defined here, in the lowest layer, so that the client, the bridge
+and the Spark integration can all derive from it while importing only downward.
+
+Every codec error is a ``ValueError`` carrying the AMQP reply code a peer would send for it,
 so a connection can close with the right code: 501 for framing, 502 for malformed
 method arguments, properties or tables, 505 for a frame where another was due.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AmqwireError",
     "CodecError",
     "FrameError",
     "AMQPSyntaxError",
@@ -22,7 +26,15 @@ SYNTAX_ERROR = 502
 UNEXPECTED_FRAME = 505
 
 
-class CodecError(ValueError):
+class AmqwireError(Exception):
+    """The root of every exception amqwire raises (codec, client, Producer, bridge, spark).
+
+    Each subclass also keeps the builtin it stands for (``ValueError``, ``TimeoutError``,
+    ``TypeError``, ``RuntimeError``, ...), so ``except AmqwireError`` catches everything of
+    ours and ``except ValueError`` still catches what it did before."""
+
+
+class CodecError(AmqwireError, ValueError):
     """Base class: malformed or unencodable AMQP data."""
 
     reply_code: int = SYNTAX_ERROR

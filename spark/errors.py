@@ -1,14 +1,15 @@
-"""Errors of amqwire.spark: bad rows, unsupported column types, failed publishes."""
+"""Errors of amqwire.spark: bad rows, unsupported column types, failed publishes; all are
+``amqwire.codec.AmqwireError``s, with the builtin each stands for as a second base."""
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from amqwire.codec.errors import AMQPSyntaxError
+from amqwire.codec.errors import AMQPSyntaxError, AmqwireError
 
 __all__ = ["ArrowTypeError", "RowEncodeError", "SinkError"]
 
 
-class ArrowTypeError(TypeError):
+class ArrowTypeError(AmqwireError, TypeError):
     """A column's Arrow type cannot be encoded (or is malformed); the message names it."""
 
 
@@ -31,7 +32,7 @@ def _rebuild_row_error(message: str, row: int, field: str, problem: str = "") ->
     return RowEncodeError(message, row=row, field=field, problem=problem)
 
 
-class SinkError(RuntimeError):
+class SinkError(AmqwireError, RuntimeError):
     """A write task of the "amqp" data source could not get every row confirmed.
 
     ``rows_confirmed`` rows of the task were confirmed before the failure; the task's rows

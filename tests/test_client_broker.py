@@ -12,6 +12,7 @@ import asyncio
 import datetime
 import json
 import os
+import pickle
 import random
 import socket
 import threading
@@ -812,6 +813,56 @@ def test_publisher_nacks(run):
             await ch2.wait_for_confirms(timeout=10)
         assert len(ei.value.failures) == 2
         assert (await ch.queue_declare(q, passive=True)).message_count == 1
+
+    run(scenario)
+
+
+def test_a_confirmed_publish_to_a_missing_exchange_is_not_found_and_unconfirmed(run):
+    """The broker closes the channel (404 NOT_FOUND) at a confirmed publish to a missing
+    exchange: basic_publish, the publish's future and wait_for_confirms all raise one
+    exception that is both PublishUnconfirmed and NotFound, with the close's fields."""
+
+    async def scenario(api):
+        E = api.errors
+        conn = await api.connect()
+        missing = api.names.exchange()
+
+        def check(exc, delivery_tag, channel_id):
+            assert isinstance(exc, E.PublishUnconfirmed) and isinstance(exc, E.NotFound)
+            assert isinstance(exc, E.PublishError) and isinstance(exc, E.ChannelClosed)
+            assert exc.delivery_tag == delivery_tag
+            assert (exc.reply_code, exc.by_broker, exc.channel) == (404, True, channel_id)
+            assert "NOT_FOUND" in exc.reply_text and missing in exc.reply_text
+            assert exc.method_name == "basic.publish"
+            assert isinstance(exc.cause, E.NotFound) and exc.cause.reply_text == exc.reply_text
+            assert str(exc).startswith(f"publish with delivery tag {delivery_tag} was never confirmed: ")
+            back = pickle.loads(pickle.dumps(exc))
+            assert type(back) is type(exc) and (back.reply_code, back.delivery_tag) == (404, delivery_tag)
+
+        ch = await conn.channel()                                      # basic_publish
+        await ch.confirm_select()
+        with pytest.raises(E.NotFound) as ei:
+            await ch.basic_publish(missing, "rk", b"lost")
+        check(ei.value, 1, ch.channel_id)
+        assert not ch.is_open and conn.is_open
+
+        ch = await conn.channel()                                      # publish_async's future
+        await ch.confirm_select()
+        fut = await ch.publish_async(missing, "rk", b"lost")
+        with pytest.raises(E.PublishUnconfirmed) as ei:
+            await api.wait(fut)
+        check(ei.value, 1, ch.channel_id)
+
+        ch = await conn.channel()                                      # wait_for_confirms
+        await ch.confirm_select()
+        q = (await ch.queue_declare("", exclusive=True)).queue
+        assert await api.wait(await ch.publish_async("", q, b"kept")) is None
+        await ch.publish_async(missing, "rk", b"lost")
+        with pytest.raises(E.NotFound) as ei:
+            await ch.wait_for_confirms(timeout=10)
+        check(ei.value, 2, ch.channel_id)
+        assert ei.value.failures == [ei.value]
+        assert conn.is_open
 
     run(scenario)
 

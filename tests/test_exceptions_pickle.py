@@ -13,7 +13,9 @@ import pkgutil
 
 import pytest
 
+import amqwire.bridge
 import amqwire.client
+import amqwire.client.errors as E
 import amqwire.codec
 import amqwire.spark
 from amqwire.codec import BasicProperties
@@ -21,7 +23,7 @@ from amqwire.codec import BasicProperties
 
 def _all_exception_classes():
     found = {}
-    for package in (amqwire.codec, amqwire.client, amqwire.spark):
+    for package in (amqwire.codec, amqwire.client, amqwire.bridge, amqwire.spark):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             module = importlib.import_module(info.name)
             for obj in vars(module).values():
@@ -116,13 +118,14 @@ def _state(exc):
     return attrs
 
 
-def test_the_walk_finds_the_classes_of_all_three_error_modules():
+def test_the_walk_finds_the_classes_of_all_four_packages():
     names = set(CLASSES)
     for expected in ("amqwire.codec.errors.ProtocolHeaderError", "amqwire.client.errors.MessageReturned",
                      "amqwire.client.errors.OperationTimeout", "amqwire.spark.errors.RowEncodeError",
-                     "amqwire.spark.errors.SinkError"):
+                     "amqwire.spark.errors.SinkError", "amqwire.bridge.errors.BrokerAccessRefused",
+                     "amqwire.bridge.path.PathError"):
         assert expected in names
-    assert len(names) >= 29, sorted(names)  # 6 codec + 20 client + 3 spark today
+    assert len(names) >= 36, sorted(names)  # 7 codec + 24 client + 6 bridge + 3 spark today
 
 
 @pytest.mark.parametrize("name", sorted(CLASSES))
@@ -153,3 +156,31 @@ def test_a_row_error_keeps_its_codec_attributes():
     back = pickle.loads(pickle.dumps(exc))
     assert (back.row, back.field, back.problem, back.offset, str(back)) == (3, "headers.when", "bad", 99,
                                                                            "row 3: headers.when: bad")
+
+
+CLOSES = [
+    (E.AccessRefused, 403, "ACCESS_REFUSED - access to exchange 'x' refused"),
+    (E.NotFound, 404, "NOT_FOUND - no exchange 'x' in vhost '/'"),
+    (E.ResourceLocked, 405, "RESOURCE_LOCKED - cannot obtain exclusive access"),
+    (E.PreconditionFailed, 406, "PRECONDITION_FAILED - unknown delivery tag 9"),
+    (E.ChannelClosed, 311, "CONTENT_TOO_LARGE"),
+]
+
+
+@pytest.mark.parametrize("close_class, code, text", CLOSES)
+def test_a_publish_unconfirmed_that_is_also_its_channel_close_pickles(close_class, code, text):
+    """Made at run time for a broker's channel close, its class cannot be pickled by
+    reference: it is rebuilt through PublishUnconfirmed(tag, cause)."""
+    close = E.channel_closed(code, text, 60, 40, by_broker=True, channel=3)
+    exc = E.PublishUnconfirmed(7, close)
+    exc.failures = [exc]  # as wait_for_confirms sets it
+    for protocol in (2, pickle.HIGHEST_PROTOCOL):
+        back = pickle.loads(pickle.dumps(exc, protocol=protocol))
+        assert type(back) is type(exc) and isinstance(back, close_class)
+        assert str(back) == str(exc) and back.args == exc.args
+        assert (back.delivery_tag, back.reply_code, back.reply_text, back.channel) == (7, code, text, 3)
+        assert type(back.cause) is close_class and str(back.cause) == str(close)
+        assert back.failures == [back]
+    send_failed = amqwire.client.SendFailed(exc, [], "m-1")
+    back = pickle.loads(pickle.dumps(send_failed))
+    assert isinstance(back.error, close_class) and isinstance(back.error, E.PublishUnconfirmed)

@@ -17,6 +17,7 @@ from amqwire.client import (
     MessageReturned,
     NotFound,
     Producer,
+    PublishUnconfirmed,
     SendFailed,
     SendResult,
     SendTimeout,
@@ -339,6 +340,8 @@ def test_a_missing_exchange_fails_at_once_and_the_producer_goes_on(transport, am
             with pytest.raises(SendFailed) as info:
                 await p.send(names.exchange(), "rk", b"lost")
             assert isinstance(info.value.error, NotFound) and len(info.value.attempts) == 1
+            # the broker's 404, and the publish it left unconfirmed: one exception, both classes
+            assert isinstance(info.value.error, PublishUnconfirmed) and info.value.error.reply_code == 404
             assert "404" in str(info.value)
             await p.send("", queue, b"after")
             return p.stats()

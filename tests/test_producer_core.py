@@ -237,7 +237,10 @@ def test_a_final_error_is_not_retried_and_is_the_brokers_own():
     missing = NotFound(404, "NOT_FOUND - no exchange 'x'", 60, 40, channel=1)
     core._attempt_failed(message, _broker(core), PublishUnconfirmed(1, missing))
     (result, error), = message.future.outcomes
-    assert isinstance(error, SendFailed) and error.error is missing and len(error.attempts) == 1
+    assert isinstance(error, SendFailed) and len(error.attempts) == 1
+    # the broker's NotFound, and the PublishUnconfirmed it caused: one exception, both classes
+    assert isinstance(error.error, NotFound) and isinstance(error.error, PublishUnconfirmed)
+    assert error.error.cause is missing and (error.error.reply_code, error.error.channel) == (404, 1)
 
 
 def test_a_retry_that_would_end_after_the_deadline_times_out_naming_the_back_off():

@@ -24,7 +24,7 @@ from .compression import Compressor
 from .errors import BufferFullError, SendFailed, SendTimeout
 from .ids import MessageIds
 from .message import FOREVER, Body, OutgoingMessage, SendResult
-from .policy import ROUND_ROBIN, Attempt, Broker, BrokerSelector, backoff, final_error, retryable
+from .policy import ROUND_ROBIN, Attempt, Broker, BrokerSelector, backoff, retryable
 from .stats import Latencies, ProducerStats
 
 log = logging.getLogger("amqwire.client.producer")
@@ -367,7 +367,7 @@ class ProducerCore:
 
     def _fail(self, message: OutgoingMessage, error: BaseException) -> None:
         attempts = message.attempts or ()
-        self._settle(message, None, SendFailed(final_error(error), attempts, message.message_id))
+        self._settle(message, None, SendFailed(error, attempts, message.message_id))
 
     def _expire(self, message: OutgoingMessage, wait: str) -> None:
         self._settle(message, None, SendTimeout(wait, message.timeout, message.attempts or (), message.message_id))

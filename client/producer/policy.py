@@ -117,14 +117,6 @@ def retryable(error: BaseException, retry_on_return: bool) -> bool:
     return isinstance(error, (PublishNacked, AMQPConnectionError, ChannelClosed, InvalidStateError, OSError))
 
 
-def final_error(error: BaseException) -> BaseException:
-    """What a send that cannot be retried fails with: the broker's channel error itself
-    when a publish was never confirmed because of it (a missing exchange: NotFound)."""
-    if isinstance(error, PublishUnconfirmed) and isinstance(error.cause, ChannelClosed) and error.cause.by_broker:
-        return error.cause
-    return error
-
-
 def backoff(attempt: int, first: float, cap: float, rand: random.Random) -> float:
     """The back-off before retry ``attempt`` (1, 2, ...): exponential from ``first``, capped
     at ``cap``, with full jitter in its upper half."""
