@@ -257,7 +257,7 @@ class Connection(AsyncConnection):
         transport = self._transport
         if transport is None or not self._lifecycle.has_socket:
             return
-        pieces = self._core.buffers_to_send() if self._metrics is None else self._take_output()
+        pieces = self._core.buffers_to_send() if self._observer is None else self._take_output()
         if not pieces:
             return
         if len(pieces) == 1:

@@ -251,7 +251,7 @@ class Connection(SyncConnection):
         with self._write_lock:
             while True:
                 with self._lock:
-                    pieces = self._core.buffers_to_send() if self._metrics is None else self._take_output()
+                    pieces = self._core.buffers_to_send() if self._observer is None else self._take_output()
                     sock = self._sock if self._lifecycle.has_socket else None
                 if not pieces:
                     return

@@ -140,6 +140,17 @@ TRANSITIONS: dict[tuple[ConnectionStatus, ConnectionEvent], ConnectionStatus] = 
     (S.FAILED, E.CLOSE): S.CLOSED,
 }
 
+# What the broker sent may be read just before its socket is lost and handled just after (the
+# reader and the loss are on different threads, or in one read): for a socket that is gone,
+# or a connection being closed, those wire events change nothing.
+for _state in (S.NEW, S.DOWN, S.CLOSING, S.CLOSED, S.FAILED):
+    for _event in (E.HANDSHAKE_DONE, E.BLOCK, E.UNBLOCK, E.BROKER_CLOSE):
+        TRANSITIONS.setdefault((_state, _event), _state)
+for _event in (E.BLOCK, E.UNBLOCK):
+    TRANSITIONS.setdefault((S.CONNECTING, _event), S.CONNECTING)
+    TRANSITIONS.setdefault((S.RECONNECTING, _event), S.RECONNECTING)
+del _state, _event
+
 
 class Lifecycle:
     """One connection's state and why calls fail (``error``); see the module's text.

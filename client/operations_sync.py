@@ -186,8 +186,9 @@ class SyncConnection(ConnectionBase):
         self.frame_max = opened.frame_max
         self.heartbeat = opened.heartbeat
         self._started()
-        if self._metrics is not None:
-            self._metrics.connection_opened()
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.connection_opened()
         log.info("connected to %s (frame_max %d, heartbeat %d)", params, self.frame_max, self.heartbeat)
 
     # channels ----------------------------------------------------------------------------
@@ -270,8 +271,9 @@ class SyncConnection(ConnectionBase):
                 log.warning("recovery attempt %d failed: %r", attempt, exc)
                 self._on_lost(ConnectionLost(f"recovery attempt {attempt} failed: {exc}"))
                 final = bool(policy.max_attempts and attempt >= policy.max_attempts)
-                if self._recovery_failed_listeners:
-                    self._emit(self._recovery_failed_listeners, RecoveryEvent(attempt, exc, final))
+                listeners = self._listeners_of("recovery_failed")
+                if listeners:
+                    self._emit(listeners, RecoveryEvent(attempt, exc, final))
                 if final:
                     log.error("recovery gave up after %d attempts", attempt)
                     self._give_up(announced_recovering=True)
@@ -285,9 +287,11 @@ class SyncConnection(ConnectionBase):
     def _restore(self) -> None:
         """Reopen the channels, declare the topology again, resubscribe the consumers."""
         topology = self._topology
-        channels = sorted(self._channels.values(), key=lambda c: c.channel_id)
-        for channel in channels:
-            channel._reopen()
+        channels = []
+        for channel in sorted(self._channels.values(), key=lambda c: c.channel_id):
+            if channel._closed is None:  # else closed by the user while the connection was down
+                channel._reopen()
+                channels.append(channel)
         if topology is not None and channels:
             first = channels[0]
             plan = topology.replay()
@@ -299,7 +303,8 @@ class SyncConnection(ConnectionBase):
                 except StopIteration:
                     break
         for channel in channels:
-            channel._resubscribe(topology)
+            if channel._closed is None:
+                channel._resubscribe(topology)
 
     # closing -------------------------------------------------------------------------------
 
@@ -550,8 +555,9 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                 log.info("channel %d: %s of delivery %d from before a recovery ignored (the broker requeued it)",
                          self.channel_id, core_method, delivery_tag)
                 return
-            if connection._metrics is not None:
-                self._count_settled(connection._metrics, core_method, delivery_tag,
+            observer = connection._observer
+            if observer is not None and observer.metrics is not None:
+                self._count_settled(observer.metrics, core_method, delivery_tag,
                                     core_method != "basic_reject" and args[0])
         # At once: a consumer busy with its buffered messages would otherwise hold back
         # the acks that let the broker send more.
@@ -707,7 +713,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                 self._check()
                 raise
             self._unsettled += 1
-            if connection._metrics is not None:
+            if connection._observer is not None and connection._metrics is not None:
                 if not self._stamp_pending:  # stamped when written (see ConnectionBase._take_output)
                     self._stamp_pending = True
                     connection._to_stamp.append(self)
@@ -744,7 +750,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                 raise
             if token is not None:
                 self._unsettled += count
-            if connection._metrics is not None:
+            if connection._observer is not None and connection._metrics is not None:
                 if token is not None and count and not self._stamp_pending:
                     self._stamp_pending = True
                     connection._to_stamp.append(self)
@@ -824,9 +830,11 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
     # closing -------------------------------------------------------------------------------
 
     def close(self, reply_code: int = 200, reply_text: str = "Normal shutdown") -> None:
-        """Close the channel.  Safe to call twice, and after the connection is gone."""
+        """Close the channel.  Safe to call twice, and after the connection is gone (while
+        it recovers: the channel and its consumers are not restored)."""
         if not self.is_open:
             self._closed = self._closed or InvalidStateError(f"channel {self.channel_id} is closed")
+            self._forget_while_down()
             return
         connection = self._connection
         waiter = connection._new_waiter()
@@ -868,6 +876,8 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
 
     def _resubscribe(self, topology: Optional[Topology]) -> None:
         for tag, consumer in list(self._consumers.items()):
+            if not consumer._active:
+                continue  # cancelled while the connection was down
             method = consumer._method
             queue_name = topology.renamed.get(consumer.queue, consumer.queue) if topology is not None else consumer.queue
             consumer.queue = queue_name
@@ -875,6 +885,8 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                                             False, method.arguments)
             self._consumers.pop(tag, None)
             self._subscribe(consumer, None, check=False)
+            if not consumer._active:  # cancelled while its basic.consume was on the way
+                self._cancel_while_down(consumer)
 
 
 class SyncConsumer(ConsumerBase):
@@ -883,9 +895,14 @@ class SyncConsumer(ConsumerBase):
     channel: SyncChannel[Any, Any]
 
     def cancel(self) -> None:
-        """Stop the subscription; messages already received can still be read."""
-        if self._active and self.channel.is_open:
-            self.channel.basic_cancel(self.consumer_tag)
+        """Stop the subscription; messages already received can still be read.  While the
+        connection recovers: the subscription is not restored."""
+        if self._active:
+            if self.channel.is_open:
+                self.channel.basic_cancel(self.consumer_tag)
+            else:
+                self._finish(END)
+                self.channel._cancel_while_down(self)
         self._finish(END)
 
     def __enter__(self: _Self) -> _Self:

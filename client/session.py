@@ -67,6 +67,7 @@ from .listeners import (
 from .message import Message, ReturnedMessage
 from .lifecycle import OPENED_STATES, RECOVERING_STATES, ConnectionEvent, ConnectionStatus, Lifecycle
 from .metrics import MetricsCollector
+from .observer import Listeners, Observer
 from .recovery import END, RecoveryPolicy, Topology, recoverable
 from .connect import unverified_tls
 from .url import ConnectionParameters, ParametersLike, parameters_list
@@ -137,11 +138,9 @@ class ConnectionBase:
         "_channels", "_batched", "_flush_later", "_core", "_lifecycle", "_held", "_writable",
         "_unblocked", "_recovered", "_handshake_waiter", "_close_waiter", "_secret_waiter",
         "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
-        "exception_handler", "_metrics", "_seen_published", "_to_stamp",
+        "exception_handler", "_observer", "_seen_published", "_to_stamp",
         "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned",
-        "_seen_delivered", "_seen_got", "_close_listeners",
-        "_blocked_listeners", "_unblocked_listeners", "_recovery_started_listeners", "_recovery_succeeded_listeners",
-        "_recovery_failed_listeners", "__weakref__"
+        "_seen_delivered", "_seen_got", "__weakref__"
     )
 
     _channels: dict[int, Any]
@@ -211,68 +210,86 @@ class ConnectionBase:
         self.frame_max = 0
         self.heartbeat = 0
         self.exception_handler: ExceptionHandler = exception_handler or log_callback_error
-        # None: nothing is counted, and the hot paths check only this attribute
-        self._metrics = metrics
-        self._seen_published = 0  # the core's count of queued publishes, reported to _metrics
+        # Listeners and metrics; None while nothing watches: the hot paths check this alone.
+        self._observer: Optional[Observer] = None if metrics is None else Observer(metrics)
+        self._seen_published = 0  # the core's count of queued publishes, reported to the metrics
         self._to_stamp: list[Any] = []  # channels with confirm-mode publishes not written yet
         self._stamped: list[Any] = []  # channels with written confirm-mode publishes unsettled
         self._no_ack_seen = False  # a no_ack consumer was ever started: its deliveries need no ack
         # the core's totals, counted already
         self._seen_acked = self._seen_nacked = self._seen_returned = self._seen_delivered = self._seen_got = 0
-        self._close_listeners: list[Callable[[ShutdownEvent], Any]] = []
-        self._blocked_listeners: list[Callable[[BlockedEvent], Any]] = []
-        self._unblocked_listeners: list[Callable[[UnblockedEvent], Any]] = []
-        self._recovery_started_listeners: list[Callable[[RecoveryEvent], Any]] = []
-        self._recovery_succeeded_listeners: list[Callable[[RecoveryEvent], Any]] = []
-        self._recovery_failed_listeners: list[Callable[[RecoveryEvent], Any]] = []
 
     # listeners (see listeners.py) ------------------------------------------------------
 
     def add_close_listener(self, fn: Callable[[ShutdownEvent], Any]) -> None:
         """``fn(ShutdownEvent)`` whenever the connection closes or is lost (also before each
         recovery: ``event.recovering``)."""
-        self._close_listeners.append(fn)
+        self._add_listener("close", fn)
 
     def remove_close_listener(self, fn: Callable[[ShutdownEvent], Any]) -> None:
-        _remove(self._close_listeners, fn)
+        self._remove_listener("close", fn)
 
     def add_blocked_listener(self, fn: Callable[[BlockedEvent], Any]) -> None:
         """``fn(BlockedEvent)`` when the broker blocks publishing (connection.blocked)."""
-        self._blocked_listeners.append(fn)
+        self._add_listener("blocked", fn)
 
     def remove_blocked_listener(self, fn: Callable[[BlockedEvent], Any]) -> None:
-        _remove(self._blocked_listeners, fn)
+        self._remove_listener("blocked", fn)
 
     def add_unblocked_listener(self, fn: Callable[[UnblockedEvent], Any]) -> None:
         """``fn(UnblockedEvent)`` when the broker lifts the block (connection.unblocked)."""
-        self._unblocked_listeners.append(fn)
+        self._add_listener("unblocked", fn)
 
     def remove_unblocked_listener(self, fn: Callable[[UnblockedEvent], Any]) -> None:
-        _remove(self._unblocked_listeners, fn)
+        self._remove_listener("unblocked", fn)
 
     def add_recovery_started_listener(self, fn: Callable[[RecoveryEvent], Any]) -> None:
         """``fn(RecoveryEvent)`` when a recovery begins (attempt 0; ``error``: the loss)."""
-        self._recovery_started_listeners.append(fn)
+        self._add_listener("recovery_started", fn)
 
     def remove_recovery_started_listener(self, fn: Callable[[RecoveryEvent], Any]) -> None:
-        _remove(self._recovery_started_listeners, fn)
+        self._remove_listener("recovery_started", fn)
 
     def add_recovery_succeeded_listener(self, fn: Callable[[RecoveryEvent], Any]) -> None:
         """``fn(RecoveryEvent)`` once channels, topology and consumers are back."""
-        self._recovery_succeeded_listeners.append(fn)
+        self._add_listener("recovery_succeeded", fn)
 
     def remove_recovery_succeeded_listener(self, fn: Callable[[RecoveryEvent], Any]) -> None:
-        _remove(self._recovery_succeeded_listeners, fn)
+        self._remove_listener("recovery_succeeded", fn)
 
     def add_recovery_failed_listener(self, fn: Callable[[RecoveryEvent], Any]) -> None:
         """``fn(RecoveryEvent)`` for every attempt that failed (``final``: no more attempts)."""
-        self._recovery_failed_listeners.append(fn)
+        self._add_listener("recovery_failed", fn)
 
     def remove_recovery_failed_listener(self, fn: Callable[[RecoveryEvent], Any]) -> None:
-        _remove(self._recovery_failed_listeners, fn)
+        self._remove_listener("recovery_failed", fn)
 
-    def _emit(self, listeners: list[Callable[[_E], Any]], event: _E, channel: Any = None) -> None:
-        for fn in tuple(listeners):
+    def _add_listener(self, kind: str, fn: Callable[[Any], Any]) -> None:
+        with self._lock:
+            if self._observer is None:
+                self._observer = Observer()
+            self._observer.add(kind, fn)
+
+    def _remove_listener(self, kind: str, fn: Callable[[Any], Any]) -> None:
+        with self._lock:
+            observer = self._observer
+            if observer is None:
+                raise ValueError(f"{fn!r} is not a registered listener (of {kind} events)")
+            observer.remove(kind, fn)
+            if observer.empty:
+                self._observer = None
+
+    def _listeners_of(self, kind: str) -> tuple[Callable[[Any], Any], ...]:
+        observer = self._observer
+        return () if observer is None else observer.of(kind)
+
+    @property
+    def _metrics(self) -> Optional[MetricsCollector]:
+        observer = self._observer
+        return None if observer is None else observer.metrics
+
+    def _emit(self, listeners: Sequence[Callable[[_E], Any]], event: _E, channel: Any = None) -> None:
+        for fn in listeners:
             self._call_user(fn, event, "listener", channel)
 
     def _call_user(self, fn: Callable[[Any], Any], arg: Any, where: str, channel: Any = None) -> None:
@@ -530,8 +547,9 @@ class ConnectionBase:
                 for event in events:
                     if type(event) is proto.ConnectionClosedEvent and event.by_broker:
                         self._fire(ConnectionEvent.BROKER_CLOSE, self._broker_close_error(event))
-            if self._metrics is not None:
-                self._count_input(self._metrics, data, events)
+            observer = self._observer
+            if observer is not None and observer.metrics is not None:
+                self._count_input(observer.metrics, data, events)
         if core.pending_output:
             self._flush_quietly()
         if events:
@@ -613,18 +631,21 @@ class ConnectionBase:
                 channel = channels.get(event.channel_id)
                 if channel is not None:
                     channel._set_flow(event.active)
-                    if channel._flow_listeners:
-                        self._emit(channel._flow_listeners, FlowEvent(event.channel_id, event.active), channel)
+                    listeners = channel._listeners_of("flow")
+                    if listeners:
+                        self._emit(listeners, FlowEvent(event.channel_id, event.active), channel)
             elif kind is proto.ConnectionBlocked:
                 log.warning("the broker blocked the connection: %s", event.reason)
                 self._set_blocked(True)
-                if self._blocked_listeners:
-                    self._emit(self._blocked_listeners, BlockedEvent(event.reason))
+                listeners = self._listeners_of("blocked")
+                if listeners:
+                    self._emit(listeners, BlockedEvent(event.reason))
             elif kind is proto.ConnectionUnblocked:
                 log.info("the broker unblocked the connection")
                 self._set_blocked(False)
-                if self._unblocked_listeners:
-                    self._emit(self._unblocked_listeners, UnblockedEvent())
+                listeners = self._listeners_of("unblocked")
+                if listeners:
+                    self._emit(listeners, UnblockedEvent())
             elif kind is proto.SecretUpdated:
                 _settle(self._secret_waiter, None)
             elif kind is proto.ConnectionOpened:
@@ -718,12 +739,14 @@ class ConnectionBase:
         recovering = recovering and old is not ConnectionStatus.CLOSING
         for channel_id, channel in channels:
             channel._on_connection_lost(error, unconfirmed.get(channel_id, ()), recovering)
-        if self._close_listeners:
-            self._emit(self._close_listeners, self._shutdown_event(error, recovering))
+        listeners = self._listeners_of("close")
+        if listeners:
+            self._emit(listeners, self._shutdown_event(error, recovering))
         if recovering:
             if starts_recovery:
-                if self._recovery_started_listeners:
-                    self._emit(self._recovery_started_listeners, RecoveryEvent(0, error))
+                listeners = self._listeners_of("recovery_started")
+                if listeners:
+                    self._emit(listeners, RecoveryEvent(0, error))
                 self._begin_recovery()
             return
         self._give_up()
@@ -748,8 +771,9 @@ class ConnectionBase:
             channel._on_connection_lost(error, (), False)
         self._channels = {}  # a new dict, not cleared: see _data_received
         self._recovered.set()
-        if announced_recovering and self._close_listeners:
-            self._emit(self._close_listeners, self._shutdown_event(error, False))
+        listeners = self._listeners_of("close") if announced_recovering else ()
+        if listeners:
+            self._emit(listeners, self._shutdown_event(error, False))
         self._closed_for_good()
 
     def _recovery_done(self, attempt: int) -> None:
@@ -762,8 +786,9 @@ class ConnectionBase:
         log.info("recovery: connection to %s restored", self.params)
         if self._metrics is not None:
             self._metrics.connection_recovered()
-        if self._recovery_succeeded_listeners:
-            self._emit(self._recovery_succeeded_listeners, RecoveryEvent(attempt))
+        listeners = self._listeners_of("recovery_succeeded")
+        if listeners:
+            self._emit(listeners, RecoveryEvent(attempt))
 
 
 class ChannelBase:
@@ -777,7 +802,7 @@ class ChannelBase:
         "_pending_consumer", "_return_callbacks", "_confirm", "_max_in_flight", "_unsettled",
         "_failures", "_flow_paused", "_flow", "_tag_base", "_qos",
         "_default_consumer", "_unknown_logged", "_no_ack_orphans", "_stale_method",
-        "_close_listeners", "_flow_listeners", "_confirm_listeners", "_consumer_listeners",
+        "_listeners",
         "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
         "_stamp_low", "_stamp_pending", "_settled_upto", "_settled", "_no_ack_tags",
         "_no_ack_consumers", "_get_no_ack", "__weakref__"
@@ -809,10 +834,7 @@ class ChannelBase:
         # before their consume-ok (a nack of an unacked-mode tag would close the channel)
         self._no_ack_orphans: set[str] = set()
         self._stale_method: Any = None
-        self._close_listeners: list[Callable[[ShutdownEvent], Any]] = []
-        self._flow_listeners: list[Callable[[FlowEvent], Any]] = []
-        self._confirm_listeners: list[Callable[[ConfirmEvent], Any]] = []
-        self._consumer_listeners: list[Callable[[ConsumerEvent], Any]] = []
+        self._listeners: Optional[Listeners] = None  # None while no listener is registered
         # metrics (only with a collector): when confirm-mode publishes were written, one
         # entry per socket write (reset when seqnos restart: confirm_select, a reopen).
         # Delivery tags (the core's) are consecutive per channel, so counting what an ack
@@ -840,49 +862,70 @@ class ChannelBase:
     def add_close_listener(self, fn: Callable[[ShutdownEvent], Any]) -> None:
         """``fn(ShutdownEvent)`` when the channel closes (by ``close()``, by the broker, or
         with its connection: ``event.recovering`` when it comes back)."""
-        self._close_listeners.append(fn)
+        self._add_listener("close", fn)
 
     def remove_close_listener(self, fn: Callable[[ShutdownEvent], Any]) -> None:
-        _remove(self._close_listeners, fn)
+        self._remove_listener("close", fn)
 
     def add_flow_listener(self, fn: Callable[[FlowEvent], Any]) -> None:
         """``fn(FlowEvent)`` when the broker pauses (``active`` False) or resumes the channel."""
-        self._flow_listeners.append(fn)
+        self._add_listener("flow", fn)
 
     def remove_flow_listener(self, fn: Callable[[FlowEvent], Any]) -> None:
-        _remove(self._flow_listeners, fn)
+        self._remove_listener("flow", fn)
 
     def add_confirm_listener(self, fn: Callable[[ConfirmEvent], Any]) -> None:
         """``fn(ConfirmEvent)`` for every basic.ack and basic.nack of publisher confirms,
         beside the per-publish futures."""
-        self._confirm_listeners.append(fn)
+        self._add_listener("confirm", fn)
 
     def remove_confirm_listener(self, fn: Callable[[ConfirmEvent], Any]) -> None:
-        _remove(self._confirm_listeners, fn)
+        self._remove_listener("confirm", fn)
 
     def add_consumer_listener(self, fn: Callable[[ConsumerEvent], Any]) -> None:
         """``fn(ConsumerEvent)`` for the lifecycle of this channel's consumers: consume-ok,
         cancel-ok, cancelled by the broker, channel closed, connection lost, recover-ok."""
-        self._consumer_listeners.append(fn)
+        self._add_listener("consumer", fn)
 
     def remove_consumer_listener(self, fn: Callable[[ConsumerEvent], Any]) -> None:
-        _remove(self._consumer_listeners, fn)
+        self._remove_listener("consumer", fn)
+
+    def _add_listener(self, kind: str, fn: Callable[[Any], Any]) -> None:
+        with self._connection._lock:
+            if self._listeners is None:
+                self._listeners = Listeners()
+            self._listeners.add(kind, fn)
+
+    def _remove_listener(self, kind: str, fn: Callable[[Any], Any]) -> None:
+        with self._connection._lock:
+            listeners = self._listeners
+            if listeners is None:
+                raise ValueError(f"{fn!r} is not a registered listener (of {kind} events)")
+            listeners.remove(kind, fn)
+            if listeners.empty:
+                self._listeners = None
+
+    def _listeners_of(self, kind: str) -> tuple[Callable[[Any], Any], ...]:
+        listeners = self._listeners
+        return () if listeners is None else listeners.of(kind)
 
     def remove_on_return_callback(self, fn: Callable[[ReturnedMessage], Any]) -> None:
         _remove(self._return_callbacks, fn)
 
     def _consumer_event(self, kind: ConsumerEventKind, consumer: Any, error: Optional[BaseException] = None,
                         recovering: bool = False) -> None:
-        if self._consumer_listeners:
+        listeners = self._listeners_of("consumer")
+        if listeners:
             event = ConsumerEvent(kind, self.channel_id, consumer.consumer_tag, consumer.queue, error, recovering)
-            self._connection._emit(self._consumer_listeners, event, self)
+            self._connection._emit(listeners, event, self)
 
     def _emit_close(self, error: BaseException, by_broker: bool, code: int, text: str, recovering: bool) -> None:
-        if self._close_listeners:
+        listeners = self._listeners_of("close")
+        if listeners:
             by_application = not by_broker and not isinstance(error, AMQPConnectionError)
             cause = None if by_application else error
             event = ShutdownEvent(self.channel_id, by_application, by_broker, code, text, cause, recovering)
-            self._connection._emit(self._close_listeners, event, self)
+            self._connection._emit(listeners, event, self)
 
     # the default consumer --------------------------------------------------------------
 
@@ -908,6 +951,39 @@ class ChannelBase:
             self._stale = None
         _fail(waiter, InvalidStateError(f"channel {self.channel_id} was closed"))
         connection._flush_quietly()
+
+    def _cancel_while_down(self, consumer: Any) -> None:
+        """A consumer cancelled while the connection is down or being restored: a recovery
+        must not subscribe it again, and if this channel is back on the new socket already
+        (its basic.consume may have gone out), the broker is told (basic.cancel, nowait)."""
+        connection = self._connection
+        tag = consumer.consumer_tag
+        with connection._lock:
+            if self._consumers.get(tag) is consumer:
+                del self._consumers[tag]
+            state = connection._core.channel_state(self.channel_id)
+            if not (tag and connection._lifecycle.has_socket and state is not None and state.is_open):
+                return
+            try:
+                connection._core.send_method(self.channel_id, BasicCancel(tag, True))
+            except InvalidStateError:
+                return  # the socket is going: its consumers go with it
+        connection._flush_quietly()
+
+    def _forget_while_down(self) -> None:
+        """Closed while the connection is down or being restored: not reopened, and its
+        consumers end (a recovery must not bring back what the user closed)."""
+        connection = self._connection
+        with connection._lock:
+            state = connection._core.channel_state(self.channel_id)
+            reopened = connection._lifecycle.has_socket and state is not None and state.is_open
+            if not reopened and connection._channels.get(self.channel_id) is self:
+                del connection._channels[self.channel_id]
+        for consumer in list(self._consumers.values()):
+            consumer._finish(END)
+        self._consumers.clear()
+        if reopened:  # restored on the new socket already: close it there (its close-ok forgets it)
+            self._close_soon(200, "Normal shutdown")
 
     def __repr__(self) -> str:
         module = type(self).__module__.replace("amqwire.client.blocking", "amqwire.client")
@@ -982,10 +1058,12 @@ class ChannelBase:
 
     def _on_confirmed(self, event: proto.Confirmed) -> None:
         tokens = event.tokens
-        if self._confirm_listeners:
-            self._connection._emit(
-                self._confirm_listeners, ConfirmEvent(self.channel_id, event.ack, event.delivery_tag, event.multiple), self
-            )
+        if self._listeners is not None:
+            listeners = self._listeners.of("confirm")
+            if listeners:
+                self._connection._emit(
+                    listeners, ConfirmEvent(self.channel_id, event.ack, event.delivery_tag, event.multiple), self
+                )
         if event.ack and event.returned is None:
             self._acked(tokens)
         else:
@@ -1209,7 +1287,7 @@ class ChannelBase:
         self._fail_everything(error, unconfirmed, recovering)
 
     def _consumer_events(self, kind: ConsumerEventKind, error: BaseException, recovering: bool) -> None:
-        if self._consumer_listeners:
+        if self._listeners is not None:
             for consumer in list(self._consumers.values()):
                 if consumer._active:
                     self._consumer_event(kind, consumer, error, recovering)

@@ -206,3 +206,106 @@ def test_acks_after_a_partition_reach_the_recovered_connection(run, partition):
         assert counts["seen"] == 3000
 
     run(scenario, timeout=110)
+
+
+# --------------------------------------------------------------------------- cancels and closes racing a recovery
+
+
+async def _down(api, conn, proxy) -> None:
+    proxy.kill()
+    for _ in range(500):
+        if not conn.is_open:
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail("the connection did not notice the proxy's kill within 5 s")
+
+
+async def _queue_counts(api, queue: str) -> tuple[int, int]:
+    conn = await api.connect()
+    ch = await conn.channel()
+    ok = await ch.queue_declare(queue, passive=True)
+    await conn.close()
+    return ok.message_count, ok.consumer_count
+
+
+@pytest.mark.parametrize("what", ["consumer.cancel", "channel.close"])
+def test_what_is_cancelled_or_closed_while_down_does_not_come_back(run, what):
+    """A consumer cancelled (or its channel closed) while the connection is down must not
+    be subscribed again by the recovery: it was, and the broker then delivered to a
+    consumer nobody reads, whose messages stayed unacked for the connection's life."""
+
+    async def scenario(api):
+        from amqwire.client import RecoveryPolicy
+
+        queue = api.names.queue()
+        setup = await api.connect()
+        sch = await setup.channel()
+        await sch.queue_declare(queue)
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy), recovery=RecoveryPolicy(initial_delay=1.0, max_delay=1.0))
+        keep = await conn.channel()  # a channel that does come back
+        ch = await conn.channel()
+        consumer = await ch.consume(queue)
+        await _down(api, conn, proxy)
+        if what == "consumer.cancel":
+            await consumer.cancel()
+        else:
+            await ch.close()
+        assert not consumer.active
+        assert await conn.wait_recovered(20), "no recovery within 20 s"
+        await keep.queue_declare(queue, passive=True)
+        for n in range(5):
+            await sch.basic_publish("", queue, b"%d" % n)
+        await asyncio.sleep(0.3)
+        ready, consumers = await _queue_counts(api, queue)
+        assert (ready, consumers) == (5, 0), f"{what} while down: {consumers} consumers came back, {ready} of 5 ready"
+        await sch.queue_delete(queue)
+
+    run(scenario, timeout=60)
+
+
+def test_a_consumer_cancelled_while_its_channel_is_restored_is_cancelled_at_the_broker(amqp_url, names):
+    """The cancel comes while the recovery restores the channels (a consumer listener of the
+    blocking transport runs on the recovery's thread, in the middle of it): the consumer is
+    subscribed on the new socket already and must be cancelled there, not only forgotten."""
+    from amqwire.client import ConnectionStatus, ConsumerEventKind, RecoveryPolicy, connect
+    from conftest import TCPProxy, url_host_port, with_netloc
+
+    queue = names.queue()
+    host, port = url_host_port(amqp_url)
+    proxy = TCPProxy(host, port)
+    try:
+        with connect(amqp_url) as setup, setup.channel() as sch:
+            sch.queue_declare(queue)
+            conn = connect(with_netloc(amqp_url, "127.0.0.1", proxy.port),
+                           recovery=RecoveryPolicy(initial_delay=0.3, max_delay=0.3))
+            try:
+                ch = conn.channel()
+                consumer = ch.consume(queue)
+                for _ in range(OTHER_CONSUMERS):  # re-subscribed after the one under test
+                    conn.channel().consume(queue)
+                cancelled = []
+
+                def on_consumer(event):
+                    if (event.kind is ConsumerEventKind.CONSUME_OK and event.consumer_tag == consumer.consumer_tag
+                            and conn.state is ConnectionStatus.RESTORING):
+                        consumer.cancel()
+                        cancelled.append(conn.state)
+
+                ch.add_consumer_listener(on_consumer)
+                proxy.kill()
+                deadline = time.monotonic() + 5
+                while conn.is_open:
+                    assert time.monotonic() < deadline, "the loss was not noticed within 5 s"
+                    time.sleep(0.01)
+                assert conn.wait_recovered(20), "no recovery within 20 s"
+                assert cancelled == [ConnectionStatus.RESTORING], cancelled
+                assert not consumer.active
+                time.sleep(0.3)
+                consumers = sch.queue_declare(queue, passive=True).consumer_count
+                assert consumers == OTHER_CONSUMERS, f"{consumers} consumers at the broker, {OTHER_CONSUMERS} expected"
+            finally:
+                conn.close()
+                sch.queue_delete(queue)
+    finally:
+        proxy.close()

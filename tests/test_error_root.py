@@ -49,7 +49,7 @@ CLASSES = _exception_classes()
 
 def test_the_walk_sees_all_four_packages():
     modules = {name.rsplit(".", 1)[0] for name in CLASSES}
-    for expected in ("amqwire.codec.errors", "amqwire.client.errors", "amqwire.client.producer_core",
+    for expected in ("amqwire.codec.errors", "amqwire.client.errors", "amqwire.client.producer.errors",
                      "amqwire.bridge.errors", "amqwire.bridge.path", "amqwire.spark.errors"):
         assert expected in modules, sorted(modules)
     assert set(INTERNAL) <= set(CLASSES), "an INTERNAL entry names a class that is gone"
