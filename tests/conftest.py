@@ -427,6 +427,92 @@ def tcp_proxy(amqp_url):
         proxy.close()
 
 
+# --------------------------------------------------------------------------- bounded waits
+#
+# A test fails, it never hangs: every wait in a test has its own bound, well inside the
+# test's pytest timeout, and says what it waited for when it gives up.
+
+
+def timeout_of_test(node) -> float:
+    """The pytest-timeout of the test ``node`` (its ``timeout`` mark, else ``--timeout``,
+    else the ini's ``timeout``); 0 when there is none."""
+    mark = node.get_closest_marker("timeout")
+    if mark is not None and (mark.args or "timeout" in mark.kwargs):
+        value = mark.args[0] if mark.args else mark.kwargs["timeout"]
+    else:
+        value = node.config.getoption("timeout", None)
+        if value is None:
+            value = node.config.getini("timeout")
+    return float(value or 0)
+
+
+class WaitTimedOut(AssertionError):
+    """A test's own wait gave up (not the code under test's TimeoutError): the message
+    names what never came."""
+
+
+class Deadline:
+    """One budget for several waits (threads to join, futures to settle): ``left()`` is
+    what remains of it; ``fail(doing)`` raises an AssertionError naming what was waited for."""
+
+    def __init__(self, seconds: float, what: str):
+        self.seconds = seconds
+        self.what = what
+        self.end = time.monotonic() + seconds
+
+    def left(self, at_least: float = 0.0) -> float:
+        return max(at_least, self.end - time.monotonic())
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.end
+
+    def fail(self, detail: str = "") -> WaitTimedOut:
+        return WaitTimedOut(f"timed out after {self.seconds:g} s waiting for {self.what}"
+                              + (f": {detail}" if detail else ""))
+
+    def join(self, threads, detail: str = "") -> None:
+        """Join ``threads`` within what is left; fail naming the ones still alive."""
+        for t in threads:
+            t.join(self.left())
+        alive = [t.name for t in threads if t.is_alive()]
+        if alive:
+            raise self.fail(f"{detail + ' ' if detail else ''}thread(s) still running: {', '.join(alive)}")
+
+    def result(self, future, detail: str = ""):
+        """``future.result(...)`` (a concurrent or PublishFuture-like future) within what is
+        left of the budget."""
+        try:
+            return future.result(self.left(0.001))
+        except TimeoutError as exc:
+            if not future.done():  # the wait gave up, not the future's own outcome (SendTimeout)
+                raise self.fail(detail or f"{future!r} to settle") from exc
+            raise
+
+
+async def within(awaitable, seconds: float, what: str):
+    """Await ``awaitable`` for at most ``seconds``; past that, cancel it and fail with
+    WaitTimedOut (an AssertionError) naming ``what`` (chained to the cancellation: the traceback shows where
+    it was stuck).  Unlike a bare ``asyncio.wait_for`` the message says what never came, and
+    a TimeoutError raised by the awaited code itself passes through unchanged."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except BaseException:
+        task.cancel()
+        raise
+    if task in done:
+        return task.result()
+    task.cancel()
+    await asyncio.wait({task}, timeout=5)  # let it unwind (bounded: it may ignore the cancel)
+    stuck = None
+    if task.done():
+        try:
+            task.result()
+        except BaseException as exc:  # noqa: BLE001 - only kept as the failure's cause
+            stuck = exc
+    raise WaitTimedOut(f"timed out after {seconds:g} s waiting for {what}") from stuck
+
+
 # --------------------------------------------------------------------------- transports
 
 
@@ -618,7 +704,7 @@ class Api:
         iterator = self._iterators.get(id(consumer))
         if iterator is None or iterator[0] is not consumer:
             iterator = self._iterators[id(consumer)] = (consumer, consumer.__aiter__())
-        return await asyncio.wait_for(iterator[1].__anext__(), timeout)
+        return await within(iterator[1].__anext__(), timeout, f"the next message of {consumer!r}")
 
     # -- URL helpers
     with_query = staticmethod(with_query)
@@ -637,8 +723,13 @@ class Api:
     async def wait(self, fut, timeout: float = 10.0):
         """Await a publish future (asyncio.Future or proxied PublishFuture) with a timeout."""
         if self.name == "aio":
-            return await asyncio.wait_for(fut, timeout)
-        return await in_thread(fut._obj.result, timeout)
+            return await within(fut, timeout, "a publish's confirm")
+        try:
+            return await in_thread(fut._obj.result, timeout)
+        except TimeoutError as exc:
+            if fut._obj.done():  # the future's own outcome
+                raise
+            raise WaitTimedOut(f"timed out after {timeout:g} s waiting for a publish's confirm") from exc
 
     async def aclose(self):
         for conn in reversed(self._connections):
@@ -655,16 +746,29 @@ def transport(request) -> str:
     return request.param
 
 
+# What the scenario's own bound must leave of the test's pytest timeout: its clean-up (5 s a
+# connection), fixtures' set-up and teardown, and the margin for the failure to be reported.
+RUN_MARGIN = 0.25
+
+
 @pytest.fixture
-def run(transport, amqp_url, names):
+def run(request, transport, amqp_url, names):
     """``run(scenario, timeout=60)``: ``asyncio.run`` the scenario with an :class:`Api`
-    for this test's transport, then close whatever it left open."""
+    for this test's transport, then close whatever it left open.  The scenario fails
+    (naming itself) after ``timeout`` seconds, which must stay well inside the test's
+    pytest timeout (at most 3/4 of it), so the failure shows instead of pytest's timeout."""
+    limit = timeout_of_test(request.node)
 
     def runner(scenario, timeout: float = 60.0):
+        if limit and timeout > limit * (1 - RUN_MARGIN):
+            pytest.fail(f"run(timeout={timeout:g}) leaves no margin inside the test's pytest timeout of {limit:g} s: "
+                        f"at most {limit * (1 - RUN_MARGIN):g}", pytrace=False)
+        what = f"the scenario {getattr(scenario, '__qualname__', scenario)!s} ({transport}) to finish"
+
         async def main():
             api = Api(transport, amqp_url, names)
             try:
-                await asyncio.wait_for(scenario(api), timeout)
+                await within(scenario(api), timeout, what)
             finally:
                 await api.aclose()
 

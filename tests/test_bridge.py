@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import datetime, timezone
@@ -24,7 +26,7 @@ from decimal import Decimal
 import pytest
 
 from broker_node import BrokerNode, BrokerNodeError
-from conftest import TCPProxy, closed_port, with_netloc
+from conftest import Deadline, TCPProxy, WaitTimedOut, closed_port, timeout_of_test, with_netloc, within
 
 from amqwire.bridge import PATH_HEADER, Bridge, BridgeStats, MissingResource
 from amqwire.bridge.frames import PublishFrames
@@ -34,22 +36,46 @@ from amqwire.client import BasicProperties, aio
 COUNT = int(os.environ.get("AMQWIRE_BRIDGE_COUNT", "2000"))
 FAULT_COUNT = int(os.environ.get("AMQWIRE_BRIDGE_FAULT_COUNT", "5000"))
 
+# Every wait of these tests has its own bound (``until``'s limit, ``within``), and each
+# test's scenario as a whole one more, well inside its pytest timeout (150 s unless marked):
+# a broken bridge fails a test with the name of what never came, it never hangs it.  The
+# budget of a scenario counts the bridge's own stop (``async with Bridge``: up to 60 s to
+# settle what it holds) after a wait that gave up: a wait of 30 s and that stop stay inside
+# the scenario's bound, so the failure names the wait.
+pytestmark = pytest.mark.timeout(150)
+SCENARIO = 110  # the rest for the set-up's declares (10 s each) and the clean-up
+
+
+def bounded(request, main, limit: float = SCENARIO) -> None:
+    """``asyncio.run`` the test's scenario ``main()``, for at most ``limit`` seconds (at most
+    85% of the test's pytest timeout)."""
+    timeout = timeout_of_test(request.node)
+    assert not timeout or limit <= timeout * 0.85, f"the scenario's {limit} s leave no margin in {timeout} s"
+    asyncio.run(within(main(), limit, f"the scenario of {request.node.name} to finish"))
+
 
 @pytest.fixture(scope="module")
 def nodes():
-    started = []
+    made = [BrokerNode(), BrokerNode()]
+    errors: list = []
+
+    def start(node):
+        try:
+            node.start()  # gives up after its start_timeout (60 s)
+        except BrokerNodeError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(n,), daemon=True, name=f"start {n.name}") for n in made]
+    for t in threads:
+        t.start()
     try:
-        for _ in range(2):
-            node = BrokerNode()
-            started.append(node)
-            node.start()
-    except BrokerNodeError as exc:
-        for node in started:
+        Deadline(made[0].start_timeout + 30, "the private nodes to start").join(threads)
+        if errors:
+            pytest.fail(f"the private RabbitMQ nodes did not start: {errors[0]}", pytrace=False)
+        yield made
+    finally:
+        for node in made:
             node.cleanup(graceful=False)
-        pytest.fail(f"the private RabbitMQ nodes did not start: {exc}", pytrace=False)
-    yield started
-    for node in started:
-        node.cleanup(graceful=False)
 
 
 def unique(kind: str) -> str:
@@ -57,41 +83,50 @@ def unique(kind: str) -> str:
 
 
 async def declare(url: str, *queues: str, durable: bool = False, arguments=None) -> None:
-    async with aio.connect(url) as conn, conn.channel() as ch:
-        for q in queues:
-            await ch.queue_declare(q, durable=durable, arguments=arguments)
+    async def go():
+        async with aio.connect(url) as conn, conn.channel() as ch:
+            for q in queues:
+                await ch.queue_declare(q, durable=durable, arguments=arguments)
+    await within(go(), 10, f"the queues {queues} declared at {url}")
 
 
 async def count(url: str, queue: str) -> int:
-    async with aio.connect(url) as conn, conn.channel() as ch:
-        return (await ch.queue_declare(queue, passive=True)).message_count
+    async def go():
+        async with aio.connect(url) as conn, conn.channel() as ch:
+            return (await ch.queue_declare(queue, passive=True)).message_count
+    return await within(go(), 10, f"the message count of {queue} at {url}")
 
 
 async def publish(url: str, queue: str, n: int, start: int = 0, exchange: str = "", key=None, headers=None) -> None:
-    async with aio.connect(url) as conn, conn.channel() as ch:
-        await ch.confirm_select(max_in_flight=2000)
-        for i in range(start, start + n):
-            props = BasicProperties(delivery_mode=2, message_id=str(i), headers=headers)
-            await ch.publish_async(exchange, queue if key is None else key(i), b"body %d" % i, props)
-        await ch.wait_for_confirms()
+    async def go():
+        async with aio.connect(url) as conn, conn.channel() as ch:
+            await ch.confirm_select(max_in_flight=2000)
+            for i in range(start, start + n):
+                props = BasicProperties(delivery_mode=2, message_id=str(i), headers=headers)
+                await ch.publish_async(exchange, queue if key is None else key(i), b"body %d" % i, props)
+            await ch.wait_for_confirms(timeout=30)
+    await within(go(), 40, f"{n} messages published to {exchange or queue} at {url} and confirmed")
 
 
-async def drain(url: str, queue: str) -> list:
+async def drain(url: str, queue: str, limit: float = 30) -> list:
     """Every message in the queue (acked, so the queue ends empty)."""
-    out = []
-    async with aio.connect(url) as conn, conn.channel() as ch:
-        while True:
-            m = await ch.basic_get(queue, no_ack=True)
-            if m is None:
-                return out
-            out.append(m)
+    out: list = []
+
+    async def go():
+        async with aio.connect(url) as conn, conn.channel() as ch:
+            while True:
+                m = await ch.basic_get(queue, no_ack=True)
+                if m is None:
+                    return out
+                out.append(m)
+    return await within(go(), limit, f"the messages of {queue} at {url}")
 
 
-async def until(predicate, what: str, limit: float = 60.0) -> None:
+async def until(predicate, what: str, limit: float = 30.0) -> None:
     deadline = time.monotonic() + limit
     while not await predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise WaitTimedOut(f"timed out after {limit:g} s waiting for {what}")
         await asyncio.sleep(0.05)
 
 
@@ -136,8 +171,11 @@ def wire_with_table(props: BasicProperties, table: bytes) -> bytes:
     return struct.pack(">H", flags) + wire[2:pos] + struct.pack(">I", len(table)) + table + wire[pos:]
 
 
-@pytest.mark.timeout(max(120, COUNT // 100))  # the full run (100,000) takes minutes
-def test_every_property_and_header_type_forwarded_byte_for_byte(nodes):
+BYTE_LIMIT = max(180, COUNT // 100)  # the full run (100,000) takes minutes
+
+
+@pytest.mark.timeout(BYTE_LIMIT)
+def test_every_property_and_header_type_forwarded_byte_for_byte(nodes, request):
     a, b = nodes
     src, dst = unique("src"), unique("dst")
     asyncio.run(declare(a.url, src))
@@ -157,13 +195,13 @@ def test_every_property_and_header_type_forwarded_byte_for_byte(nodes):
                     sent.append((wire, body))
                     frames.append(out, "", src, wire, body)
                 await ch.publish_encoded(b"".join(out), n)
-            await ch.wait_for_confirms()
+            await ch.wait_for_confirms(timeout=BYTE_LIMIT / 6)
         async with Bridge(a.url, src, b.url, dest_routing_key=dst) as bridge:
-            await until(lambda: _done(a.url, src, b.url, dst, COUNT), "the forwarding", 300)
+            await until(lambda: _done(a.url, src, b.url, dst, COUNT), "the forwarding", BYTE_LIMIT / 3)
             source_name = broker_name(bridge._src_conn)
         stats = bridge.stats()
         assert (stats.forwarded, stats.acked, stats.in_flight, stats.redelivered) == (COUNT, COUNT, 0, 0)
-        received = await drain(b.url, dst)
+        received = await drain(b.url, dst, BYTE_LIMIT / 6)
         assert len(received) == COUNT
         entry = bytes([len(PATH_HEADER)]) + PATH_HEADER.encode() + b"A" + struct.pack(">I", 5 + len(source_name)) \
             + b"S" + struct.pack(">I", len(source_name)) + source_name.encode()
@@ -182,7 +220,7 @@ def test_every_property_and_header_type_forwarded_byte_for_byte(nodes):
             assert m.properties.wire == wire_with_table(expected, HEADER_TABLE + entry), i
             assert m.body == body and m.routing_key == dst and m.exchange == ""
 
-    asyncio.run(main())
+    bounded(request, main, BYTE_LIMIT * 0.8)
 
 
 async def _done(src_url, src, dst_url, dst, n) -> bool:
@@ -192,8 +230,8 @@ async def _done(src_url, src, dst_url, dst, n) -> bool:
 # ---------------------------------------------------------------- faults
 
 
-@pytest.mark.timeout(300)
-def test_destination_lost_and_restarted_nothing_lost_duplicates_counted(nodes):
+@pytest.mark.timeout(480)
+def test_destination_lost_and_restarted_nothing_lost_duplicates_counted(nodes, request):
     """A backlog waits in the source queue; while the bridge works through it:
 
     1. the destination force-closes the bridge's connection (320) with publishes in flight;
@@ -216,27 +254,30 @@ def test_destination_lost_and_restarted_nothing_lost_duplicates_counted(nodes):
 
     async def stalled(bridge) -> int:
         proxy.hold()
-        await until(lambda: _in_flight(bridge), "deliveries in flight")
+        await until(lambda: _in_flight(bridge), "deliveries in flight", 20)
         await asyncio.sleep(0.3)  # their publishes are written into the held connection
         return bridge.stats().forwarded
 
     async def main():
         await publish(a.url, src, n)
         async with Bridge(a.url, src, dest_url, dest_routing_key=dst, prefetch=500) as bridge:
-            await until(lambda: _at_least(b.url, dst, 1), "the first messages")
+            await until(lambda: _at_least(b.url, dst, 1), "the first messages", 20)
             before = await stalled(bridge)
-            await asyncio.to_thread(b.close_all_connections, "bridge test: destination connection force-closed")
+            await within(asyncio.to_thread(b.close_all_connections, "bridge test: destination connection force-closed"),
+                         30, "rabbitmqctl close_all_connections on the destination")
             proxy.kill()
-            await until(lambda: _forwarded_more(bridge, before), "forwarding after the forced close", 120)
+            await until(lambda: _forwarded_more(bridge, before), "forwarding after the forced close", 30)
             before = await stalled(bridge)
-            await asyncio.to_thread(b.restart_app)  # the destination's app stopped and started
+            await within(asyncio.to_thread(b.restart_app), 45,  # the destination's app stopped and started
+                         "rabbitmqctl stop_app and start_app on the destination")
             proxy.kill()
-            await until(lambda: _forwarded_more(bridge, before), "forwarding after the restart", 120)
+            await until(lambda: _forwarded_more(bridge, before), "forwarding after the restart", 30)
             await stalled(bridge)
-            await asyncio.to_thread(a.close_all_connections, "bridge test: source connection force-closed")
+            await within(asyncio.to_thread(a.close_all_connections, "bridge test: source connection force-closed"),
+                         30, "rabbitmqctl close_all_connections on the source")
             proxy.release()  # confirmed now, but the source requeued them: they come again
-            await until(lambda: _done(a.url, src, b.url, dst, n), "every message forwarded", 300)
-            await until(lambda: _settled(bridge), "the bridge settled", 60)
+            await until(lambda: _done(a.url, src, b.url, dst, n), "every message forwarded", 60)
+            await until(lambda: _settled(bridge), "the bridge settled", 20)
         stats = bridge.stats()
         received = await drain(b.url, dst)
         ids = [int(m.properties.message_id) for m in received]
@@ -254,7 +295,7 @@ def test_destination_lost_and_restarted_nothing_lost_duplicates_counted(nodes):
         assert 0 < duplicates <= stats.redelivered  # fault 3: confirmed, but their acks were void
 
     try:
-        asyncio.run(main())
+        bounded(request, main, 400)  # the waits above (325 s at most) and the bridge's stop (60 s)
     finally:
         proxy.close()
 
@@ -275,7 +316,7 @@ async def _settled(bridge: Bridge) -> bool:
     return bridge.stats().in_flight == 0
 
 
-def test_stop_drains_mid_run(nodes):
+def test_stop_drains_mid_run(nodes, request):
     a, b = nodes
     src, dst = unique("src"), unique("dst")
     asyncio.run(declare(a.url, src))
@@ -284,22 +325,23 @@ def test_stop_drains_mid_run(nodes):
 
     async def main():
         await publish(a.url, src, n)
-        bridge = await Bridge(a.url, src, b.url, dest_routing_key=dst, prefetch=200).start()
+        bridge = await within(Bridge(a.url, src, b.url, dest_routing_key=dst, prefetch=200).start(), 20,
+                              "the bridge to start")
         await until(lambda: _at_least(b.url, dst, 1), "the first message")
-        await bridge.stop()
+        await within(bridge.stop(), 75, "the bridge to stop (its own bound: 60 s)")
         stats = bridge.stats()
         at_dest, at_src = await count(b.url, dst), await count(a.url, src)
         # nothing acked and not forwarded, nothing forwarded and left unacked (no duplicates to come)
         assert stats.in_flight == 0 and stats.acked == stats.forwarded == at_dest
         assert at_dest + at_src == n
 
-    asyncio.run(main())
+    bounded(request, main)
 
 
 # ---------------------------------------------------------------- loops, hops, filters
 
 
-def test_duplex_reaches_the_other_side_once_and_never_comes_back(nodes):
+def test_duplex_reaches_the_other_side_once_and_never_comes_back(nodes, request):
     a, b = nodes
     exchange, bridge_queue, app = unique("events"), unique("bridgeq"), unique("app")
     k = 200
@@ -317,9 +359,9 @@ def test_duplex_reaches_the_other_side_once_and_never_comes_back(nodes):
         async with Bridge(a.url, bridge_queue, b.url, dest_exchange=exchange, duplex=True) as bridge:
             await publish(a.url, "", k, exchange=exchange, key=lambda i: "from.a")
             await publish(b.url, "", k, start=k, exchange=exchange, key=lambda i: "from.b")
-            await until(lambda: _at_least(a.url, app, 2 * k), "A's app queue")
-            await until(lambda: _at_least(b.url, app, 2 * k), "B's app queue")
-            await until(lambda: _duplex_settled(bridge, k), "the echoes suppressed")
+            await until(lambda: _at_least(a.url, app, 2 * k), "A's app queue", 15)
+            await until(lambda: _at_least(b.url, app, 2 * k), "B's app queue", 10)
+            await until(lambda: _duplex_settled(bridge, k), "the echoes suppressed", 10)
         stats = bridge.stats()
         on_a, on_b = await drain(a.url, app), await drain(b.url, app)
         for msgs in (on_a, on_b):
@@ -329,7 +371,7 @@ def test_duplex_reaches_the_other_side_once_and_never_comes_back(nodes):
         assert (stats.forwarded, stats.suppressed, stats.in_flight) == (2 * k, 2 * k, 0)
         assert await count(a.url, bridge_queue) == await count(b.url, bridge_queue) == 0
 
-    asyncio.run(main())
+    bounded(request, main)
 
 
 async def _duplex_settled(bridge, k) -> bool:
@@ -337,7 +379,7 @@ async def _duplex_settled(bridge, k) -> bool:
     return s.suppressed == 2 * k and s.in_flight == 0
 
 
-def test_max_hops_drops_and_counts(nodes, caplog):
+def test_max_hops_drops_and_counts(nodes, caplog, request):
     caplog.set_level(logging.INFO, logger="amqwire.bridge")
     a, b = nodes
     src, dst = unique("src"), unique("dst")
@@ -349,8 +391,8 @@ def test_max_hops_drops_and_counts(nodes, caplog):
             path = [f"earlier-{h}/" for h in range(hops)]
             await publish(a.url, src, 5, start=hops * 5, headers={PATH_HEADER: path} if hops else None)
         async with Bridge(a.url, src, b.url, dest_routing_key=dst, max_hops=2, stats_interval=0.1) as bridge:
-            await until(lambda: _settled_count(bridge, 20), "all 20 settled")
-            await until(lambda: _logged(caplog, "hops-dropped 10"), "the statistics logged")
+            await until(lambda: _settled_count(bridge, 20), "all 20 settled", 20)
+            await until(lambda: _logged(caplog, "hops-dropped 10"), "the statistics logged", 10)
         stats = bridge.stats()
         assert (stats.forwarded, stats.hops_dropped, stats.acked) == (10, 10, 20)
         got = await drain(b.url, dst)
@@ -359,7 +401,7 @@ def test_max_hops_drops_and_counts(nodes, caplog):
         assert all(m.properties.headers[PATH_HEADER][-1] == name for m in got)
         assert await count(a.url, src) == 0
 
-    asyncio.run(main())
+    bounded(request, main)
 
 
 async def _logged(caplog, text) -> bool:
@@ -371,7 +413,7 @@ async def _settled_count(bridge, n) -> bool:
     return s.received >= n and s.in_flight == 0
 
 
-def test_include_exclude_topic_patterns(nodes):
+def test_include_exclude_topic_patterns(nodes, request):
     a, b = nodes
     src, dst, topic = unique("src"), unique("dst"), unique("topic")
     keys = ["orders.eu.new", "orders.us.new", "orders.eu.test", "audit.login", "orders"]
@@ -391,14 +433,14 @@ def test_include_exclude_topic_patterns(nodes):
         assert (stats.forwarded, stats.filtered, stats.acked) == (3, 2, 5)
         assert await count(a.url, src) == 0
 
-    asyncio.run(main())
+    bounded(request, main)
 
 
 # ---------------------------------------------------------------- ack modes
 
 
 @pytest.mark.parametrize("mode", ["on-confirm", "on-publish", "no-ack"])
-def test_ack_modes_when_the_destination_refuses(nodes, mode):
+def test_ack_modes_when_the_destination_refuses(nodes, mode, request):
     """The destination queue takes 30 and refuses the rest (x-overflow reject-publish: a
     nack in confirm mode).  on-confirm never acks a refused message at the source, so the
     source keeps every one; on-publish and no-ack do not wait for the verdict: the refused
@@ -426,7 +468,7 @@ def test_ack_modes_when_the_destination_refuses(nodes, mode):
             assert at_src == 0  # acked on write / on delivery: the refused ones are lost
             assert stats.forwarded == n and stats.acked == (n if mode == "on-publish" else 0)
 
-    asyncio.run(main())
+    bounded(request, main)
 
 
 async def _requeued(bridge, n) -> bool:
@@ -441,7 +483,7 @@ def command(*args: str, **kw) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
-def test_two_processes_share_one_source_queue(nodes):
+def test_two_processes_share_one_source_queue(nodes, request):
     a, b = nodes
     src, dst = unique("src"), unique("dst")
     n = 4000
@@ -454,16 +496,17 @@ def test_two_processes_share_one_source_queue(nodes):
             async def consumers() -> bool:
                 async with aio.connect(a.url) as conn, conn.channel() as ch:
                     return (await ch.queue_declare(src, passive=True)).consumer_count == 2
-            await until(consumers, "both bridges consuming", 60)
+            await until(consumers, "both bridges consuming", 20)
             await publish(a.url, src, n)
-            await until(lambda: _done(a.url, src, b.url, dst, n), "the forwarding", 120)
-            return await drain(b.url, dst)
+            await until(lambda: _done(a.url, src, b.url, dst, n), "the forwarding", 30)
+            return await drain(b.url, dst, 20)
 
-        got = asyncio.run(main())
+        got = asyncio.run(within(main(), 70, "the two bridge processes' forwarding"))
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
-        outputs = [p.communicate(timeout=60) for p in procs]
+        stopping = Deadline(30, "the bridge processes to stop after SIGTERM")
+        outputs = [_communicate(p, stopping) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert sorted(int(m.properties.message_id) for m in got) == list(range(n))
     forwarded = []
@@ -475,13 +518,27 @@ def test_two_processes_share_one_source_queue(nodes):
     assert sum(forwarded) == n and min(forwarded) > 0, forwarded  # competing consumers: both took a share
 
 
-def _run_command(*args: str) -> tuple[int, str, str]:
+def _communicate(p: subprocess.Popen, deadline: Deadline, what: str = "") -> tuple[str, str]:
+    """``p``'s output once it exited, within what is left of ``deadline``; killed (and the
+    test failed, with what it wrote) if it does not exit in time."""
+    try:
+        return p.communicate(timeout=deadline.left(0.1))
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate(timeout=10)
+        raise deadline.fail(f"{what or p.args} still running; killed; stdout {out[-500:]!r} stderr {err[-500:]!r}") \
+            from None
+
+
+def _run_command(*args: str, deadline: Deadline) -> tuple[int, str, str]:
+    """Run the command to its exit: at most 20 s (it gives up on a broker after its
+    --connection-timeout), within what is left of the test's ``deadline``."""
     p = command(*args)
-    out, err = p.communicate(timeout=60)
+    out, err = _communicate(p, Deadline(min(20, deadline.left(0.1)), f"the bridge command to exit ({deadline.what})"))
     return p.returncode, out, err
 
 
-def test_command_bad_input_one_line_and_exit_code(nodes):
+def test_command_bad_input_one_line_and_exit_code(nodes):  # nine commands, 90 s for them all
     a, b = nodes
     src = unique("src")
     asyncio.run(declare(a.url, src))
@@ -496,8 +553,9 @@ def test_command_bad_input_one_line_and_exit_code(nodes):
         (["--src", a.url, "--src-queue", unique("missing"), "--dest", b.url], 5, "does not exist"),
         ([*base, "--src", a.url, "--dest", b.url, "--dest-exchange", unique("missing")], 5, "does not exist"),
     ]
+    commands = Deadline(90, "the nine bridge commands")
     for args, code, text in cases:
-        rc, out, err = _run_command(*args)
+        rc, out, err = _run_command(*args, deadline=commands)
         lines = err.strip().splitlines()
         assert (rc, len(lines)) == (code, 1), (args, rc, err)
         assert text in lines[0] and "wrong" not in err, (args, err)
@@ -505,7 +563,7 @@ def test_command_bad_input_one_line_and_exit_code(nodes):
     for args in (["--src", a.url, "--src-queue", src], [*base, "--src", a.url, "--dest", b.url, "--ack-mode", "bogus"],
                  [*base, "--src", a.url, "--dest", b.url, "--prefetch", "0"],
                  [*base, "--src", a.url, "--dest", b.url, "--max-hops", "x"]):
-        rc, out, err = _run_command(*args)
+        rc, out, err = _run_command(*args, deadline=commands)
         assert rc == 2 and "error:" in err, (args, err)
 
 
@@ -516,7 +574,7 @@ def test_python_api_errors_are_typed(nodes):
         with pytest.raises(MissingResource, match="does not exist"):
             await Bridge(a.url, unique("missing"), b.url).start()
 
-    asyncio.run(main())
+    asyncio.run(within(main(), 30, "the bridge's start on a missing queue to fail"))
     with pytest.raises(ValueError, match="ack_mode"):
         Bridge(a.url, "q", b.url, ack_mode="sometimes")
     with pytest.raises(ValueError, match="prefetch"):
@@ -537,23 +595,37 @@ def test_command_redraws_the_statistics_on_a_terminal(nodes):
                           "--dest-routing-key", dst, "--stats-interval", "0.2"], stdout=slave, stderr=subprocess.PIPE)
     os.close(slave)
     seen = b""
+
+    def read(deadline: Deadline) -> bytes:
+        """What the terminal shows next: waits for it (select) no longer than ``deadline``."""
+        ready, _, _ = select.select([master], [], [], min(1.0, deadline.left()))
+        return os.read(master, 4096) if ready else b""
+
     try:
-        deadline = time.monotonic() + 60
+        drawing = Deadline(45, "the statistics redrawn twice, up to 'forwarded 50'")
         while seen.count(b"\r\x1b[K") < 2 or b"forwarded 50 " not in seen:  # redrawn in place, not new lines
-            assert time.monotonic() < deadline, seen
-            seen += os.read(master, 4096)
+            if drawing.expired():
+                raise drawing.fail(f"the terminal showed {seen!r}")
+            seen += read(drawing)
     finally:
         p.send_signal(signal.SIGTERM)
-        p.wait(timeout=60)
         try:
-            while True:
-                chunk = os.read(master, 4096)
-                if not chunk:
-                    break
-                seen += chunk
-        except OSError:
-            pass
-        os.close(master)
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+            raise WaitTimedOut(f"timed out after 30 s waiting for the bridge to stop on SIGTERM; it showed {seen!r}") from None
+        finally:
+            rest = Deadline(10, "the rest of the terminal's output")
+            try:
+                while not rest.expired():
+                    chunk = read(rest)
+                    if not chunk:
+                        break
+                    seen += chunk
+            except OSError:  # EIO: the process closed the terminal
+                pass
+            os.close(master)
     assert p.returncode == 0
     drawn = seen.split(b"stopped: ")[0]
     assert b"\n" not in drawn.replace(b"\r\n", b"").rstrip(b"\r\n"), drawn

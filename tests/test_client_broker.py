@@ -998,8 +998,9 @@ def test_broker_channel_close_race_blocking(amqp_url):
             assert ch.channel_id == 1, f"iteration {i}: channel number {ch.channel_id} (1 leaked)"
             q = ch.queue_declare("", exclusive=True).queue
             ch.basic_publish("", q, b"x")
-            msg = None
+            msg, deadline = None, time.monotonic() + 10
             while msg is None:
+                assert time.monotonic() < deadline, f"iteration {i}: the message published never came (10 s)"
                 msg = ch.basic_get(q)
             ch.basic_ack(msg.delivery_tag)
             ch.basic_ack(msg.delivery_tag)

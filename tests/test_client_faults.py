@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import TCPProxy
+from conftest import Deadline, TCPProxy, WaitTimedOut
 
 def holding_proxy(api) -> TCPProxy:
     """A proxy to the shared broker that can hold (delay) every byte: ``hold()``/``release()``."""
@@ -238,11 +238,10 @@ def test_wait_for_confirms_covers_every_future_of_every_thread(amqp_url, names):
             except Exception as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=worker) for _ in range(8)]
+        threads = [threading.Thread(target=worker, daemon=True, name=f"worker {k}") for k in range(8)]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join(60)
+        Deadline(60, "the 8 threads' publishes and wait_for_confirms").join(threads)
         with conn.channel() as ch:
             ch.queue_purge(q)
     assert not errors, errors
@@ -419,7 +418,7 @@ def test_acks_after_the_broker_force_closes_the_connection(run, fault_node):
         consumer = await ch.consume(forced)
         message = await api.next(consumer)
         await asyncio.to_thread(node.close_all_connections, "amqwire fault test")
-        raised = await ack_until_recovered(api, conn, message, timeout=60)
+        raised = await ack_until_recovered(api, conn, message, timeout=45)  # recovery: 8 s after the close
         wrong = [exc for exc in raised if not isinstance(exc, E.AMQPConnectionError)]
         assert not wrong, wrong[:3]
         assert any(isinstance(exc, E.ConnectionClosed) and exc.reply_code == 320 for exc in raised), raised[:3]
@@ -428,7 +427,7 @@ def test_acks_after_the_broker_force_closes_the_connection(run, fault_node):
         assert again.body == message.body and again.redelivered
         await again.ack()
 
-    run(scenario, timeout=120)
+    run(scenario, timeout=90)  # inside the default pytest timeout (120 s)
 
 
 # =========================================================================== the fault suite
@@ -568,15 +567,16 @@ def test_scenario1_stop_app_while_publishing_confirmed(run, fault_node, transpor
                 await asyncio.sleep(0.02)      # waiting for the broker to come back: a trickle
             elif i % 200 == 0:
                 await asyncio.sleep(0)
-        await restart
+        await restart  # done: the loop above ran until it was
         confirmed, failed, unsettled = set(), [], []
+        settling = Deadline(60, "the publish futures to settle")  # one budget for them all
         for n, future in futures.items():
             try:
-                await api.wait(future, timeout=60)
+                await api.wait(future, timeout=settling.left(0.01))
                 confirmed.add(n)
             except E.PublishError as exc:
                 failed.append(exc)
-            except asyncio.TimeoutError:
+            except WaitTimedOut:
                 unsettled.append(n)
         assert not unsettled, f"{len(unsettled)} futures never settled"
         assert all(isinstance(exc, (E.PublishUnconfirmed, E.PublishNacked)) for exc in failed), failed[:3]
@@ -749,8 +749,9 @@ def test_scenario4_memory_alarm_while_publishing(run, fault_node, transport):
             await clear
             watcher.cancel()
             confirmed = set()
+            settling = Deadline(60, f"the publish futures to settle (blocked_action {action})")  # one budget
             for n, future in futures.items():
-                await api.wait(future, timeout=60)
+                await api.wait(future, timeout=settling.left(0.01))
                 confirmed.add(n)
             # the listeners heard the alarm once each way (connection.unblocked may trail the
             # last confirm: the broker sends it when the alarm clears, not before the publishes)
@@ -775,7 +776,7 @@ def test_scenario4_memory_alarm_while_publishing(run, fault_node, transport):
                 assert raised, "no publish raised while the connection was blocked"
                 assert len(confirmed) + len(raised) == total
 
-    run(scenario, timeout=300)
+    run(scenario, timeout=900 if FULL else 220)  # inside LONG's pytest timeout
 
 
 # --------------------------------------------------------------------------- 5. threads on one connection
@@ -834,11 +835,10 @@ def test_scenario5_threads_publish_and_consume_on_one_blocking_connection(fault_
             except Exception as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(threads_n)]
+        threads = [threading.Thread(target=worker, args=(k,), daemon=True, name=f"worker {k}") for k in range(threads_n)]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join(seconds + 120)
+        Deadline(seconds + 120, f"the {threads_n} threads' {seconds} s of publishing and consuming").join(threads)
     record("5 50 threads, 1 connection", "blocking", threads=threads_n, seconds=seconds, **stats)
     assert not errors, errors[:3]
     assert stats["sent"] >= threads_n and stats["received"] == stats["sent"] == stats["confirmed"]
@@ -889,7 +889,7 @@ def test_scenario6_slow_consumer_holds_at_most_prefetch(run, fault_node, transpo
         assert 1 <= most <= prefetch, f"{most} deliveries held with prefetch {prefetch}"
         await ch.queue_delete(queue)
 
-    run(scenario, timeout=300)
+    run(scenario, timeout=900 if FULL else 220)  # inside LONG's pytest timeout
 
 
 # --------------------------------------------------------------------------- 7. bad peers

@@ -373,7 +373,7 @@ def test_strict_handler_closes_the_channel_of_a_failing_consumer(run):
         assert not ch.is_open and conn.is_open
         deadline = time.monotonic() + 10
         while (await admin.queue_declare(q, passive=True)).message_count != 1:  # requeued
-            assert time.monotonic() < deadline
+            assert time.monotonic() < deadline, "timed out after 10 s waiting for the delivery to be requeued"
             await asyncio.sleep(0.05)
 
     run(scenario)

@@ -31,7 +31,7 @@ def test_in_memory_metrics_count_exactly(run):
             await ch.publish_async("", full, b"nacked")  # no room: the broker nacks them
         await ch.publish_async("", api.names.queue(), b"returned", mandatory=True)  # unroutable
         with pytest.raises(api.errors.PublishError):
-            await ch.wait_for_confirms()
+            await ch.wait_for_confirms(timeout=30)
         plain = await conn.channel()
         for _ in range(3):
             await plain.basic_publish("", api.names.queue(), b"unconfirmed")
@@ -94,12 +94,12 @@ def test_every_confirm_has_one_latency_over_many_writes_and_channels(run):
         for i in range(3000):
             await channels[i % 2].publish_async("", q, b"m")
         for ch in channels:
-            await ch.wait_for_confirms()
+            await ch.wait_for_confirms(timeout=30)
         elapsed = time.monotonic() - started
         await channels[0].confirm_select()  # again: nothing restarts, nothing is lost
         for _ in range(10):
             await channels[0].publish_async("", q, b"m")
-        await channels[0].wait_for_confirms()
+        await channels[0].wait_for_confirms(timeout=30)
         snap = metrics.snapshot()
         assert snap["confirmed_count"] == 3010
         assert snap["confirm_latency_count"] == 3010

@@ -112,6 +112,7 @@ def test_rpcs_and_confirms_of_other_threads_go_on_while_a_slow_consumer_drives_r
         stop.set()
         for t in helpers:
             t.join(30)
+        assert not any(t.is_alive() for t in helpers), "timed out after 30 s waiting for the helper threads to stop"
         assert not errors, errors
         assert got == 60 and done["rpcs"] > 0 and done["confirmed"] > 0, done
         with conn.channel() as ch:
@@ -168,6 +169,7 @@ def test_iterators_in_two_threads_on_one_connection_each_get_their_messages(amqp
             t.start()
         for t in threads:
             t.join(60)
+        assert not any(t.is_alive() for t in threads), f"timed out after 60 s waiting for the 2 drains (got {got})"
         assert not errors, errors
         assert got == [n, n]
         with conn.channel() as ch:

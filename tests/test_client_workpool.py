@@ -85,7 +85,7 @@ def test_a_slow_channel_holds_up_no_other_and_order_is_kept(amqp_url, names):
             with ch.batch():
                 for i in range(count):
                     ch.publish_async("", q, b"%d" % i)
-            ch.wait_for_confirms()
+            ch.wait_for_confirms(timeout=30)
             ch.consume(q, callback)
         deadline = time.monotonic() + 30
         while len(fast) < count:  # nobody calls process_events: the pool runs the callbacks

@@ -25,7 +25,7 @@ from amqwire.client import (
     connect,
 )
 from amqwire.client.encoding import zstd_available
-from conftest import closed_port, in_thread, masked
+from conftest import Deadline, closed_port, in_thread, masked
 
 TRANSPORTS = ("blocking", "aio")
 
@@ -154,11 +154,10 @@ def test_one_producer_fed_by_many_threads(amqp_url, names):
             except Exception as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        threads = [threading.Thread(target=work, args=(n,), daemon=True, name=f"sender {n}") for n in range(8)]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join(60)
+        Deadline(60, "the 8 threads' 100 sends each").join(threads)
         stats = producer.stats()
     assert errors == []
     assert len(results) == 800 and stats.confirmed == 800 and stats.pending == 0
@@ -176,7 +175,7 @@ def test_close_racing_sends_from_many_threads_leaves_no_future_unsettled(amqp_ur
     started = threading.Barrier(9)
 
     def work() -> None:
-        started.wait()
+        started.wait(10)
         while True:
             try:
                 futures.append(producer.send_async("", queue, b"race"))
@@ -184,14 +183,13 @@ def test_close_racing_sends_from_many_threads_leaves_no_future_unsettled(amqp_ur
                 refused.append(1)
                 return
 
-    threads = [threading.Thread(target=work) for _ in range(8)]
+    threads = [threading.Thread(target=work, daemon=True, name=f"sender {k}") for k in range(8)]
     for t in threads:
         t.start()
-    started.wait()
+    started.wait(10)  # BrokenBarrierError if the 8 threads never got there
     time.sleep(0.05)
     producer.close(timeout=30)
-    for t in threads:
-        t.join(30)
+    Deadline(30, "the 8 senders to be refused after the close").join(threads)
     assert len(refused) == 8  # every thread was told, at its call
     outcomes = [f.exception(10) for f in futures]  # OperationTimeout here: one left unsettled
     confirmed = sum(e is None for e in outcomes)

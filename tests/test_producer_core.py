@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import threading
 import time
 import zlib
 
 import pytest
+from conftest import Deadline
 
 from amqwire.codec import AMQPSyntaxError, BasicProperties, UnsupportedValueError, encode_publish
 from amqwire.client.errors import (
@@ -75,20 +77,31 @@ def _broker(core: Core, index: int = 0) -> Broker:
 
 
 def test_message_ids_are_unique_and_time_ordered_across_threads():
+    """8 threads make ids at once, with the interpreter switching threads every microsecond
+    (sys.setswitchinterval): a counter that is not atomic (a read-modify-write such as
+    ``self.n += 1``) hands two threads the same value, and two ids repeat."""
     ids = MessageIds()
-    made: list[list[str]] = [[] for _ in range(4)]
+    threads_n, per_thread = 8, 5000
+    made: list[list[str]] = [[] for _ in range(threads_n)]
+    start = threading.Barrier(threads_n)
 
     def work(out: list[str]) -> None:
-        for _ in range(5000):
+        start.wait(10)  # all at once
+        for _ in range(per_thread):
             out.append(ids.next())
 
-    threads = [threading.Thread(target=work, args=(out,)) for out in made]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(out,), daemon=True) for out in made]
+        for t in threads:
+            t.start()
+        Deadline(60, f"{threads_n} threads making {per_thread} ids each").join(threads)
+    finally:
+        sys.setswitchinterval(interval)
     every = [i for out in made for i in out]
-    assert len(set(every)) == len(every) == 20000
+    repeated = len(every) - len(set(every))
+    assert repeated == 0 and len(every) == threads_n * per_thread, f"{repeated} ids made twice"
     for out in made:  # one thread's ids sort in the order it made them
         assert out == sorted(out)
     first = ids.next()

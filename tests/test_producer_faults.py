@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import socket
 import threading
@@ -20,6 +21,8 @@ import time
 import uuid
 
 import pytest
+
+from conftest import Deadline, WaitTimedOut, within
 
 from amqwire.codec import BasicProperties
 from amqwire.client import Producer, SendFailed, SendTimeout, aio, connect
@@ -43,12 +46,12 @@ def nodes(tmp_path_factory):
         except BrokerNodeError as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=start, args=(n,)) for n in made]
+    threads = [threading.Thread(target=start, args=(n,), daemon=True, name=f"start {n.name}") for n in made]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
     try:
+        # each start gives up after its own start_timeout (60 s)
+        Deadline(made[0].start_timeout + 30, "the private nodes A and B to start").join(threads)
         if errors:
             pytest.fail(f"a private RabbitMQ node did not start: {errors[0]}", pytrace=False)
         yield made
@@ -62,33 +65,72 @@ def declare(url: str, queue: str) -> None:
         ch.queue_declare(queue, durable=True)
 
 
-def stored_ids(url: str, queue: str) -> list[str]:
-    """The message ids of everything in the queue, taken off it."""
-    ids = []
+def stored_ids(url: str, queue: str, limit: float = 30) -> list[str]:
+    """The message ids of everything in the queue, taken off it (within ``limit`` seconds)."""
+    ids: list[str] = []
     with connect(url) as conn, conn.channel() as ch:
         left = ch.queue_declare(queue, passive=True).message_count
         if not left:
             return ids
         ch.basic_qos(prefetch_count=2000)
         consumer = ch.consume(queue, no_ack=True)
+        reading = Deadline(limit, f"the {left} messages of {queue} at {url}")
         while len(ids) < left:
-            message = consumer.get(timeout=30)
-            assert message is not None, f"{len(ids)} of {left} messages read from {queue}"
+            if reading.expired():
+                raise reading.fail(f"{len(ids)} read")
+            message = consumer.get(timeout=min(10.0, reading.left(0.01)))
+            assert message is not None, f"{len(ids)} of {left} messages read from {queue}: then none for 10 s"
             ids.append(message.properties.message_id)
         consumer.cancel()
     return ids
 
 
-def wait_port(port: int, timeout: float = 60) -> None:
+def wait_port(port: int, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return
-        except OSError:
+        except OSError as exc:
             if time.monotonic() > deadline:
-                raise
+                raise WaitTimedOut(f"timed out after {timeout:g} s waiting for port {port} to accept connections") from exc
             time.sleep(0.2)
+
+
+CLOSE = 30  # a producer's close: flush, the last confirms, the connections
+
+
+@contextlib.contextmanager
+def closed_within(producer, seconds: float = CLOSE):
+    """``with Producer(...)``, its close bounded: ``Producer.__exit__`` waits for the
+    flush without a limit, so it runs in a thread the test gives up on after ``seconds``."""
+    try:
+        yield producer
+    finally:
+        closer = threading.Thread(target=producer.__exit__, args=(None, None, None), daemon=True, name="close")
+        closer.start()
+        Deadline(seconds, "the producer's close (its flush, the last confirms, the connections)").join([closer])
+
+
+@contextlib.asynccontextmanager
+async def aio_closed_within(producer, seconds: float = CLOSE):
+    """``async with aio.Producer(...)``, its open and its close bounded."""
+    await within(producer.__aenter__(), 30, "the producer to open")
+    try:
+        yield producer
+    finally:
+        await within(producer.__aexit__(None, None, None), seconds,
+                     "the producer's close (its flush, the last confirms, the connections)")
+
+
+def until_confirmed(producer, target: float, limit: float, going_on=lambda: True) -> None:
+    """Poll the producer's confirmed count up to ``target`` (while ``going_on()``), for at
+    most ``limit`` seconds."""
+    deadline = Deadline(limit, f"{target:.0f} sends confirmed")
+    while producer.stats().confirmed < target and going_on():
+        if deadline.expired():
+            raise deadline.fail(f"{producer.stats()}")
+        time.sleep(0.01)
 
 
 def outcomes_report(label: str, ok: list, failed: list, stores: dict, stats) -> tuple[int, int]:
@@ -107,16 +149,24 @@ def outcomes_report(label: str, ok: list, failed: list, stores: dict, stats) -> 
 # --------------------------------------------------------------------------- A stops, B goes on
 
 
+# The phases' bounds, within the test's 600 s with the set-up, reading the queues back and
+# restarting A: 30% of the sends confirmed before A stops, then the feeders' last sends
+# (through B), then the futures still unsettled.
+BEFORE_STOP, AFTER_STOP, SETTLE = 90, 120, 30
+
+
 def _failover_blocking(urls: list[str], queue: str, n: int, stop_a) -> tuple[list, list, object]:
     ok: list = []
     stopped = threading.Event()  # the last fifth of each feeder's sends waits for the stop
     failed: list = []
+    errors: list = []  # what ended a feeder early (a wait that gave up)
     lock = threading.Lock()
-    with Producer(urls, timeout=30, retries=2, retry_backoff=0.05, avoid_backoff=1.0, max_in_flight=2000) as producer:
+    with closed_within(Producer(urls, timeout=30, retries=2, retry_backoff=0.05, avoid_backoff=1.0,
+                                max_in_flight=2000)) as producer:
         def sync_sends(count: int) -> None:
             for i in range(count):
                 if i == count * 4 // 5:
-                    stopped.wait(120)
+                    stopped.wait(BEFORE_STOP + 60)
                 try:
                     result = producer.send("", queue, b"s%d" % i, PERSISTENT)
                     with lock:
@@ -130,24 +180,34 @@ def _failover_blocking(urls: list[str], queue: str, n: int, stop_a) -> tuple[lis
         def async_sends(count: int) -> None:
             for i in range(count):
                 if i == count * 4 // 5:
-                    stopped.wait(120)
+                    stopped.wait(BEFORE_STOP + 60)
                 if i >= WINDOW:  # a stream, not one burst: at most WINDOW sends unsettled
-                    futures[i - WINDOW].exception(120)
+                    futures[i - WINDOW].exception(60)  # OperationTimeout past 60 s: ends this feeder
                 futures.append(producer.send_async("", queue, b"a%d" % i, PERSISTENT))
 
-        threads = [threading.Thread(target=sync_sends, args=(n // 8,)) for _ in range(4)]
-        threads.append(threading.Thread(target=async_sends, args=(n - 4 * (n // 8),)))
+        def feeder(target, count: int) -> None:
+            try:
+                target(count)
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+
+        threads = [threading.Thread(target=feeder, args=(sync_sends, n // 8), daemon=True, name=f"sync feeder {k}")
+                   for k in range(4)]
+        threads.append(threading.Thread(target=feeder, args=(async_sends, n - 4 * (n // 8)), daemon=True,
+                                        name="async feeder"))
         for t in threads:
             t.start()
-        while producer.stats().confirmed < n * 0.3 and any(t.is_alive() for t in threads):
-            time.sleep(0.01)
-        stop_a()
-        stopped.set()
-        for t in threads:
-            t.join(300)
+        try:
+            until_confirmed(producer, n * 0.3, BEFORE_STOP, lambda: any(t.is_alive() for t in threads))
+            stop_a()
+        finally:
+            stopped.set()
+        Deadline(AFTER_STOP, "the feeders' sends after A stopped").join(threads)
+        assert not errors, f"a feeder gave up: {errors[0]!r}"
+        settling = Deadline(SETTLE, "the send_async futures to settle")
         for future in futures:
             try:
-                ok.append(future.result(60).message_id)
+                ok.append(settling.result(future).message_id)
             except (SendFailed, SendTimeout) as exc:
                 failed.append(exc)
         assert all(f.done() for f in futures)
@@ -159,12 +219,12 @@ async def _failover_aio(urls: list[str], queue: str, n: int, stop_a) -> tuple[li
     ok: list = []
     stopped = asyncio.Event()
     failed: list = []
-    async with aio.Producer(urls, policy="pinned", timeout=30, retries=2, retry_backoff=0.05, avoid_backoff=1.0,
-                            max_in_flight=2000) as producer:
+    async with aio_closed_within(aio.Producer(urls, policy="pinned", timeout=30, retries=2, retry_backoff=0.05,
+                                              avoid_backoff=1.0, max_in_flight=2000)) as producer:
         async def sync_sends(count: int) -> None:
             for i in range(count):
                 if i == count * 4 // 5:
-                    await stopped.wait()
+                    await stopped.wait()  # set by the test whatever happens (finally)
                 try:
                     ok.append((await producer.send("", queue, b"s%d" % i, PERSISTENT)).message_id)
                 except (SendFailed, SendTimeout) as exc:
@@ -177,21 +237,34 @@ async def _failover_aio(urls: list[str], queue: str, n: int, stop_a) -> tuple[li
                 if i == count * 4 // 5:
                     await stopped.wait()
                 if i >= WINDOW:  # a stream, not one burst
-                    await asyncio.wait([futures[i - WINDOW]])
+                    await within(asyncio.wait([futures[i - WINDOW]]), 60, f"send_async {i - WINDOW} to settle")
                 futures.append(await producer.send_async("", queue, b"a%d" % i, PERSISTENT))
 
         tasks = [asyncio.ensure_future(sync_sends(n // 8)) for _ in range(4)]
         tasks.append(asyncio.ensure_future(async_sends(n - 4 * (n // 8))))
-        while producer.stats().confirmed < n * 0.3:  # noqa: ASYNC110 (polls a counter; no event to wait on)
-            await asyncio.sleep(0.01)
-        await asyncio.to_thread(stop_a)
-        stopped.set()
-        await asyncio.gather(*tasks)
-        for future in futures:
-            try:
-                ok.append((await future).message_id)
-            except (SendFailed, SendTimeout) as exc:
-                failed.append(exc)
+        try:
+            before = Deadline(BEFORE_STOP, f"{n * 0.3:.0f} sends confirmed before stopping A")
+            while producer.stats().confirmed < n * 0.3:  # polls a counter (no event to wait on), up to a deadline
+                if before.expired():
+                    raise before.fail(f"{producer.stats()}")
+                await asyncio.sleep(0.01)
+            await within(asyncio.to_thread(stop_a), 90, "rabbitmqctl stop_app on A")
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        finally:
+            stopped.set()
+        await within(asyncio.gather(*tasks), AFTER_STOP, "the feeders' sends after A stopped")
+        outcomes = await within(asyncio.gather(*futures, return_exceptions=True), SETTLE,
+                                "the send_async futures to settle")
+        for outcome in outcomes:
+            if isinstance(outcome, (SendFailed, SendTimeout)):
+                failed.append(outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                ok.append(outcome.message_id)
         stats = producer.stats()
     return ok, failed, stats
 
@@ -215,7 +288,9 @@ def test_a_broker_stopped_mid_stream_sends_go_on_through_the_other(transport, no
         if transport == "blocking":
             ok, failed, stats = _failover_blocking([a.url, b.url], queue, n, stop_a)
         else:
-            ok, failed, stats = asyncio.run(_failover_aio([a.url, b.url], queue, n, stop_a))
+            ok, failed, stats = asyncio.run(within(_failover_aio([a.url, b.url], queue, n, stop_a),
+                                                   30 + BEFORE_STOP + 90 + AFTER_STOP + SETTLE + CLOSE + 30,
+                                                   "the pinned producer's failover run (and its close)"))
     finally:
         if stopped:
             a.rabbitmqctl("start_app")
@@ -244,32 +319,40 @@ def test_a_broker_crashed_and_restarted_mid_stream_loses_nothing_with_retries(no
     queue = f"restart-{uuid.uuid4().hex[:8]}"
     declare(b.url, queue)
     n = COUNT // 2
-    with Producer(b.url, timeout=60, retries=5, retry_backoff=0.05, avoid_backoff=0.2, max_in_flight=2000) as producer:
+    with closed_within(Producer(b.url, timeout=60, retries=5, retry_backoff=0.05, avoid_backoff=0.2,
+                                max_in_flight=2000)) as producer:
         futures: list = []
 
         restarted = threading.Event()
+        errors: list = []
 
         def feed() -> None:
-            for i in range(n):
-                if i == n * 4 // 5:
-                    restarted.wait(120)  # the last fifth goes after the restart
-                if i >= WINDOW:  # a stream, not one burst
-                    futures[i - WINDOW].exception(120)
-                futures.append(producer.send_async("", queue, b"%d" % i, PERSISTENT))
+            try:
+                for i in range(n):
+                    if i == n * 4 // 5:
+                        restarted.wait(BEFORE_STOP + 90)  # the last fifth goes after the restart
+                    if i >= WINDOW:  # a stream, not one burst
+                        futures[i - WINDOW].exception(90)  # OperationTimeout past 90 s: ends the feeder
+                    futures.append(producer.send_async("", queue, b"%d" % i, PERSISTENT))
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
 
-        feeder = threading.Thread(target=feed)
+        feeder = threading.Thread(target=feed, daemon=True, name="feeder")
         first_connection = producer.brokers[0].connection
         feeder.start()
-        while producer.stats().confirmed < n * 0.3 and feeder.is_alive():
-            time.sleep(0.01)
-        b.kill()  # a crash: what was not confirmed yet is retried (and may land twice)
-        b.start()
-        restarted.set()
-        feeder.join(300)
+        try:
+            until_confirmed(producer, n * 0.3, BEFORE_STOP, feeder.is_alive)
+            b.kill()  # a crash: what was not confirmed yet is retried (and may land twice)
+            b.start()  # gives up after its start_timeout (60 s)
+        finally:
+            restarted.set()
+        Deadline(180, "the feeder's sends after the restart").join([feeder])
+        assert not errors, f"the feeder gave up: {errors[0]!r}"
         ok, failed = [], []
+        settling = Deadline(60, "the send_async futures to settle after the restart")
         for future in futures:
             try:
-                ok.append(future.result(120).message_id)
+                ok.append(settling.result(future).message_id)
             except (SendFailed, SendTimeout) as exc:
                 failed.append(exc)
         stats = producer.stats()
@@ -293,34 +376,39 @@ def test_a_memory_alarm_makes_sends_time_out_clearly_then_sending_goes_on(transp
     declare(b.url, queue)
 
     async def aio_run(during):
-        async with aio.Producer(b.url, timeout=1.0) as producer:
-            await producer.send("", queue, b"before")
-            await asyncio.to_thread(b.set_memory_alarm)
+        async with aio_closed_within(aio.Producer(b.url, timeout=1.0)) as producer:
+            await within(producer.send("", queue, b"before"), 30, "the send before the alarm")
+            await within(asyncio.to_thread(b.set_memory_alarm), 90, "the memory alarm to be set")
             try:
                 futures = [await producer.send_async("", queue, b"during") for _ in range(during)]
                 await asyncio.sleep(0.5)  # connection.blocked is in: these wait in the producer
                 futures += [await producer.send_async("", queue, b"during") for _ in range(during)]
-                outcomes = await asyncio.gather(*futures, return_exceptions=True)
+                outcomes = await within(asyncio.gather(*futures, return_exceptions=True), 30,
+                                        "the sends made during the alarm to time out (timeout=1.0)")
             finally:
-                await asyncio.to_thread(b.clear_memory_alarm)
-            after = await producer.send("", queue, b"after", timeout=30)
+                await within(asyncio.to_thread(b.clear_memory_alarm), 90, "the memory alarm to be cleared")
+            after = await within(producer.send("", queue, b"after", timeout=30), 45, "the send after the alarm")
             return outcomes, after, producer.stats()
 
     def blocking_run(during):
-        with Producer(b.url, timeout=1.0) as producer:
+        with closed_within(Producer(b.url, timeout=1.0)) as producer:
             producer.send("", queue, b"before")
             b.set_memory_alarm()
             try:
                 futures = [producer.send_async("", queue, b"during") for _ in range(during)]
                 time.sleep(0.5)  # connection.blocked is in: these wait in the producer
                 futures += [producer.send_async("", queue, b"during") for _ in range(during)]
-                outcomes = [f.exception(30) or f.result() for f in futures]
+                settling = Deadline(30, "the sends made during the alarm to time out (timeout=1.0)")
+                outcomes = [f.exception(settling.left(0.001)) or f.result() for f in futures]
             finally:
                 b.clear_memory_alarm()
             after = producer.send("", queue, b"after", timeout=30)
             return outcomes, after, producer.stats()
 
-    outcomes, after, stats = asyncio.run(aio_run(20)) if transport == "aio" else blocking_run(20)
+    if transport == "aio":
+        outcomes, after, stats = asyncio.run(within(aio_run(20), 270, "the memory alarm scenario (and its close)"))
+    else:
+        outcomes, after, stats = blocking_run(20)
     print(f"\nmemory alarm ({transport}): {collections.Counter(getattr(o, 'operation', type(o).__name__) for o in outcomes)}")
     timeouts = [o for o in outcomes if isinstance(o, SendTimeout)]
     # The alarm blocks every publishing connection: a send may only have landed before the

@@ -52,13 +52,14 @@ def _run_preempted(first: Callable[[], Any], second: Callable[[], Any], stop_at:
             sys.settrace(None)
             paused.set()
 
-    thread = threading.Thread(target=target)
+    thread = threading.Thread(target=target, daemon=True)
     thread.start()
-    paused.wait(10)
+    paused.wait(10)  # not set: the thread ran to its end first (reached is False, the caller goes on)
     reached = thread.is_alive() and lines == stop_at
     second()
     resume.set()
     thread.join(10)
+    assert not thread.is_alive(), "timed out after 10 s waiting for the paused thread to finish"
     if errors:
         raise errors[0]
     return reached

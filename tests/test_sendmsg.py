@@ -25,7 +25,7 @@ def test_zero_copy_publish_over_a_socketpair():
     assert any(isinstance(p, memoryview) for p in pieces)
     left, right = socket.socketpair()
     received = bytearray()
-    reader = threading.Thread(target=lambda: [received.extend(chunk) for chunk in iter(
+    reader = threading.Thread(daemon=True, target=lambda: [received.extend(chunk) for chunk in iter(
         lambda: right.recv(65536), b"")])
     reader.start()
     try:
@@ -34,6 +34,7 @@ def test_zero_copy_publish_over_a_socketpair():
         left.close()
         reader.join(timeout=30)
         right.close()
+    assert not reader.is_alive(), "timed out after 30 s waiting for the reader to see the end of the stream"
     assert bytes(received) == encode_publish(3, "ex", "rk", body, props, frame_max=131072)
     [command] = CommandParser(frame_max=131072).feed(received)
     assert command.channel == 3 and command.method.routing_key == "rk"

@@ -315,6 +315,7 @@ class RawAMQP:
             if acked < count:
                 self.read()
         thread.join(30)
+        assert not thread.is_alive(), "timed out after 30 s waiting for the raw publish's sender thread"
         assert not errors, errors
 
     def close(self):
@@ -567,6 +568,7 @@ def test_publish_batches_connection_closed_says_why(vhost):
     with pytest.raises(SinkError) as excinfo:
         publish_batches(settings, batches())
     closer.join(60)
+    assert not closer.is_alive(), "timed out after 60 s waiting for the thread closing the connections"
     error = excinfo.value
     text = str(error)
     assert text.startswith("amqp sink:"), text
