@@ -170,6 +170,7 @@ async def consume_through(api, url: str, total: int, fault, *, heartbeat: int = 
     return {"seen": len(seen), "redelivered": redelivered, "refused": refused}
 
 
+@pytest.mark.timeout(180)
 def test_acks_after_a_forced_close_reach_the_recovered_connection(run, fresh_node):
     """The issue's first scenario, three times over: close_all_connections (320
     CONNECTION_FORCED) under a manual-ack consumer with prefetch 100."""
@@ -187,6 +188,7 @@ def test_acks_after_a_forced_close_reach_the_recovered_connection(run, fresh_nod
     run(scenario, timeout=100)
 
 
+@pytest.mark.timeout(180)
 def test_acks_after_a_partition_reach_the_recovered_connection(run, partition):
     """The issue's second scenario: the broker cut off by a partition (packets dropped both
     ways, no RST) with heartbeat 2 s; the loss is found by the heartbeat, the connection

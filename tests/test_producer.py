@@ -498,3 +498,38 @@ def test_the_aio_producer_is_awaited_or_entered(amqp_url, names):
 
     run(scenario())
     assert len(queue_messages(amqp_url, queue)) == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_sender_that_dies_while_writing_fails_the_batch_it_held(transport, amqp_url, names, monkeypatch):
+    """The sender died with a batch in hand (an OverflowError in the broker avoidance did
+    it): the batch was in no queue, its futures never settled and close() waited forever.
+    Every one of them now fails, saying why."""
+    from amqwire.client.errors import InvalidStateError
+    from amqwire.client.producer import aio as producer_aio
+    from amqwire.client.producer import blocking as producer_blocking
+
+    queue = names.queue()
+    declare(amqp_url, queue)
+    cls = producer_aio.Producer if transport == "aio" else producer_blocking.Producer
+
+    async def boom(self, batch):
+        raise RuntimeError("boom while writing")
+
+    def boom_sync(self, batch):
+        raise RuntimeError("boom while writing")
+
+    monkeypatch.setattr(cls, "_write", boom if transport == "aio" else boom_sync)
+
+    async def scenario():
+        p = await P.open(transport, amqp_url)
+        try:
+            futures = await p.many(20, "", queue, b"x")
+            for future in futures:
+                with pytest.raises(InvalidStateError, match="sender failed.*boom while writing"):
+                    await asyncio.wait_for(p.result(future), 10)
+            assert p.stats().pending == 0
+        finally:
+            await asyncio.wait_for(p.close(5), 15)
+
+    run(scenario())

@@ -175,6 +175,15 @@ def test_round_robin_takes_brokers_in_turn_and_avoids_a_failed_one():
     assert s.avoid(brokers[1], ConnectionLost("x"), 30.0) == 1.0
 
 
+def test_a_broker_down_for_hours_stays_avoided_at_the_cap():
+    # 2.0 ** 1024 overflows: after ~1,025 failures in a row (hours of outage at the 30 s cap)
+    # avoid() raised OverflowError, which killed the Producer's sender.
+    brokers = _brokers(1)
+    s = BrokerSelector(brokers, ROUND_ROBIN, 1.0, 30.0)
+    periods = [s.avoid(brokers[0], ConnectionLost("x"), float(t)) for t in range(2000)]
+    assert periods[-1] == 30.0 and brokers[0].failures == 2000
+
+
 def test_every_broker_avoided_says_how_long_to_wait():
     brokers = _brokers(2)
     s = BrokerSelector(brokers, ROUND_ROBIN, 1.0, 8.0)

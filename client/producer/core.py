@@ -626,12 +626,13 @@ class ProducerCore:
         self._wake()
         return epoch
 
-    def _fail_all(self, error: BaseException) -> None:
-        """Settle everything still held (the producer is closing, or its sender died)."""
+    def _fail_all(self, error: BaseException, writing: Sequence[OutgoingMessage] = ()) -> None:
+        """Settle everything still held (the producer is closing, or its sender died with
+        the batch it was ``writing``)."""
         with self._lock:
             self._drain()
             self._finished = True
-            held = list(self._queue) + self._retrying + list(self._inflight)
+            held = list(writing) + list(self._queue) + self._retrying + list(self._inflight)
             self._queue.clear()
             self._queued_bytes = 0
             self._retrying = []

@@ -283,6 +283,7 @@ class SyncProducer(ProducerCore, Generic[_Future]):
     # the sender ----------------------------------------------------------------------------
 
     def _run_sender(self) -> None:
+        batch: list[OutgoingMessage] = []
         try:
             while True:
                 now = time.monotonic()
@@ -306,7 +307,8 @@ class SyncProducer(ProducerCore, Generic[_Future]):
             log.exception("producer: the sender failed")
             with self._lock:
                 self._closed = True  # nothing would send what comes next: refused at the call
-            self._fail_all(InvalidStateError(f"the producer's sender failed: {exc!r}"))
+            # The batch it was writing is in no queue: it fails with the rest (settling is once).
+            self._fail_all(InvalidStateError(f"the producer's sender failed: {exc!r}"), batch)
             raise
 
     def _is_blocked(self, broker: Broker) -> bool:

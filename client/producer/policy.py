@@ -83,7 +83,9 @@ class BrokerSelector:
     def avoid(self, broker: Broker, error: BaseException, now: float) -> float:
         broker.failures += 1
         broker.last_error = error
-        period = min(self.avoid_backoff * 2.0 ** (broker.failures - 1), self.avoid_backoff_max)
+        # The exponent is capped: 2.0 ** 1024 overflows (an outage of hours at the 30 s cap),
+        # and an OverflowError here killed the sender.
+        period = min(self.avoid_backoff * 2.0 ** min(broker.failures - 1, 60), self.avoid_backoff_max)
         broker.avoid_until = now + period
         return period
 
