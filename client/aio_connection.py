@@ -385,7 +385,7 @@ class Consumer(AsyncConsumer):
         while True:
             if self._buffer:
                 return self._buffer.popleft()  # type: ignore[no-any-return]
-            if not self._active:
+            if not self.active:
                 finished = self._finished
                 if finished is END or finished is None:
                     return None

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, U
 from . import protocol as proto
 from .connect import open_socket
 from .errors import AMQPConnectionError, HeartbeatTimeout, InvalidStateError, OperationTimeout
-from .lifecycle import ConnectionEvent, ConnectionStatus
+from .lifecycle import ChannelStatus, ConnectionEvent, ConnectionStatus
 from .message import Message
 from .operations_sync import SyncChannel, SyncConnection, SyncConsumer
 from .recovery import END
@@ -793,7 +793,7 @@ class Channel(SyncChannel[PublishFuture, Consumer]):
         connection = self._connection
         while not self._stop_consuming and any(c.callback is not None for c in self._consumers.values()):
             connection.process_events(0.2)
-            if self._closed is not None:
+            if self._lifecycle.state is ChannelStatus.CLOSED:
                 self._check()
 
     def stop_consuming(self) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import Optional
+from typing import Any, Optional
 
 from .errors import InvalidStateError
 
@@ -194,3 +194,100 @@ class Lifecycle:
 
     def __repr__(self) -> str:
         return f"<Lifecycle {self.name} {self.state}>"
+
+
+# --------------------------------------------------------------------------- channels and consumers
+
+
+class ChannelStatus(enum.Enum):
+    OPENING = "opening"  # channel.open sent, its open-ok not read yet
+    OPEN = "open"
+    DOWN = "down"        # its connection is lost and recovering: reopened when it is back
+    CLOSED = "closed"    # by close(), by the broker, or with its connection, for good
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ChannelEvent(enum.Enum):
+    OPENED = "channel.open-ok"
+    CONNECTION_DOWN = "connection lost, recovering"
+    REOPENED = "reopened by the recovery"
+    CONNECTION_GONE = "connection closed or lost for good"
+    CLOSED = "channel closed"  # close-ok read, the broker's channel.close, or close() while down
+
+    def __str__(self) -> str:
+        return self.value
+
+
+CS, CE = ChannelStatus, ChannelEvent
+CHANNEL_TRANSITIONS: dict[tuple[ChannelStatus, ChannelEvent], ChannelStatus] = {
+    (CS.OPENING, CE.OPENED): CS.OPEN,
+    (CS.OPENING, CE.CONNECTION_DOWN): CS.CLOSED,  # its open fails: the caller gets the error
+    (CS.OPENING, CE.CONNECTION_GONE): CS.CLOSED,
+    (CS.OPENING, CE.CLOSED): CS.CLOSED,
+    (CS.OPEN, CE.CONNECTION_DOWN): CS.DOWN,
+    (CS.OPEN, CE.CONNECTION_GONE): CS.CLOSED,
+    (CS.OPEN, CE.CLOSED): CS.CLOSED,
+    (CS.DOWN, CE.CONNECTION_DOWN): CS.DOWN,  # a failed recovery attempt
+    (CS.DOWN, CE.REOPENED): CS.OPEN,
+    (CS.DOWN, CE.CONNECTION_GONE): CS.CLOSED,
+    (CS.DOWN, CE.CLOSED): CS.CLOSED,
+    # closed while its open-ok was on the way (the loss, the user): the waiting flow sees it
+    (CS.CLOSED, CE.OPENED): CS.CLOSED,
+    (CS.CLOSED, CE.REOPENED): CS.CLOSED,
+    (CS.CLOSED, CE.CONNECTION_DOWN): CS.CLOSED,
+    (CS.CLOSED, CE.CONNECTION_GONE): CS.CLOSED,
+    (CS.CLOSED, CE.CLOSED): CS.CLOSED,
+}
+
+
+class ConsumerStatus(enum.Enum):
+    ACTIVE = "active"  # subscribed, or being subscribed again by a recovery
+    ENDED = "ended"    # cancelled (by the user or the broker), or its channel or connection gone
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ConsumerSignal(enum.Enum):
+    END = "end"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+CONSUMER_TRANSITIONS: dict[tuple[ConsumerStatus, ConsumerSignal], ConsumerStatus] = {
+    (ConsumerStatus.ACTIVE, ConsumerSignal.END): ConsumerStatus.ENDED,
+    (ConsumerStatus.ENDED, ConsumerSignal.END): ConsumerStatus.ENDED,  # only the first reason counts
+}
+
+
+class Machine:
+    """A channel's or a consumer's state, its table, and why it ended (``reason``: given
+    with the event that takes it to its ``final`` state)."""
+
+    __slots__ = ("state", "reason", "name", "_table", "_final")
+
+    def __init__(self, table: dict[Any, Any], initial: Any, final: Any, name: str) -> None:
+        self.state = initial
+        self.reason: Any = None
+        self.name = name
+        self._table = table
+        self._final = final
+
+    def fire(self, event: Any, reason: Any = None) -> Any:
+        """Take the transition of ``event``; returns the state it left."""
+        old = self.state
+        new = self._table.get((old, event))
+        if new is None:
+            raise InvalidStateError(f"{self.name}: {event} is not possible while {old}")
+        self.state = new
+        if new is self._final and old is not new:
+            self.reason = reason
+        if new is not old:
+            log.debug("%s: %s -> %s (%s)", self.name, old, new, event)
+        return old
+
+    def __repr__(self) -> str:
+        return f"<Machine {self.name} {self.state}>"

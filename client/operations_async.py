@@ -45,7 +45,7 @@ from amqwire.codec import (
     TxSelect,
 )
 
-from .lifecycle import OPENED_STATES, ConnectionEvent, ConnectionStatus
+from .lifecycle import OPENED_STATES, ChannelEvent, ChannelStatus, ConnectionEvent, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
     AMQPConnectionError,
@@ -62,6 +62,7 @@ from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
 
 log = logging.getLogger("amqwire.client")
+_CHANNEL_OPEN = ChannelStatus.OPEN
 
 Body = Union[bytes, bytearray, memoryview, str]
 
@@ -217,6 +218,10 @@ class AsyncConnection(ConnectionBase):
             if isinstance(exc, TimeoutError):
                 raise OperationTimeout("channel.open", limit, cid) from None
             raise
+        with self._lock:
+            channel._lifecycle.fire(ChannelEvent.OPENED)
+        if channel._lifecycle.state is ChannelStatus.CLOSED:  # lost right after its open-ok
+            channel._check()
         return channel
 
     async def update_secret(self, new_secret: str, reason: str, *, timeout: Optional[float] = None) -> None:
@@ -287,7 +292,7 @@ class AsyncConnection(ConnectionBase):
         topology = self._topology
         channels = []
         for channel in sorted(self._channels.values(), key=lambda c: c.channel_id):
-            if channel._closed is None:  # else closed by the user while the connection was down
+            if channel._lifecycle.state is ChannelStatus.DOWN:  # else closed by the user meanwhile
                 await channel._reopen()
                 channels.append(channel)
         if topology is not None and channels:
@@ -301,7 +306,7 @@ class AsyncConnection(ConnectionBase):
                 except StopIteration:
                     break
         for channel in channels:
-            if channel._closed is None:
+            if channel._lifecycle.state is ChannelStatus.OPEN:
                 await channel._resubscribe(topology)
 
     # closing -------------------------------------------------------------------------------
@@ -542,7 +547,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         broker requeued it."""
         connection = self._connection
         if _LOCKED_SECTION:
-            if self._closed is not None or not connection._lifecycle.answerable:
+            if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.answerable:
                 self._check()
             try:
                 sent = getattr(connection._core, core_method)(self.channel_id, delivery_tag, *args)
@@ -664,7 +669,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         if connection._held or self._flow_paused:
             await self._wait_publishable(_deadline(timeout))
         if _LOCKED_SECTION:
-            if self._closed is not None or not connection._lifecycle.usable:
+            if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
                 self._check()
             try:
                 connection._core.publish(self.channel_id, exchange, routing_key, body, properties, mandatory)
@@ -701,7 +706,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         if _LOCKED_SECTION:
             # Checked again under the lock: a connection lost while we waited has drained
             # its unconfirmed publishes already, and one queued now would never settle.
-            if self._closed is not None or not connection._lifecycle.usable:
+            if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
                 self._check()
             try:
                 seqno = connection._core.publish(
@@ -732,14 +737,14 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         the safe choice).
         """
         connection = self._connection
-        if self._closed is not None or not connection._lifecycle.usable:
+        if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
             self._check()
         deadline = _deadline(timeout)
         if connection._held or self._flow_paused or self._confirm:
             await self._wait_for_room(count if self._confirm else 0, deadline)
         token = self._new_token(count, None) if self._confirm else None
         if _LOCKED_SECTION:
-            if self._closed is not None or not connection._lifecycle.usable:
+            if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
                 self._check()
             try:
                 first = connection._core.publish_encoded(self.channel_id, frames, count, token)
@@ -773,7 +778,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             error = failures[0]
             error.failures = failures  # type: ignore[attr-defined]
             raise error
-        if self._closed is not None:
+        if self._lifecycle.state is ChannelStatus.CLOSED:
             self._check()
 
     # consuming -----------------------------------------------------------------------------
@@ -831,7 +836,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         """Close the channel.  Safe to call twice, and after the connection is gone (while
         it recovers: the channel and its consumers are not restored)."""
         if not self.is_open:
-            self._closed = self._closed or InvalidStateError(f"channel {self.channel_id} is closed")
+            self._lifecycle.fire(ChannelEvent.CLOSED, InvalidStateError(f"channel {self.channel_id} is closed"))
             self._forget_while_down()
             return
         connection = self._connection
@@ -866,6 +871,11 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             connection._channels[self.channel_id] = self
         connection._flush()
         await connection._wait(waiter, connection.params.connection_timeout)
+        with connection._lock:
+            self._lifecycle.fire(ChannelEvent.REOPENED)
+        if self._lifecycle.state is ChannelStatus.CLOSED:  # closed by the user meanwhile
+            self._close_soon(200, "Normal shutdown")
+            return
         if self._qos is not None:
             count, size, global_ = self._qos
             await self._rpc(BasicQos(size, count, global_), None, check=False, record=False)
@@ -874,7 +884,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
 
     async def _resubscribe(self, topology: Optional[Topology]) -> None:
         for tag, consumer in list(self._consumers.items()):
-            if not consumer._active:
+            if not consumer.active:
                 continue  # cancelled while the connection was down
             method = consumer._method
             queue_name = topology.renamed.get(consumer.queue, consumer.queue) if topology is not None else consumer.queue
@@ -883,7 +893,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                                             False, method.arguments)
             self._consumers.pop(tag, None)
             await self._subscribe(consumer, None, check=False)
-            if not consumer._active:  # cancelled while its basic.consume was on the way
+            if not consumer.active:  # cancelled while its basic.consume was on the way
                 self._cancel_while_down(consumer)
 
 
@@ -895,7 +905,7 @@ class AsyncConsumer(ConsumerBase):
     async def cancel(self) -> None:
         """Stop the subscription; messages already received can still be read.  While the
         connection recovers: the subscription is not restored."""
-        if self._active:
+        if self.active:
             if self.channel.is_open:
                 await self.channel.basic_cancel(self.consumer_tag)
             else:

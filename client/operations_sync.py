@@ -47,7 +47,7 @@ from amqwire.codec import (
     TxSelect,
 )
 
-from .lifecycle import OPENED_STATES, ConnectionEvent, ConnectionStatus
+from .lifecycle import OPENED_STATES, ChannelEvent, ChannelStatus, ConnectionEvent, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
     AMQPConnectionError,
@@ -64,6 +64,7 @@ from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
 
 log = logging.getLogger("amqwire.client")
+_CHANNEL_OPEN = ChannelStatus.OPEN
 
 Body = Union[bytes, bytearray, memoryview, str]
 
@@ -219,6 +220,10 @@ class SyncConnection(ConnectionBase):
             if isinstance(exc, TimeoutError):
                 raise OperationTimeout("channel.open", limit, cid) from None
             raise
+        with self._lock:
+            channel._lifecycle.fire(ChannelEvent.OPENED)
+        if channel._lifecycle.state is ChannelStatus.CLOSED:  # lost right after its open-ok
+            channel._check()
         return channel
 
     def update_secret(self, new_secret: str, reason: str, *, timeout: Optional[float] = None) -> None:
@@ -289,7 +294,7 @@ class SyncConnection(ConnectionBase):
         topology = self._topology
         channels = []
         for channel in sorted(self._channels.values(), key=lambda c: c.channel_id):
-            if channel._closed is None:  # else closed by the user while the connection was down
+            if channel._lifecycle.state is ChannelStatus.DOWN:  # else closed by the user meanwhile
                 channel._reopen()
                 channels.append(channel)
         if topology is not None and channels:
@@ -303,7 +308,7 @@ class SyncConnection(ConnectionBase):
                 except StopIteration:
                     break
         for channel in channels:
-            if channel._closed is None:
+            if channel._lifecycle.state is ChannelStatus.OPEN:
                 channel._resubscribe(topology)
 
     # closing -------------------------------------------------------------------------------
@@ -544,7 +549,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         broker requeued it."""
         connection = self._connection
         with connection._lock:
-            if self._closed is not None or not connection._lifecycle.answerable:
+            if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.answerable:
                 self._check()
             try:
                 sent = getattr(connection._core, core_method)(self.channel_id, delivery_tag, *args)
@@ -666,7 +671,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         if connection._held or self._flow_paused:
             self._wait_publishable(_deadline(timeout))
         with connection._lock:
-            if self._closed is not None or not connection._lifecycle.usable:
+            if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
                 self._check()
             try:
                 connection._core.publish(self.channel_id, exchange, routing_key, body, properties, mandatory)
@@ -703,7 +708,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         with connection._lock:
             # Checked again under the lock: a connection lost while we waited has drained
             # its unconfirmed publishes already, and one queued now would never settle.
-            if self._closed is not None or not connection._lifecycle.usable:
+            if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
                 self._check()
             try:
                 seqno = connection._core.publish(
@@ -734,14 +739,14 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         the safe choice).
         """
         connection = self._connection
-        if self._closed is not None or not connection._lifecycle.usable:
+        if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
             self._check()
         deadline = _deadline(timeout)
         if connection._held or self._flow_paused or self._confirm:
             self._wait_for_room(count if self._confirm else 0, deadline)
         token = self._new_token(count, None) if self._confirm else None
         with connection._lock:
-            if self._closed is not None or not connection._lifecycle.usable:
+            if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
                 self._check()
             try:
                 first = connection._core.publish_encoded(self.channel_id, frames, count, token)
@@ -775,7 +780,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             error = failures[0]
             error.failures = failures  # type: ignore[attr-defined]
             raise error
-        if self._closed is not None:
+        if self._lifecycle.state is ChannelStatus.CLOSED:
             self._check()
 
     # consuming -----------------------------------------------------------------------------
@@ -833,7 +838,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         """Close the channel.  Safe to call twice, and after the connection is gone (while
         it recovers: the channel and its consumers are not restored)."""
         if not self.is_open:
-            self._closed = self._closed or InvalidStateError(f"channel {self.channel_id} is closed")
+            self._lifecycle.fire(ChannelEvent.CLOSED, InvalidStateError(f"channel {self.channel_id} is closed"))
             self._forget_while_down()
             return
         connection = self._connection
@@ -868,6 +873,11 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             connection._channels[self.channel_id] = self
         connection._flush()
         connection._wait(waiter, connection.params.connection_timeout)
+        with connection._lock:
+            self._lifecycle.fire(ChannelEvent.REOPENED)
+        if self._lifecycle.state is ChannelStatus.CLOSED:  # closed by the user meanwhile
+            self._close_soon(200, "Normal shutdown")
+            return
         if self._qos is not None:
             count, size, global_ = self._qos
             self._rpc(BasicQos(size, count, global_), None, check=False, record=False)
@@ -876,7 +886,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
 
     def _resubscribe(self, topology: Optional[Topology]) -> None:
         for tag, consumer in list(self._consumers.items()):
-            if not consumer._active:
+            if not consumer.active:
                 continue  # cancelled while the connection was down
             method = consumer._method
             queue_name = topology.renamed.get(consumer.queue, consumer.queue) if topology is not None else consumer.queue
@@ -885,7 +895,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                                             False, method.arguments)
             self._consumers.pop(tag, None)
             self._subscribe(consumer, None, check=False)
-            if not consumer._active:  # cancelled while its basic.consume was on the way
+            if not consumer.active:  # cancelled while its basic.consume was on the way
                 self._cancel_while_down(consumer)
 
 
@@ -897,7 +907,7 @@ class SyncConsumer(ConsumerBase):
     def cancel(self) -> None:
         """Stop the subscription; messages already received can still be read.  While the
         connection recovers: the subscription is not restored."""
-        if self._active:
+        if self.active:
             if self.channel.is_open:
                 self.channel.basic_cancel(self.consumer_tag)
             else:

@@ -65,7 +65,20 @@ from .listeners import (
     log_callback_error,
 )
 from .message import Message, ReturnedMessage
-from .lifecycle import OPENED_STATES, RECOVERING_STATES, ConnectionEvent, ConnectionStatus, Lifecycle
+from .lifecycle import (
+    CHANNEL_TRANSITIONS,
+    CONSUMER_TRANSITIONS,
+    OPENED_STATES,
+    RECOVERING_STATES,
+    ChannelEvent,
+    ChannelStatus,
+    ConnectionEvent,
+    ConnectionStatus,
+    ConsumerSignal,
+    ConsumerStatus,
+    Lifecycle,
+    Machine,
+)
 from .metrics import MetricsCollector
 from .observer import Listeners, Observer
 from .recovery import END, RecoveryPolicy, Topology, recoverable
@@ -73,6 +86,7 @@ from .connect import unverified_tls
 from .url import ConnectionParameters, ParametersLike, parameters_list
 
 _clock = time.monotonic
+_CHANNEL_OPEN = ChannelStatus.OPEN
 _ANY = 1 << 62  # a confirm waiter that wants every change
 log = logging.getLogger("amqwire.client")
 _E = TypeVar("_E")
@@ -576,7 +590,7 @@ class ConnectionBase:
             if type(event) is proto.ChannelClosedEvent:
                 channel = self._channels.pop(event.channel_id, None)
                 if channel is not None:
-                    channel._closed = channel._close_error(event)
+                    channel._lifecycle.fire(ChannelEvent.CLOSED, channel._close_error(event))
                     closed[id(event)] = channel
         return closed
 
@@ -798,7 +812,7 @@ class ChannelBase:
     # inline; past that the instance gets a dict and calls of its methods are no longer specialized
     # (on a publish that cost ~700 more instructions).
     __slots__ = (
-        "_connection", "channel_id", "_waiter", "_stale", "_closed", "_consumers",
+        "_connection", "channel_id", "_waiter", "_stale", "_lifecycle", "_consumers",
         "_pending_consumer", "_return_callbacks", "_confirm", "_max_in_flight", "_unsettled",
         "_failures", "_flow_paused", "_flow", "_tag_base", "_qos",
         "_default_consumer", "_unknown_logged", "_no_ack_orphans", "_stale_method",
@@ -815,7 +829,8 @@ class ChannelBase:
         self.channel_id = channel_id
         self._waiter: Any = None  # the outstanding RPC's waiter
         self._stale: Any = None  # the waiter of an RPC given up on (timeout, cancel)
-        self._closed: Optional[BaseException] = None
+        # Its one state (opening, open, down, closed) and, once closed, why.
+        self._lifecycle = Machine(CHANNEL_TRANSITIONS, ChannelStatus.OPENING, ChannelStatus.CLOSED, f"channel {channel_id}")
         self._consumers: dict[str, Any] = {}
         self._pending_consumer: Any = None
         self._return_callbacks: list[Any] = []
@@ -992,7 +1007,7 @@ class ChannelBase:
     @property
     def is_open(self) -> bool:
         connection = self._connection
-        if self._closed is not None or not connection._lifecycle.usable:
+        if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
             return False
         state = connection._core.channel_state(self.channel_id)  # may know of a close first
         return state is not None and state.is_open
@@ -1004,7 +1019,7 @@ class ChannelBase:
     def _check(self) -> None:
         """Raise why this channel cannot take calls now, if it cannot: the broker's close,
         the connection's loss (an AMQPConnectionError), or InvalidStateError for misuse."""
-        error = self._closed
+        error = self._lifecycle.reason
         if error is not None:
             if isinstance(error, ChannelClosed) and error.by_broker:
                 raise channel_closed(error.reply_code, error.reply_text, error.class_id, error.method_id,
@@ -1262,10 +1277,10 @@ class ChannelBase:
     # the end ---------------------------------------------------------------------------
 
     def _on_closed(self, event: proto.ChannelClosedEvent) -> None:
-        error = self._closed if self._closed is not None else self._close_error(event)
+        error = self._lifecycle.reason if self._lifecycle.reason is not None else self._close_error(event)
         if event.by_broker:
             log.info("%s", error)  # also raised to the caller: not a warning by itself
-        self._closed = error
+        self._lifecycle.fire(ChannelEvent.CLOSED, error)
         # listeners first: whoever waits on the channel wakes up with them done
         self._emit_close(error, event.by_broker, event.reply_code, event.reply_text, False)
         self._consumer_events(ConsumerEventKind.CHANNEL_CLOSED, error, False)
@@ -1277,9 +1292,11 @@ class ChannelBase:
         self._fail_everything(error, event.unconfirmed, False)
 
     def _on_connection_lost(self, error: BaseException, unconfirmed: Any, recovering: bool) -> None:
-        was_closed = self._closed is not None
-        if not recovering:
-            self._closed = self._closed or error
+        was_closed = self._lifecycle.state is ChannelStatus.CLOSED
+        if recovering:
+            self._lifecycle.fire(ChannelEvent.CONNECTION_DOWN, error)  # a reason if it was opening
+        else:
+            self._lifecycle.fire(ChannelEvent.CONNECTION_GONE, error)
         if not was_closed:
             code = getattr(error, "reply_code", 0) or 0
             self._emit_close(error, isinstance(error, ConnectionClosed), code, str(error), recovering)
@@ -1289,7 +1306,7 @@ class ChannelBase:
     def _consumer_events(self, kind: ConsumerEventKind, error: BaseException, recovering: bool) -> None:
         if self._listeners is not None:
             for consumer in list(self._consumers.values()):
-                if consumer._active:
+                if consumer.active:
                     self._consumer_event(kind, consumer, error, recovering)
 
     def _fail_everything(self, error: BaseException, unconfirmed: Any, recovering: bool) -> None:
@@ -1324,27 +1341,31 @@ class ConsumerBase:
         self.callback = callback
         self.consumer_tag = ""
         self._method = method
-        self._active = True
-        self._finished: Any = None  # END or an exception, once no more messages come
+        # active or ended; once ended, why (END, or an exception), which the reader gets
+        self._lifecycle = Machine(CONSUMER_TRANSITIONS, ConsumerStatus.ACTIVE, ConsumerStatus.ENDED,
+                                  f"consumer on {queue_name!r}")
 
     @property
     def active(self) -> bool:
-        return self._active
+        return self._lifecycle.state is ConsumerStatus.ACTIVE
+
+    @property
+    def _finished(self) -> Any:
+        """Why no more messages come (END or an exception); None while active."""
+        return self._lifecycle.reason
 
     def _deliver(self, message: Message) -> None:
         raise NotImplementedError
 
     def _finish(self, reason: Any) -> None:
-        if self._active:
-            self._active = False
-            self._finished = reason
+        if self._lifecycle.fire(ConsumerSignal.END, reason) is ConsumerStatus.ACTIVE:
             self._wake()
 
     def _wake(self) -> None:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"<Consumer {self.consumer_tag!r} on {self.queue!r}{'' if self._active else ' (ended)'}>"
+        return f"<Consumer {self.consumer_tag!r} on {self.queue!r}{'' if self.active else ' (ended)'}>"
 
 
 def _remove(listeners: list[Any], fn: Any) -> None:

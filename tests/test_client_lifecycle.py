@@ -190,3 +190,64 @@ def test_a_broker_that_fails_the_handshake_does_not_spoil_the_next_one(run):
         run(scenario)
     finally:
         peer.close()
+
+
+# --------------------------------------------------------------------------- channels and consumers
+
+
+def test_channel_and_consumer_tables_raise_naming_both_and_keep_the_first_reason():
+    from amqwire.client.lifecycle import (
+        CHANNEL_TRANSITIONS,
+        CONSUMER_TRANSITIONS,
+        ChannelEvent,
+        ChannelStatus,
+        ConsumerSignal,
+        ConsumerStatus,
+        Machine,
+    )
+
+    for table, states, events in ((CHANNEL_TRANSITIONS, ChannelStatus, ChannelEvent),
+                                  (CONSUMER_TRANSITIONS, ConsumerStatus, ConsumerSignal)):
+        for state in states:
+            for event in events:
+                machine = Machine(table, state, None, "thing 1")
+                if (state, event) in table:
+                    assert machine.fire(event) is state and machine.state is table[state, event]
+                else:
+                    with pytest.raises(InvalidStateError, match=f"thing 1: {event} is not possible while {state}"):
+                        machine.fire(event)
+    channel = Machine(CHANNEL_TRANSITIONS, ChannelStatus.OPENING, ChannelStatus.CLOSED, "channel 1")
+    channel.fire(ChannelEvent.OPENED)
+    channel.fire(ChannelEvent.CONNECTION_DOWN, RuntimeError("lost"))
+    assert channel.state is ChannelStatus.DOWN and channel.reason is None  # not an end
+    channel.fire(ChannelEvent.REOPENED)
+    first, second = RuntimeError("closed by the broker"), RuntimeError("then the connection")
+    channel.fire(ChannelEvent.CLOSED, first)
+    channel.fire(ChannelEvent.CONNECTION_GONE, second)
+    assert channel.state is ChannelStatus.CLOSED and channel.reason is first
+
+
+def test_a_channel_goes_down_with_its_connection_and_comes_back_open(run):
+    async def scenario(api):
+        from amqwire.client import RecoveryPolicy
+        from amqwire.client.lifecycle import ChannelStatus
+
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy), recovery=RecoveryPolicy(initial_delay=0.5, max_delay=0.5))
+        ch = await conn.channel()
+        closed = await conn.channel()
+        assert ch._lifecycle.state == ChannelStatus.OPEN
+        proxy.kill()
+        for _ in range(500):
+            if ch._lifecycle.state != ChannelStatus.OPEN:
+                break
+            await asyncio.sleep(0.01)
+        assert ch._lifecycle.state == ChannelStatus.DOWN and not ch.is_open
+        await closed.close()  # closed while down: stays closed
+        assert await conn.wait_recovered(20), "no recovery within 20 s"
+        assert ch._lifecycle.state == ChannelStatus.OPEN and ch.is_open
+        assert closed._lifecycle.state == ChannelStatus.CLOSED and not closed.is_open
+        await conn.close()
+        assert ch._lifecycle.state == ChannelStatus.CLOSED
+
+    run(scenario)
