@@ -13,6 +13,7 @@ several channels with consumers of their own, re-subscribed one after the other.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import subprocess
@@ -23,6 +24,9 @@ import pytest
 
 PREFETCH = 100
 OTHER_CONSUMERS = 6  # channels re-subscribed after the one under test
+# AMQWIRE_FAULT_SCALE=full: the issue's counts (50,000 messages, the fault after a third)
+FULL = os.environ.get("AMQWIRE_FAULT_SCALE", "ci") == "full"
+TOTAL = 50_000 if FULL else 3_000
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +174,7 @@ async def consume_through(api, url: str, total: int, fault, *, heartbeat: int = 
     return {"seen": len(seen), "redelivered": redelivered, "refused": refused}
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(1800 if FULL else 180)
 def test_acks_after_a_forced_close_reach_the_recovered_connection(run, fresh_node):
     """The issue's first scenario, three times over: close_all_connections (320
     CONNECTION_FORCED) under a manual-ack consumer with prefetch 100."""
@@ -182,13 +186,13 @@ def test_acks_after_a_forced_close_reach_the_recovered_connection(run, fresh_nod
                 await asyncio.sleep(0.3)  # the broker fills the window
                 await asyncio.to_thread(node.close_all_connections, "amqwire recovery-ack test")
 
-            counts = await consume_through(api, node.url, 3000, force_close)
+            counts = await consume_through(api, node.url, TOTAL, force_close)
             assert counts["redelivered"] >= 1, counts
 
-    run(scenario, timeout=100)
+    run(scenario, timeout=1300 if FULL else 100)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(1800 if FULL else 180)
 def test_acks_after_a_partition_reach_the_recovered_connection(run, partition):
     """The issue's second scenario: the broker cut off by a partition (packets dropped both
     ways, no RST) with heartbeat 2 s; the loss is found by the heartbeat, the connection
@@ -204,10 +208,10 @@ def test_acks_after_a_partition_reach_the_recovered_connection(run, partition):
             finally:
                 partition.heal()
 
-        counts = await consume_through(api, node_url, 3000, cut_and_heal, heartbeat=2, stall_after=25)
-        assert counts["seen"] == 3000
+        counts = await consume_through(api, node_url, TOTAL, cut_and_heal, heartbeat=2, stall_after=25)
+        assert counts["seen"] == TOTAL
 
-    run(scenario, timeout=110)
+    run(scenario, timeout=1300 if FULL else 110)
 
 
 # --------------------------------------------------------------------------- cancels and closes racing a recovery
