@@ -34,8 +34,10 @@ import time
 
 try:
     from bench import client_bench as cb
+    from bench.rows import select_rows
 except ImportError:  # run as a script: bench/ is on sys.path
     import client_bench as cb  # type: ignore[no-redef]
+    from rows import select_rows  # type: ignore[no-redef]
 
 DEFAULT_ROWS = ("amqwire blocking", "amqwire asyncio")  # each case, with and without +metrics
 _TOTALS = re.compile(rb"^(?:summary|totals):\s+(\d+)", re.M)
@@ -43,10 +45,7 @@ _TOTALS = re.compile(rb"^(?:summary|totals):\s+(\d+)", re.M)
 
 def amqwire_rows(only):
     rows = [r for r in cb.build_rows() if r.lib == "amqwire" and ", no batch" not in r.label]
-    pats = [p.strip().lower() for p in (only or "").split(",") if p.strip()]
-    if pats:
-        rows = [r for r in rows if any(p in r.key.lower() for p in pats)]
-    return rows
+    return select_rows(rows, only)  # '=case: label' selects that row alone, as in client_bench
 
 
 def child(key, n, queue, url):
@@ -89,7 +88,8 @@ def main(argv=None):
     ap.add_argument("--count", type=int, default=60000, help="messages of the long run (default 60000)")
     ap.add_argument("--repeats", type=int, default=1, help="measurements per row (median; default 1)")
     ap.add_argument("--only", metavar="SUBSTR", help="rows whose 'case: label' contains one of these "
-                    "comma-separated substrings (default: the amqwire rows, with and without +metrics)")
+                    "comma-separated substrings; '=case: label' selects that row alone (default: the amqwire "
+                    "rows, with and without +metrics)")
     ap.add_argument("--url", default=os.environ.get("AMQP_URL") or cb.DEFAULT_URL)
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     ap.add_argument("--child", nargs=3, metavar=("KEY", "N", "QUEUE"), help=argparse.SUPPRESS)
