@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generator, Optional,
 from . import protocol as proto
 from .connect import make_ssl_context, server_hostname
 from .errors import AMQPConnectionError, HeartbeatTimeout, OperationTimeout
-from .lifecycle import ConnectionEvent
+from .lifecycle import ConnectionSignal
 from .message import Message
 from .operations_async import AsyncChannel, AsyncConnection, AsyncConsumer
 from .recovery import END
@@ -202,7 +202,7 @@ class Connection(AsyncConnection):
             self._stream = stream
             self._set_write_paused(False)
             self._monitor = proto.HeartbeatMonitor(0, time.monotonic())
-            self._fire(ConnectionEvent.SOCKET_UP)
+            self._fire(ConnectionSignal.SOCKET_UP)
 
     def _started(self) -> None:
         self._monitor.interval = self.heartbeat

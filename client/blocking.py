@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, U
 from . import protocol as proto
 from .connect import open_socket
 from .errors import AMQPConnectionError, HeartbeatTimeout, InvalidStateError, OperationTimeout
-from .lifecycle import ChannelStatus, ConnectionEvent, ConnectionStatus
+from .lifecycle import ChannelPhase, ConnectionSignal, ConnectionStatus
 from .message import Message
 from .operations_sync import SyncChannel, SyncConnection, SyncConsumer
 from .recovery import END
@@ -190,7 +190,7 @@ class Connection(SyncConnection):
             self._monitor = proto.HeartbeatMonitor(0, time.monotonic())
             self._io_parked = False
             self._resume.clear()
-            self._fire(ConnectionEvent.SOCKET_UP)
+            self._fire(ConnectionSignal.SOCKET_UP)
         thread = threading.Thread(target=self._io_loop, args=(sock,), name=f"amqwire-io {params.host}:{params.port}",
                                   daemon=True)
         self._io_thread = thread
@@ -793,7 +793,7 @@ class Channel(SyncChannel[PublishFuture, Consumer]):
         connection = self._connection
         while not self._stop_consuming and any(c.callback is not None for c in self._consumers.values()):
             connection.process_events(0.2)
-            if self._lifecycle.state is ChannelStatus.CLOSED:
+            if self._lifecycle.state is ChannelPhase.CLOSED:
                 self._check()
 
     def stop_consuming(self) -> None:

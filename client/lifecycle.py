@@ -21,7 +21,10 @@ from .errors import InvalidStateError
 
 log = logging.getLogger("amqwire.client.lifecycle")
 
-__all__ = ["ConnectionStatus", "ConnectionEvent", "TRANSITIONS", "Lifecycle"]
+__all__ = [
+    "ConnectionStatus", "ConnectionSignal", "TRANSITIONS", "Lifecycle",
+    "ChannelPhase", "ChannelSignal", "CHANNEL_PHASES", "ConsumerPhase", "ConsumerSignal", "CONSUMER_PHASES", "Machine",
+]
 
 
 class ConnectionStatus(enum.Enum):
@@ -43,7 +46,7 @@ class ConnectionStatus(enum.Enum):
         return self.value
 
 
-class ConnectionEvent(enum.Enum):
+class ConnectionSignal(enum.Enum):
     SOCKET_UP = "socket up"
     HANDSHAKE_DONE = "handshake done"
     CONNECT_FAILED = "connect failed"      # connect() tried every broker
@@ -61,7 +64,7 @@ class ConnectionEvent(enum.Enum):
 
 
 S = ConnectionStatus
-E = ConnectionEvent
+E = ConnectionSignal
 
 #: States with a socket: I/O may go on.
 SOCKET_STATES = frozenset({S.CONNECTING, S.OPEN, S.BLOCKED, S.CLOSED_BY_BROKER, S.RECONNECTING, S.RESTORING, S.CLOSING})
@@ -78,7 +81,7 @@ FINAL_STATES = frozenset({S.CLOSED, S.FAILED})
 
 # (state, event) -> state.  Losses and gives-up may be reported twice (the reader and a
 # writer, a recovery thread and close()): the second finds a state that maps to itself.
-TRANSITIONS: dict[tuple[ConnectionStatus, ConnectionEvent], ConnectionStatus] = {
+TRANSITIONS: dict[tuple[ConnectionStatus, ConnectionSignal], ConnectionStatus] = {
     (S.NEW, E.SOCKET_UP): S.CONNECTING,
     (S.NEW, E.CONNECT_FAILED): S.FAILED,
     (S.NEW, E.LOST): S.NEW,
@@ -176,7 +179,7 @@ class Lifecycle:
         self.recovering = state in RECOVERING_STATES
         self.closed_by_user = state is S.CLOSING or state is S.CLOSED
 
-    def fire(self, event: ConnectionEvent, error: Optional[BaseException] = None) -> ConnectionStatus:
+    def fire(self, event: ConnectionSignal, error: Optional[BaseException] = None) -> ConnectionStatus:
         """Take the transition of ``event``; returns the state it left.  ``error``: why
         calls fail from now on, for the events that bring one (kept if one is set)."""
         old = self.state
@@ -199,7 +202,7 @@ class Lifecycle:
 # --------------------------------------------------------------------------- channels and consumers
 
 
-class ChannelStatus(enum.Enum):
+class ChannelPhase(enum.Enum):
     OPENING = "opening"  # channel.open sent, its open-ok not read yet
     OPEN = "open"
     DOWN = "down"        # its connection is lost and recovering: reopened when it is back
@@ -209,7 +212,7 @@ class ChannelStatus(enum.Enum):
         return self.value
 
 
-class ChannelEvent(enum.Enum):
+class ChannelSignal(enum.Enum):
     OPENED = "channel.open-ok"
     CONNECTION_DOWN = "connection lost, recovering"
     REOPENED = "reopened by the recovery"
@@ -220,8 +223,8 @@ class ChannelEvent(enum.Enum):
         return self.value
 
 
-CS, CE = ChannelStatus, ChannelEvent
-CHANNEL_TRANSITIONS: dict[tuple[ChannelStatus, ChannelEvent], ChannelStatus] = {
+CS, CE = ChannelPhase, ChannelSignal
+CHANNEL_PHASES: dict[tuple[ChannelPhase, ChannelSignal], ChannelPhase] = {
     (CS.OPENING, CE.OPENED): CS.OPEN,
     (CS.OPENING, CE.CONNECTION_DOWN): CS.CLOSED,  # its open fails: the caller gets the error
     (CS.OPENING, CE.CONNECTION_GONE): CS.CLOSED,
@@ -242,7 +245,7 @@ CHANNEL_TRANSITIONS: dict[tuple[ChannelStatus, ChannelEvent], ChannelStatus] = {
 }
 
 
-class ConsumerStatus(enum.Enum):
+class ConsumerPhase(enum.Enum):
     ACTIVE = "active"  # subscribed, or being subscribed again by a recovery
     ENDED = "ended"    # cancelled (by the user or the broker), or its channel or connection gone
 
@@ -257,9 +260,9 @@ class ConsumerSignal(enum.Enum):
         return self.value
 
 
-CONSUMER_TRANSITIONS: dict[tuple[ConsumerStatus, ConsumerSignal], ConsumerStatus] = {
-    (ConsumerStatus.ACTIVE, ConsumerSignal.END): ConsumerStatus.ENDED,
-    (ConsumerStatus.ENDED, ConsumerSignal.END): ConsumerStatus.ENDED,  # only the first reason counts
+CONSUMER_PHASES: dict[tuple[ConsumerPhase, ConsumerSignal], ConsumerPhase] = {
+    (ConsumerPhase.ACTIVE, ConsumerSignal.END): ConsumerPhase.ENDED,
+    (ConsumerPhase.ENDED, ConsumerSignal.END): ConsumerPhase.ENDED,  # only the first reason counts
 }
 
 

@@ -45,7 +45,7 @@ from amqwire.codec import (
     TxSelect,
 )
 
-from .lifecycle import OPENED_STATES, ChannelEvent, ChannelStatus, ConnectionEvent, ConnectionStatus
+from .lifecycle import OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
     AMQPConnectionError,
@@ -62,7 +62,7 @@ from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
 
 log = logging.getLogger("amqwire.client")
-_CHANNEL_OPEN = ChannelStatus.OPEN
+_CHANNEL_OPEN = ChannelPhase.OPEN
 
 Body = Union[bytes, bytearray, memoryview, str]
 
@@ -133,7 +133,7 @@ class AsyncConnection(ConnectionBase):
         except BaseException:
             with self._lock:
                 if self._lifecycle.state is ConnectionStatus.NEW:  # connect() gives up
-                    self._fire(ConnectionEvent.CONNECT_FAILED)
+                    self._fire(ConnectionSignal.CONNECT_FAILED)
             raise
 
     async def _try_brokers(self) -> None:
@@ -219,8 +219,8 @@ class AsyncConnection(ConnectionBase):
                 raise OperationTimeout("channel.open", limit, cid) from None
             raise
         with self._lock:
-            channel._lifecycle.fire(ChannelEvent.OPENED)
-        if channel._lifecycle.state is ChannelStatus.CLOSED:  # lost right after its open-ok
+            channel._lifecycle.fire(ChannelSignal.OPENED)
+        if channel._lifecycle.state is ChannelPhase.CLOSED:  # lost right after its open-ok
             channel._check()
         return channel
 
@@ -292,7 +292,7 @@ class AsyncConnection(ConnectionBase):
         topology = self._topology
         channels = []
         for channel in sorted(self._channels.values(), key=lambda c: c.channel_id):
-            if channel._lifecycle.state is ChannelStatus.DOWN:  # else closed by the user meanwhile
+            if channel._lifecycle.state is ChannelPhase.DOWN:  # else closed by the user meanwhile
                 await channel._reopen()
                 channels.append(channel)
         if topology is not None and channels:
@@ -306,7 +306,7 @@ class AsyncConnection(ConnectionBase):
                 except StopIteration:
                     break
         for channel in channels:
-            if channel._lifecycle.state is ChannelStatus.OPEN:
+            if channel._lifecycle.state is ChannelPhase.OPEN:
                 await channel._resubscribe(topology)
 
     # closing -------------------------------------------------------------------------------
@@ -314,7 +314,7 @@ class AsyncConnection(ConnectionBase):
     async def close(self, reply_code: int = 200, reply_text: str = "Normal shutdown") -> None:
         """Close the connection (its channels with it).  Safe to call twice."""
         with self._lock:
-            old = self._fire(ConnectionEvent.CLOSE)
+            old = self._fire(ConnectionSignal.CLOSE)
         if old is ConnectionStatus.CLOSING or old is ConnectionStatus.CLOSED:
             return
         self._recovered.set()
@@ -778,7 +778,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             error = failures[0]
             error.failures = failures  # type: ignore[attr-defined]
             raise error
-        if self._lifecycle.state is ChannelStatus.CLOSED:
+        if self._lifecycle.state is ChannelPhase.CLOSED:
             self._check()
 
     # consuming -----------------------------------------------------------------------------
@@ -836,7 +836,7 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         """Close the channel.  Safe to call twice, and after the connection is gone (while
         it recovers: the channel and its consumers are not restored)."""
         if not self.is_open:
-            self._lifecycle.fire(ChannelEvent.CLOSED, InvalidStateError(f"channel {self.channel_id} is closed"))
+            self._lifecycle.fire(ChannelSignal.CLOSED, InvalidStateError(f"channel {self.channel_id} is closed"))
             self._forget_while_down()
             return
         connection = self._connection
@@ -872,8 +872,8 @@ class AsyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         connection._flush()
         await connection._wait(waiter, connection.params.connection_timeout)
         with connection._lock:
-            self._lifecycle.fire(ChannelEvent.REOPENED)
-        if self._lifecycle.state is ChannelStatus.CLOSED:  # closed by the user meanwhile
+            self._lifecycle.fire(ChannelSignal.REOPENED)
+        if self._lifecycle.state is ChannelPhase.CLOSED:  # closed by the user meanwhile
             self._close_soon(200, "Normal shutdown")
             return
         if self._qos is not None:

@@ -47,7 +47,7 @@ from amqwire.codec import (
     TxSelect,
 )
 
-from .lifecycle import OPENED_STATES, ChannelEvent, ChannelStatus, ConnectionEvent, ConnectionStatus
+from .lifecycle import OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
     AMQPConnectionError,
@@ -64,7 +64,7 @@ from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
 
 log = logging.getLogger("amqwire.client")
-_CHANNEL_OPEN = ChannelStatus.OPEN
+_CHANNEL_OPEN = ChannelPhase.OPEN
 
 Body = Union[bytes, bytearray, memoryview, str]
 
@@ -135,7 +135,7 @@ class SyncConnection(ConnectionBase):
         except BaseException:
             with self._lock:
                 if self._lifecycle.state is ConnectionStatus.NEW:  # connect() gives up
-                    self._fire(ConnectionEvent.CONNECT_FAILED)
+                    self._fire(ConnectionSignal.CONNECT_FAILED)
             raise
 
     def _try_brokers(self) -> None:
@@ -221,8 +221,8 @@ class SyncConnection(ConnectionBase):
                 raise OperationTimeout("channel.open", limit, cid) from None
             raise
         with self._lock:
-            channel._lifecycle.fire(ChannelEvent.OPENED)
-        if channel._lifecycle.state is ChannelStatus.CLOSED:  # lost right after its open-ok
+            channel._lifecycle.fire(ChannelSignal.OPENED)
+        if channel._lifecycle.state is ChannelPhase.CLOSED:  # lost right after its open-ok
             channel._check()
         return channel
 
@@ -294,7 +294,7 @@ class SyncConnection(ConnectionBase):
         topology = self._topology
         channels = []
         for channel in sorted(self._channels.values(), key=lambda c: c.channel_id):
-            if channel._lifecycle.state is ChannelStatus.DOWN:  # else closed by the user meanwhile
+            if channel._lifecycle.state is ChannelPhase.DOWN:  # else closed by the user meanwhile
                 channel._reopen()
                 channels.append(channel)
         if topology is not None and channels:
@@ -308,7 +308,7 @@ class SyncConnection(ConnectionBase):
                 except StopIteration:
                     break
         for channel in channels:
-            if channel._lifecycle.state is ChannelStatus.OPEN:
+            if channel._lifecycle.state is ChannelPhase.OPEN:
                 channel._resubscribe(topology)
 
     # closing -------------------------------------------------------------------------------
@@ -316,7 +316,7 @@ class SyncConnection(ConnectionBase):
     def close(self, reply_code: int = 200, reply_text: str = "Normal shutdown") -> None:
         """Close the connection (its channels with it).  Safe to call twice."""
         with self._lock:
-            old = self._fire(ConnectionEvent.CLOSE)
+            old = self._fire(ConnectionSignal.CLOSE)
         if old is ConnectionStatus.CLOSING or old is ConnectionStatus.CLOSED:
             return
         self._recovered.set()
@@ -780,7 +780,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             error = failures[0]
             error.failures = failures  # type: ignore[attr-defined]
             raise error
-        if self._lifecycle.state is ChannelStatus.CLOSED:
+        if self._lifecycle.state is ChannelPhase.CLOSED:
             self._check()
 
     # consuming -----------------------------------------------------------------------------
@@ -838,7 +838,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         """Close the channel.  Safe to call twice, and after the connection is gone (while
         it recovers: the channel and its consumers are not restored)."""
         if not self.is_open:
-            self._lifecycle.fire(ChannelEvent.CLOSED, InvalidStateError(f"channel {self.channel_id} is closed"))
+            self._lifecycle.fire(ChannelSignal.CLOSED, InvalidStateError(f"channel {self.channel_id} is closed"))
             self._forget_while_down()
             return
         connection = self._connection
@@ -874,8 +874,8 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         connection._flush()
         connection._wait(waiter, connection.params.connection_timeout)
         with connection._lock:
-            self._lifecycle.fire(ChannelEvent.REOPENED)
-        if self._lifecycle.state is ChannelStatus.CLOSED:  # closed by the user meanwhile
+            self._lifecycle.fire(ChannelSignal.REOPENED)
+        if self._lifecycle.state is ChannelPhase.CLOSED:  # closed by the user meanwhile
             self._close_soon(200, "Normal shutdown")
             return
         if self._qos is not None:

@@ -66,16 +66,16 @@ from .listeners import (
 )
 from .message import Message, ReturnedMessage
 from .lifecycle import (
-    CHANNEL_TRANSITIONS,
-    CONSUMER_TRANSITIONS,
+    CHANNEL_PHASES,
+    CONSUMER_PHASES,
     OPENED_STATES,
     RECOVERING_STATES,
-    ChannelEvent,
-    ChannelStatus,
-    ConnectionEvent,
+    ChannelSignal,
+    ChannelPhase,
+    ConnectionSignal,
     ConnectionStatus,
     ConsumerSignal,
-    ConsumerStatus,
+    ConsumerPhase,
     Lifecycle,
     Machine,
 )
@@ -86,7 +86,7 @@ from .connect import unverified_tls
 from .url import ConnectionParameters, ParametersLike, parameters_list
 
 _clock = time.monotonic
-_CHANNEL_OPEN = ChannelStatus.OPEN
+_CHANNEL_OPEN = ChannelPhase.OPEN
 _ANY = 1 << 62  # a confirm waiter that wants every change
 log = logging.getLogger("amqwire.client")
 _E = TypeVar("_E")
@@ -458,7 +458,7 @@ class ConnectionBase:
         """The broker has blocked publishing on this connection (connection.blocked)."""
         return self._lifecycle.state is ConnectionStatus.BLOCKED
 
-    def _fire(self, event: ConnectionEvent, error: Optional[BaseException] = None) -> ConnectionStatus:
+    def _fire(self, event: ConnectionSignal, error: Optional[BaseException] = None) -> ConnectionStatus:
         """The one way the connection's state changes (under ``_lock``); returns the old one."""
         old = self._lifecycle.fire(event, error)
         self._update_held()
@@ -560,7 +560,7 @@ class ConnectionBase:
                 # AMQPConnectionError, not find a closed core (see _check).
                 for event in events:
                     if type(event) is proto.ConnectionClosedEvent and event.by_broker:
-                        self._fire(ConnectionEvent.BROKER_CLOSE, self._broker_close_error(event))
+                        self._fire(ConnectionSignal.BROKER_CLOSE, self._broker_close_error(event))
             observer = self._observer
             if observer is not None and observer.metrics is not None:
                 self._count_input(observer.metrics, data, events)
@@ -590,7 +590,7 @@ class ConnectionBase:
             if type(event) is proto.ChannelClosedEvent:
                 channel = self._channels.pop(event.channel_id, None)
                 if channel is not None:
-                    channel._lifecycle.fire(ChannelEvent.CLOSED, channel._close_error(event))
+                    channel._lifecycle.fire(ChannelSignal.CLOSED, channel._close_error(event))
                     closed[id(event)] = channel
         return closed
 
@@ -664,7 +664,7 @@ class ConnectionBase:
                 _settle(self._secret_waiter, None)
             elif kind is proto.ConnectionOpened:
                 with self._lock:
-                    self._fire(ConnectionEvent.HANDSHAKE_DONE)
+                    self._fire(ConnectionSignal.HANDSHAKE_DONE)
                 _settle(self._handshake_waiter, event)
             elif kind is proto.ConnectionClosedEvent:
                 if event.by_broker:
@@ -689,7 +689,7 @@ class ConnectionBase:
 
     def _set_blocked(self, blocked: bool) -> None:
         with self._lock:
-            self._fire(ConnectionEvent.BLOCK if blocked else ConnectionEvent.UNBLOCK)
+            self._fire(ConnectionSignal.BLOCK if blocked else ConnectionSignal.UNBLOCK)
         self._wake_blocked()
 
     def _wake_blocked(self) -> None:
@@ -723,7 +723,7 @@ class ConnectionBase:
             if not lifecycle.has_socket:
                 return
             wanted = self.recovery is not None and recoverable(error)
-            old = self._fire(ConnectionEvent.LOST_RECOVERABLE if wanted else ConnectionEvent.LOST, error)
+            old = self._fire(ConnectionSignal.LOST_RECOVERABLE if wanted else ConnectionSignal.LOST, error)
             opened = old in OPENED_STATES
             # A loss during a recovery fails that attempt only: the recovery loop decides.
             recovering = lifecycle.recovering
@@ -779,7 +779,7 @@ class ConnectionBase:
         close listeners last heard that a recovery follows, and must hear it does not."""
         with self._lock:
             if self._lifecycle.recovering:
-                self._fire(ConnectionEvent.GIVE_UP)
+                self._fire(ConnectionSignal.GIVE_UP)
         error = self._lifecycle.error or InvalidStateError("the connection is closed")
         for channel in list(self._channels.values()):
             channel._on_connection_lost(error, (), False)
@@ -792,9 +792,9 @@ class ConnectionBase:
 
     def _recovery_done(self, attempt: int) -> None:
         with self._lock:
-            self._fire(ConnectionEvent.RESTORED)
+            self._fire(ConnectionSignal.RESTORED)
             if self._core.blocked is not None:  # blocked while restoring: the core kept it
-                self._fire(ConnectionEvent.BLOCK)
+                self._fire(ConnectionSignal.BLOCK)
         self._wake_blocked()
         self._recovered.set()
         log.info("recovery: connection to %s restored", self.params)
@@ -830,7 +830,7 @@ class ChannelBase:
         self._waiter: Any = None  # the outstanding RPC's waiter
         self._stale: Any = None  # the waiter of an RPC given up on (timeout, cancel)
         # Its one state (opening, open, down, closed) and, once closed, why.
-        self._lifecycle = Machine(CHANNEL_TRANSITIONS, ChannelStatus.OPENING, ChannelStatus.CLOSED, f"channel {channel_id}")
+        self._lifecycle = Machine(CHANNEL_PHASES, ChannelPhase.OPENING, ChannelPhase.CLOSED, f"channel {channel_id}")
         self._consumers: dict[str, Any] = {}
         self._pending_consumer: Any = None
         self._return_callbacks: list[Any] = []
@@ -1280,7 +1280,7 @@ class ChannelBase:
         error = self._lifecycle.reason if self._lifecycle.reason is not None else self._close_error(event)
         if event.by_broker:
             log.info("%s", error)  # also raised to the caller: not a warning by itself
-        self._lifecycle.fire(ChannelEvent.CLOSED, error)
+        self._lifecycle.fire(ChannelSignal.CLOSED, error)
         # listeners first: whoever waits on the channel wakes up with them done
         self._emit_close(error, event.by_broker, event.reply_code, event.reply_text, False)
         self._consumer_events(ConsumerEventKind.CHANNEL_CLOSED, error, False)
@@ -1292,11 +1292,11 @@ class ChannelBase:
         self._fail_everything(error, event.unconfirmed, False)
 
     def _on_connection_lost(self, error: BaseException, unconfirmed: Any, recovering: bool) -> None:
-        was_closed = self._lifecycle.state is ChannelStatus.CLOSED
+        was_closed = self._lifecycle.state is ChannelPhase.CLOSED
         if recovering:
-            self._lifecycle.fire(ChannelEvent.CONNECTION_DOWN, error)  # a reason if it was opening
+            self._lifecycle.fire(ChannelSignal.CONNECTION_DOWN, error)  # a reason if it was opening
         else:
-            self._lifecycle.fire(ChannelEvent.CONNECTION_GONE, error)
+            self._lifecycle.fire(ChannelSignal.CONNECTION_GONE, error)
         if not was_closed:
             code = getattr(error, "reply_code", 0) or 0
             self._emit_close(error, isinstance(error, ConnectionClosed), code, str(error), recovering)
@@ -1342,12 +1342,12 @@ class ConsumerBase:
         self.consumer_tag = ""
         self._method = method
         # active or ended; once ended, why (END, or an exception), which the reader gets
-        self._lifecycle = Machine(CONSUMER_TRANSITIONS, ConsumerStatus.ACTIVE, ConsumerStatus.ENDED,
+        self._lifecycle = Machine(CONSUMER_PHASES, ConsumerPhase.ACTIVE, ConsumerPhase.ENDED,
                                   f"consumer on {queue_name!r}")
 
     @property
     def active(self) -> bool:
-        return self._lifecycle.state is ConsumerStatus.ACTIVE
+        return self._lifecycle.state is ConsumerPhase.ACTIVE
 
     @property
     def _finished(self) -> Any:
@@ -1358,7 +1358,7 @@ class ConsumerBase:
         raise NotImplementedError
 
     def _finish(self, reason: Any) -> None:
-        if self._lifecycle.fire(ConsumerSignal.END, reason) is ConsumerStatus.ACTIVE:
+        if self._lifecycle.fire(ConsumerSignal.END, reason) is ConsumerPhase.ACTIVE:
             self._wake()
 
     def _wake(self) -> None:

@@ -17,12 +17,12 @@ from amqwire.client.lifecycle import (
     SOCKET_STATES,
     TRANSITIONS,
     USABLE_STATES,
-    ConnectionEvent,
+    ConnectionSignal,
     ConnectionStatus,
     Lifecycle,
 )
 
-S, E = ConnectionStatus, ConnectionEvent
+S, E = ConnectionStatus, ConnectionSignal
 
 
 def at(state: ConnectionStatus) -> Lifecycle:
@@ -197,17 +197,17 @@ def test_a_broker_that_fails_the_handshake_does_not_spoil_the_next_one(run):
 
 def test_channel_and_consumer_tables_raise_naming_both_and_keep_the_first_reason():
     from amqwire.client.lifecycle import (
-        CHANNEL_TRANSITIONS,
-        CONSUMER_TRANSITIONS,
-        ChannelEvent,
-        ChannelStatus,
+        CHANNEL_PHASES,
+        CONSUMER_PHASES,
+        ChannelSignal,
+        ChannelPhase,
         ConsumerSignal,
-        ConsumerStatus,
+        ConsumerPhase,
         Machine,
     )
 
-    for table, states, events in ((CHANNEL_TRANSITIONS, ChannelStatus, ChannelEvent),
-                                  (CONSUMER_TRANSITIONS, ConsumerStatus, ConsumerSignal)):
+    for table, states, events in ((CHANNEL_PHASES, ChannelPhase, ChannelSignal),
+                                  (CONSUMER_PHASES, ConsumerPhase, ConsumerSignal)):
         for state in states:
             for event in events:
                 machine = Machine(table, state, None, "thing 1")
@@ -216,38 +216,38 @@ def test_channel_and_consumer_tables_raise_naming_both_and_keep_the_first_reason
                 else:
                     with pytest.raises(InvalidStateError, match=f"thing 1: {event} is not possible while {state}"):
                         machine.fire(event)
-    channel = Machine(CHANNEL_TRANSITIONS, ChannelStatus.OPENING, ChannelStatus.CLOSED, "channel 1")
-    channel.fire(ChannelEvent.OPENED)
-    channel.fire(ChannelEvent.CONNECTION_DOWN, RuntimeError("lost"))
-    assert channel.state is ChannelStatus.DOWN and channel.reason is None  # not an end
-    channel.fire(ChannelEvent.REOPENED)
+    channel = Machine(CHANNEL_PHASES, ChannelPhase.OPENING, ChannelPhase.CLOSED, "channel 1")
+    channel.fire(ChannelSignal.OPENED)
+    channel.fire(ChannelSignal.CONNECTION_DOWN, RuntimeError("lost"))
+    assert channel.state is ChannelPhase.DOWN and channel.reason is None  # not an end
+    channel.fire(ChannelSignal.REOPENED)
     first, second = RuntimeError("closed by the broker"), RuntimeError("then the connection")
-    channel.fire(ChannelEvent.CLOSED, first)
-    channel.fire(ChannelEvent.CONNECTION_GONE, second)
-    assert channel.state is ChannelStatus.CLOSED and channel.reason is first
+    channel.fire(ChannelSignal.CLOSED, first)
+    channel.fire(ChannelSignal.CONNECTION_GONE, second)
+    assert channel.state is ChannelPhase.CLOSED and channel.reason is first
 
 
 def test_a_channel_goes_down_with_its_connection_and_comes_back_open(run):
     async def scenario(api):
         from amqwire.client import RecoveryPolicy
-        from amqwire.client.lifecycle import ChannelStatus
+        from amqwire.client.lifecycle import ChannelPhase
 
         proxy = api.proxy()
         conn = await api.connect(api.proxy_url(proxy), recovery=RecoveryPolicy(initial_delay=0.5, max_delay=0.5))
         ch = await conn.channel()
         closed = await conn.channel()
-        assert ch._lifecycle.state == ChannelStatus.OPEN
+        assert ch._lifecycle.state == ChannelPhase.OPEN
         proxy.kill()
         for _ in range(500):
-            if ch._lifecycle.state != ChannelStatus.OPEN:
+            if ch._lifecycle.state != ChannelPhase.OPEN:
                 break
             await asyncio.sleep(0.01)
-        assert ch._lifecycle.state == ChannelStatus.DOWN and not ch.is_open
+        assert ch._lifecycle.state == ChannelPhase.DOWN and not ch.is_open
         await closed.close()  # closed while down: stays closed
         assert await conn.wait_recovered(20), "no recovery within 20 s"
-        assert ch._lifecycle.state == ChannelStatus.OPEN and ch.is_open
-        assert closed._lifecycle.state == ChannelStatus.CLOSED and not closed.is_open
+        assert ch._lifecycle.state == ChannelPhase.OPEN and ch.is_open
+        assert closed._lifecycle.state == ChannelPhase.CLOSED and not closed.is_open
         await conn.close()
-        assert ch._lifecycle.state == ChannelStatus.CLOSED
+        assert ch._lifecycle.state == ChannelPhase.CLOSED
 
     run(scenario)
