@@ -572,6 +572,13 @@ class ConnectionProtocol:
             self._local_close = (reply_code, reply_text)
         self._fire(ConnectionEvent.SEND_CLOSE)
 
+    def connection_lost(self) -> None:
+        """The transport lost the socket: the connection is closed, whatever it was (its
+        channels with it; ``drain_unconfirmed`` still reports their publishes).  Once
+        closed, nothing changes."""
+        if self.state is not ConnectionState.CLOSED:
+            self._fire(ConnectionEvent.LOST)
+
     def close_reason_sent(self) -> tuple[int, str]:
         """Reply code and text of the connection.close we sent (200 until one was)."""
         code, text = self._local_close

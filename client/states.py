@@ -57,6 +57,7 @@ class ConnectionEvent(enum.Enum):
     RECV_CLOSE_OK = "recv close-ok"
     AUTH_FAILED = "auth failed"  # no mechanism in common, or a challenge nobody answers
     PROTOCOL_ERROR = "protocol error"  # a malformed frame or a method out of place
+    LOST = "lost"  # the transport lost the socket (connection_lost())
 
 
 class ChannelStatus(enum.IntEnum):
@@ -97,6 +98,7 @@ CONNECTION_TRANSITIONS: Final[Mapping[tuple[ConnectionState, ConnectionEvent], C
     (_C.CLOSING, _CE.PROTOCOL_ERROR): _C.ERROR,
     (_C.ERROR, _CE.RECV_CLOSE_OK): _C.CLOSED,
     (_C.ERROR, _CE.RECV_CLOSE): _C.CLOSED,
+    **{(state, _CE.LOST): _C.CLOSED for state in (_C.NEW, _C.HANDSHAKE, _C.OPEN, _C.CLOSING, _C.ERROR)},
 }
 
 _S = ChannelStatus

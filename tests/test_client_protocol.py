@@ -1396,7 +1396,11 @@ def test_transition_table_has_no_dead_end_but_the_final_closed(machine):
 
 def test_from_the_error_state_only_the_close_handshake_leads_on():
     error = {event: new for (current, event), new in proto.CONNECTION_TRANSITIONS.items() if current is ConnectionState.ERROR}
-    assert error == {ConnectionEvent.RECV_CLOSE_OK: ConnectionState.CLOSED, ConnectionEvent.RECV_CLOSE: ConnectionState.CLOSED}
+    assert error == {
+        ConnectionEvent.RECV_CLOSE_OK: ConnectionState.CLOSED,
+        ConnectionEvent.RECV_CLOSE: ConnectionState.CLOSED,
+        ConnectionEvent.LOST: ConnectionState.CLOSED,
+    }
     into_error = {event for (_, event), new in proto.CONNECTION_TRANSITIONS.items() if new is ConnectionState.ERROR}
     assert into_error == {ConnectionEvent.PROTOCOL_ERROR}
 
@@ -1590,6 +1594,36 @@ def broker_breaks_the_protocol_while_closing():
     one(broker.send(0, ConnectionCloseOk()), proto.ConnectionClosedEvent)
 
 
+def socket_lost_before_initiate():
+    new_protocol().connection_lost()
+
+
+def socket_lost_during_the_handshake():
+    p = new_protocol()
+    start(p, Broker(p))
+    p.connection_lost()
+
+
+def socket_lost_under_an_open_channel():
+    p, broker, _ = connect()
+    open_channel(p, broker)
+    p.connection_lost()
+    p.connection_lost()  # once closed, nothing changes
+
+
+def socket_lost_while_closing():
+    p, broker, _ = connect()
+    p.close()
+    p.connection_lost()
+
+
+def socket_lost_in_the_error_state():
+    p, broker, _ = connect()
+    with pytest.raises(CodecError):
+        p.receive_data(b"\x09\x00\x00\x00\x00\x00\x00\xce")  # unknown frame type: nothing more can be read
+    p.connection_lost()
+
+
 HANDSHAKE = [(ConnectionState.NEW, ConnectionState.HANDSHAKE), (ConnectionState.HANDSHAKE, ConnectionState.OPEN)]
 CHANNEL_OPENS = [(ChannelStatus.OPENING, ChannelStatus.OPEN)]
 # (scenario through the public API, the state changes it makes in order)
@@ -1677,6 +1711,23 @@ SCENARIOS = [
             (ConnectionState.ERROR, ConnectionState.CLOSED),
         ],
     ),
+    (socket_lost_before_initiate, [(ConnectionState.NEW, ConnectionState.CLOSED)]),
+    (
+        socket_lost_during_the_handshake,
+        [(ConnectionState.NEW, ConnectionState.HANDSHAKE), (ConnectionState.HANDSHAKE, ConnectionState.CLOSED)],
+    ),
+    (
+        socket_lost_under_an_open_channel,
+        HANDSHAKE + CHANNEL_OPENS + [(ConnectionState.OPEN, ConnectionState.CLOSED), (ChannelStatus.OPEN, ChannelStatus.CLOSED)],
+    ),
+    (
+        socket_lost_while_closing,
+        HANDSHAKE + [(ConnectionState.OPEN, ConnectionState.CLOSING), (ConnectionState.CLOSING, ConnectionState.CLOSED)],
+    ),
+    (
+        socket_lost_in_the_error_state,
+        HANDSHAKE + [(ConnectionState.OPEN, ConnectionState.ERROR), (ConnectionState.ERROR, ConnectionState.CLOSED)],
+    ),
 ]
 
 
@@ -1738,6 +1789,18 @@ def test_a_malformed_frame_moves_the_connection_to_error():
     with pytest.raises(InvalidStateError, match="error state"):
         p.open_channel()
 
+
+def test_a_lost_connection_is_closed_and_still_reports_its_unconfirmed_publishes():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    confirm_mode(p, broker, cid)
+    assert p.publish(cid, "", "q", b"x", token="t") == 1
+    p.connection_lost()
+    assert p.state is ConnectionState.CLOSED and p.channel_state(cid).state is ChannelStatus.CLOSED
+    with pytest.raises(InvalidStateError, match="the connection is closed"):
+        p.publish(cid, "", "q", b"y")
+    assert p.drain_unconfirmed() == {cid: [(1, "t")]}
+    assert p.receive_data(ConnectionCloseOk().encode(0)) == []
 
 def test_data_before_initiate_is_refused():
     p = new_protocol()
@@ -2104,3 +2167,24 @@ def test_the_core_counts_every_publish_it_queued_whichever_way_it_went():
     assert p.publishes_queued == 4
     p.buffers_to_send()
     assert p.publishes_queued == 4  # ever, not what is still queued
+
+
+# What users imported from amqwire.client.protocol before the core was split by role.
+PUBLIC_BEFORE_THE_SPLIT = [
+    "ConnectionProtocol", "ConnectionState", "ChannelStatus", "CONNECTION_TRANSITIONS", "CHANNEL_TRANSITIONS",
+    "ConfirmTracker", "HeartbeatMonitor", "ConnectionOpened", "ConnectionClosedEvent", "ConnectionBlocked",
+    "ConnectionUnblocked", "SecretUpdated", "ChannelOpened", "ChannelClosedEvent", "MethodReply", "GetResult",
+    "Confirmed", "ConsumerCancelled", "ChannelFlowChanged", "Message", "ReturnedMessage", "CLIENT_CAPABILITIES",
+    "ChannelState", "Event", "VERSION", "ZERO_COPY_THRESHOLD",
+]
+
+
+def test_the_core_names_still_import_from_protocol():
+    from amqwire.client import events, states
+
+    for name in PUBLIC_BEFORE_THE_SPLIT:
+        assert hasattr(proto, name), name
+    assert set(events.__all__) <= set(proto.__all__) and set(states.__all__) <= set(proto.__all__)
+    for module in (events, states):
+        for name in module.__all__:
+            assert getattr(proto, name) is getattr(module, name), name
