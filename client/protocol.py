@@ -8,20 +8,21 @@ request per channel, content assembly (in the codec's CommandParser), publisher 
 returns, consumer cancel notifications and channel.flow.
 
 Illegal calls raise ``InvalidStateError`` before anything is queued.  The connection and
-each channel are state machines (``ConnectionState``, ``ChannelStatus``) whose every change is
-checked against ``CONNECTION_TRANSITIONS`` / ``CHANNEL_TRANSITIONS``.  Errors of the peer
-(a malformed frame, a method out of place) raise the codec's error from ``receive_data``
-after queuing a connection.close with its reply code; the connection is then closed.
+each channel are state machines (``states.py``: ``ConnectionState``, ``ChannelStatus``) whose
+every change is an event looked up in ``CONNECTION_TRANSITIONS`` / ``CHANNEL_TRANSITIONS``.
+Errors of the peer (a malformed frame, a method out of place) raise the codec's error from
+``receive_data`` after queuing a connection.close with its reply code; the connection is then
+in the ERROR state, where only the close handshake goes on and every call raises.  Methods
+from the broker are dispatched by class to one small handler each (the tables after the class).
+
+The events it returns live in ``events.py``; every public name of the core imports from here.
 """
 from __future__ import annotations
 
-import enum
-import logging
 import platform
 from collections import deque
-from collections.abc import Mapping
 from itertools import repeat
-from typing import Any, Callable, Final, Optional, TypeVar, Union
+from typing import Any, Callable, Final, Optional, Union
 
 from amqwire.codec import (
     AMQPSyntaxError,
@@ -69,16 +70,43 @@ from amqwire.codec import FRAME_METHOD, __version__
 from amqwire.codec.parser import Command, Heartbeat
 
 from .errors import AuthenticationError, InvalidStateError, channel_closed, method_name
+# The core's public names, whichever module defines them, import from here as they always did.
+from .events import (
+    ChannelClosedEvent,
+    ChannelFlowChanged,
+    ChannelOpened,
+    Confirmed,
+    ConnectionBlocked,
+    ConnectionClosedEvent,
+    ConnectionOpened,
+    ConnectionUnblocked,
+    ConsumerCancelled,
+    Event,
+    GetResult,
+    MethodReply,
+    SecretUpdated,
+)
 from .message import Message, ReturnedMessage
-
-log = logging.getLogger("amqwire.client")
+from .states import (
+    CHANNEL_TRANSITIONS,
+    CONNECTION_TRANSITIONS,
+    ChannelEvent,
+    ChannelStatus,
+    ConnectionEvent,
+    ConnectionState,
+    transition,
+)
 
 __all__ = [
     "ConnectionProtocol",
     "ConnectionState",
+    "ConnectionEvent",
     "ChannelStatus",
+    "ChannelEvent",
     "CONNECTION_TRANSITIONS",
     "CHANNEL_TRANSITIONS",
+    "transition",
+    "Event",
     "ConfirmTracker",
     "HeartbeatMonitor",
     "ConnectionOpened",
@@ -119,175 +147,6 @@ _FRAME_ERROR = 501
 _UNEXPECTED_FRAME = 505
 _COMMAND_INVALID = 503
 _CHANNEL_ERROR = 504
-
-
-# --------------------------------------------------------------------------- events
-
-
-class _Event:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        names: tuple[str, ...] = self.__slots__
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in names)
-        return f"{type(self).__name__}({fields})"
-
-
-class ConnectionOpened(_Event):
-    """The handshake finished: connection.open-ok arrived."""
-
-    __slots__ = ("server_properties", "channel_max", "frame_max", "heartbeat")
-
-    def __init__(self, server_properties: dict[str, Any], channel_max: int, frame_max: int, heartbeat: int) -> None:
-        self.server_properties = server_properties
-        self.channel_max = channel_max
-        self.frame_max = frame_max
-        self.heartbeat = heartbeat
-
-
-class ConnectionClosedEvent(_Event):
-    """The connection is closed: by the broker's connection.close, or ours was answered.
-
-    ``handshake`` tells that it happened before connection.open-ok (403 there means the
-    broker refused the login).
-    """
-
-    __slots__ = ("reply_code", "reply_text", "class_id", "method_id", "by_broker", "handshake")
-
-    def __init__(
-        self, reply_code: int, reply_text: str, class_id: int, method_id: int, by_broker: bool, handshake: bool = False
-    ) -> None:
-        self.reply_code = reply_code
-        self.reply_text = reply_text
-        self.class_id = class_id
-        self.method_id = method_id
-        self.by_broker = by_broker
-        self.handshake = handshake
-
-
-class ConnectionBlocked(_Event):
-    __slots__ = ("reason",)
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-class ConnectionUnblocked(_Event):
-    __slots__ = ()
-
-
-class SecretUpdated(_Event):
-    __slots__ = ()
-
-
-class ChannelOpened(_Event):
-    __slots__ = ("channel_id",)
-
-    def __init__(self, channel_id: int) -> None:
-        self.channel_id = channel_id
-
-
-class ChannelClosedEvent(_Event):
-    """The channel is closed and its number free again.  ``unconfirmed``: (seqno, token) of
-    the publishes the broker never confirmed on it."""
-
-    __slots__ = ("channel_id", "reply_code", "reply_text", "class_id", "method_id", "by_broker", "unconfirmed")
-
-    def __init__(
-        self,
-        channel_id: int,
-        reply_code: int,
-        reply_text: str,
-        class_id: int,
-        method_id: int,
-        by_broker: bool,
-        unconfirmed: Optional[list[Any]] = None,
-    ) -> None:
-        self.channel_id = channel_id
-        self.unconfirmed = unconfirmed if unconfirmed is not None else []
-        self.reply_code = reply_code
-        self.reply_text = reply_text
-        self.class_id = class_id
-        self.method_id = method_id
-        self.by_broker = by_broker
-
-
-class MethodReply(_Event):
-    """The reply to the channel's outstanding synchronous request."""
-
-    __slots__ = ("channel_id", "method")
-
-    def __init__(self, channel_id: int, method: Any) -> None:
-        self.channel_id = channel_id
-        self.method = method
-
-
-class GetResult(_Event):
-    """The reply to basic.get: a Message (get-ok) or None (get-empty)."""
-
-    __slots__ = ("channel_id", "message")
-
-    def __init__(self, channel_id: int, message: Optional[Message]) -> None:
-        self.channel_id = channel_id
-        self.message = message
-
-
-class Confirmed(_Event):
-    """Publisher confirms: the publishes ``seqnos`` (with the tokens given to publish) were
-    acked (``ack``) or nacked by the broker.  ``returned`` maps the seqnos among them that
-    came back as basic.return first (mandatory, unroutable) to their ReturnedMessage."""
-
-    __slots__ = ("channel_id", "ack", "seqnos", "tokens", "returned", "delivery_tag", "multiple")
-
-    def __init__(
-        self, channel_id: int, ack: bool, seqnos: list[Any], tokens: list[Any], returned: Optional[dict[str, Any]],
-        delivery_tag: int = 0, multiple: bool = False,
-    ) -> None:
-        self.channel_id = channel_id
-        self.ack = ack
-        self.seqnos = seqnos
-        self.tokens = tokens
-        self.returned = returned
-        self.delivery_tag = delivery_tag  # of the broker's ack/nack, as it came
-        self.multiple = multiple
-
-
-class ConsumerCancelled(_Event):
-    """The broker cancelled a consumer (basic.cancel from the server); cancel-ok is sent."""
-
-    __slots__ = ("channel_id", "consumer_tag")
-
-    def __init__(self, channel_id: int, consumer_tag: str) -> None:
-        self.channel_id = channel_id
-        self.consumer_tag = consumer_tag
-
-
-class ChannelFlowChanged(_Event):
-    """channel.flow from the broker; flow-ok is sent.  Inactive: stop publishing."""
-
-    __slots__ = ("channel_id", "active")
-
-    def __init__(self, channel_id: int, active: bool) -> None:
-        self.channel_id = channel_id
-        self.active = active
-
-
-Event = Union[
-    ConnectionOpened,
-    ConnectionClosedEvent,
-    ConnectionBlocked,
-    ConnectionUnblocked,
-    SecretUpdated,
-    ChannelOpened,
-    ChannelClosedEvent,
-    MethodReply,
-    GetResult,
-    Confirmed,
-    ConsumerCancelled,
-    ChannelFlowChanged,
-    Message,
-    ReturnedMessage,
-]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -366,6 +225,36 @@ class ConfirmTracker:
             slots[index] = done
         return seqnos, tokens
 
+    def match_return(self, returned: ReturnedMessage) -> None:
+        """Record a basic.return against the first unconfirmed mandatory publish it matches."""
+        for seqno, (exchange, routing_key, body, properties) in self.mandatory.items():
+            if (
+                seqno not in self.returned
+                and exchange == returned.exchange
+                and routing_key == returned.routing_key
+                and _same_body(body, returned.body)
+                and (properties or _EMPTY_PROPERTIES) == returned.properties
+            ):
+                self.returned[seqno] = returned
+                return
+        self.unmatched_return = returned
+
+    def take_returned(self, tag: int, seqnos: list[Any]) -> Optional[dict[int, ReturnedMessage]]:
+        """The returns among the publishes ``seqnos`` an ack/nack of ``tag`` just settled."""
+        returned = None
+        if self.unmatched_return is not None:
+            if tag in seqnos:
+                returned = {tag: self.unmatched_return}
+            self.unmatched_return = None
+        if self.mandatory:
+            mandatory = self.mandatory
+            for seqno in seqnos:
+                if mandatory.pop(seqno, None) is not None and seqno in self.returned:
+                    if returned is None:
+                        returned = {}
+                    returned[seqno] = self.returned.pop(seqno)
+        return returned
+
     def drain(self) -> tuple[list[Any], list[Any]]:
         """Everything unresolved (the channel or connection is gone)."""
         done = self._DONE
@@ -436,6 +325,25 @@ class HeartbeatMonitor:
         return max(0.0, due - now)
 
 
+def _client_properties(extra: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """connection.start-ok's client properties: ours, updated with the caller's (whose
+    capabilities are added to ours)."""
+    props: dict[str, Any] = {
+        "product": "amqwire",
+        "version": VERSION,
+        "platform": f"Python {platform.python_version()}",
+        "information": "https://pypi.org/project/amqwire/",
+        "capabilities": dict(CLIENT_CAPABILITIES),
+    }
+    if extra:
+        extra = dict(extra)
+        caps = extra.pop("capabilities", None)
+        props.update(extra)
+        if caps:
+            props["capabilities"].update(caps)
+    return props
+
+
 def _negotiate(client: int, server: int) -> int:
     """The lower non-zero of the two; 0 only when both are 0 (no limit)."""
     if client and server:
@@ -454,59 +362,6 @@ def _same_body(sent: Any, returned: bytes) -> bool:
 
 def _text(value: Union[bytes, str]) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
-
-
-# --------------------------------------------------------------------------- states
-
-
-class ConnectionState(str, enum.Enum):
-    """Where the connection is.  A str enum: ``core.state == "open"`` holds."""
-
-    NEW = "new"  # before initiate()
-    HANDSHAKE = "handshake"  # the protocol header is out; until connection.open-ok
-    OPEN = "open"
-    CLOSING = "closing"  # connection.close is out; until close-ok (or the broker's close)
-    CLOSED = "closed"
-
-    def __str__(self) -> str:
-        # "open", not "ConnectionState.OPEN", in messages and f-strings on every Python
-        return self.value
-
-
-class ChannelStatus(enum.IntEnum):
-    """Where one channel is (``ChannelState.state``)."""
-
-    CLOSED = 0  # closed and released, or its connection is closing or closed
-    OPENING = 1  # channel.open is out; until open-ok
-    OPEN = 2
-    CLOSING = 3  # our channel.close is out; until close-ok
-
-
-# Every state change is checked against these: state -> the states it may go to next.
-CONNECTION_TRANSITIONS: Final[Mapping[ConnectionState, frozenset[ConnectionState]]] = {
-    ConnectionState.NEW: frozenset({ConnectionState.HANDSHAKE, ConnectionState.CLOSED}),
-    ConnectionState.HANDSHAKE: frozenset({ConnectionState.OPEN, ConnectionState.CLOSING, ConnectionState.CLOSED}),
-    ConnectionState.OPEN: frozenset({ConnectionState.CLOSING, ConnectionState.CLOSED}),
-    ConnectionState.CLOSING: frozenset({ConnectionState.CLOSED}),
-    ConnectionState.CLOSED: frozenset(),
-}
-CHANNEL_TRANSITIONS: Final[Mapping[ChannelStatus, frozenset[ChannelStatus]]] = {
-    ChannelStatus.OPENING: frozenset({ChannelStatus.OPEN, ChannelStatus.CLOSING, ChannelStatus.CLOSED}),
-    ChannelStatus.OPEN: frozenset({ChannelStatus.CLOSING, ChannelStatus.CLOSED}),
-    ChannelStatus.CLOSING: frozenset({ChannelStatus.CLOSED}),
-    ChannelStatus.CLOSED: frozenset(),
-}
-
-_StateT = TypeVar("_StateT", ConnectionState, ChannelStatus)
-
-
-def _transition(
-    transitions: Mapping[_StateT, frozenset[_StateT]], current: _StateT, new: _StateT, subject: str
-) -> _StateT:
-    """``new`` if the table lets ``current`` go there, else InvalidStateError."""
-    if new not in transitions[current]:
-        raise InvalidStateError(f"{subject} cannot go from {current.name.lower()} to {new.name.lower()}")
-    return new
 
 
 # The hot paths (publish, deliver, ack) compare against module globals: on Python 3.11
@@ -543,8 +398,9 @@ class ChannelState:
     def is_open(self) -> bool:
         return self.state is _CHANNEL_OPEN
 
-    def _set_state(self, new: ChannelStatus) -> None:
-        self.state = _transition(CHANNEL_TRANSITIONS, self.state, new, f"channel {self.id}")
+    def _apply(self, event: ChannelEvent) -> None:
+        """The one place a channel's state changes (by the core only)."""
+        self.state = transition(CHANNEL_TRANSITIONS, f"channel {self.id}", self.state, event)
 
 
 class ConnectionProtocol:
@@ -561,6 +417,7 @@ class ConnectionProtocol:
         "_secret_pending", "_started", "_broker_closed", "channels_released", "_local_close",
         "bytes_sent", "bytes_received", "publishes_acked", "publishes_nacked",
         "publishes_returned", "gets_received", "_publishes_beside_writer", "heartbeats_sent",
+        "protocol_error", "_error_close", "_unreadable",
         "__weakref__"
     )
 
@@ -591,20 +448,7 @@ class ConnectionProtocol:
         self._want_heartbeat = heartbeat
         self._locale = locale
         self._on_secure = on_secure
-        props: dict[str, Any] = {
-            "product": "amqwire",
-            "version": VERSION,
-            "platform": f"Python {platform.python_version()}",
-            "information": "https://pypi.org/project/amqwire/",
-            "capabilities": dict(CLIENT_CAPABILITIES),
-        }
-        if client_properties:
-            extra = dict(client_properties)
-            caps = extra.pop("capabilities", None)
-            props.update(extra)
-            if caps:
-                props["capabilities"].update(caps)
-        self.client_properties = props
+        self.client_properties = _client_properties(client_properties)
         self.state = ConnectionState.NEW
         self.server_properties: dict[str, Any] = {}
         self.channel_max = 0
@@ -612,6 +456,9 @@ class ConnectionProtocol:
         self.heartbeat = 0
         self.blocked: Optional[str] = None
         self.close_reason: Optional[ConnectionClosedEvent] = None
+        self.protocol_error: Optional[str] = None  # what the broker did wrong (the error state)
+        self._error_close: Optional[tuple[int, str]] = None  # the connection.close it made us send
+        self._unreadable = False  # the parser failed: the bytes after the bad frame mean nothing
         self._parser = CommandParser(
             max(frame_max or 131072, 4096) if frame_max else 131072, delivery_type=Message
         )
@@ -697,43 +544,55 @@ class ConnectionProtocol:
         if self.state is not ConnectionState.NEW:
             raise InvalidStateError(f"the connection was already started (state {self.state})")
         self._writer.protocol_header()
-        self._set_state(ConnectionState.HANDSHAKE)
+        self._fire(ConnectionEvent.SEND_PROTOCOL_HEADER)
 
     def _check_open(self) -> None:
         if self.state is not _CONNECTION_OPEN:
-            if self.state is ConnectionState.HANDSHAKE or self.state is ConnectionState.NEW:
-                raise InvalidStateError("the connection is not open yet (handshake not finished)")
-            raise InvalidStateError(f"the connection is {self.state}")
+            raise self._not_open()
+
+    def _not_open(self) -> InvalidStateError:
+        """Why a call that needs an open connection cannot be made now, naming the state."""
+        state = self.state
+        if state is ConnectionState.HANDSHAKE or state is ConnectionState.NEW:
+            return InvalidStateError("the connection is not open yet (handshake not finished)")
+        if state is ConnectionState.ERROR:
+            return InvalidStateError(f"the connection is in the error state: {self.protocol_error}")
+        return InvalidStateError(f"the connection is {state}")
 
     def close(self, reply_code: int = _REPLY_SUCCESS, reply_text: str = "Normal shutdown") -> None:
         """Queue connection.close; ConnectionClosedEvent follows when close-ok arrives.  Closing
-        a connection that is closing or closed already raises InvalidStateError."""
+        a connection that is closing or closed already raises InvalidStateError, and so does
+        one in the error state (its connection.close is out already)."""
         if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
             raise InvalidStateError(f"the connection is already {self.state}")
-        if self.state is ConnectionState.NEW:
-            self._set_state(ConnectionState.CLOSED)
-            return
-        self._writer.method(0, ConnectionClose(reply_code, reply_text, 0, 0))
-        self._local_close = (reply_code, reply_text)
-        self._set_state(ConnectionState.CLOSING)
+        if self.state is ConnectionState.ERROR:
+            raise self._not_open()
+        if self.state is not ConnectionState.NEW:
+            self._writer.method(0, ConnectionClose(reply_code, reply_text, 0, 0))
+            self._local_close = (reply_code, reply_text)
+        self._fire(ConnectionEvent.SEND_CLOSE)
+
+    def connection_lost(self) -> None:
+        """The transport lost the socket: the connection is closed, whatever it was (its
+        channels with it; ``drain_unconfirmed`` still reports their publishes).  Once
+        closed, nothing changes."""
+        if self.state is not ConnectionState.CLOSED:
+            self._fire(ConnectionEvent.LOST)
 
     def close_reason_sent(self) -> tuple[int, str]:
         """Reply code and text of the connection.close we sent (200 until one was)."""
         code, text = self._local_close
         return int(code), str(text)
 
-    def _set_state(self, new: ConnectionState) -> None:
-        """The one place the connection state changes; once closing, no channel takes calls any more."""
-        self.state = _transition(CONNECTION_TRANSITIONS, self.state, new, "the connection")
-        if new is ConnectionState.CLOSING or new is ConnectionState.CLOSED:
+    def _fire(self, event: ConnectionEvent) -> None:
+        """The one place the connection state changes; once it is not open (or opening), no
+        channel takes calls any more."""
+        new = transition(CONNECTION_TRANSITIONS, "the connection", self.state, event)
+        self.state = new
+        if new is not _CONNECTION_OPEN and new is not ConnectionState.HANDSHAKE:
             for channel in self._channels.values():
                 if channel.state is not ChannelStatus.CLOSED:
-                    channel._set_state(ChannelStatus.CLOSED)
-
-    def _ensure_closed(self) -> None:
-        """The connection is unusable (a protocol error): closed, whatever it was."""
-        if self.state is not ConnectionState.CLOSED:
-            self._set_state(ConnectionState.CLOSED)
+                    channel._apply(ChannelEvent.CONNECTION_DOWN)
 
     def send_heartbeat(self) -> None:
         if self.state in (ConnectionState.OPEN, ConnectionState.HANDSHAKE, ConnectionState.CLOSING):
@@ -747,24 +606,9 @@ class ConnectionProtocol:
         self._writer.method(0, ConnectionUpdateSecret(new_secret, reason))
         self._secret_pending = True
 
-    def _start_ok(self, start: Any) -> None:
-        if (start.version_major, start.version_minor) != (0, 9):
-            self._protocol_error(
-                _COMMAND_INVALID, f"the broker speaks AMQP {start.version_major}-{start.version_minor}, not 0-9", start
-            )
-        self.server_properties = dict(start.server_properties)
-        offered = _text(start.mechanisms).split()
-        if self.auth_mechanism not in offered:
-            self._set_state(ConnectionState.CLOSED)
-            raise AuthenticationError(
-                f"the broker does not offer the {self.auth_mechanism} mechanism (it offers {', '.join(offered) or 'none'})"
-                + ("; RabbitMQ offers EXTERNAL only to a client that presented a TLS certificate"
-                   if self.auth_mechanism == "EXTERNAL" else "")
-            )
-        self._writer.method(
-            0,
-            ConnectionStartOk(self.client_properties, self.auth_mechanism, self._auth_response(), self._locale),
-        )
+    def _auth_failed(self, text: str) -> AuthenticationError:
+        self._fire(ConnectionEvent.AUTH_FAILED)
+        return AuthenticationError(text)
 
     def _auth_response(self) -> bytes:
         if self.auth_mechanism == "PLAIN":
@@ -774,7 +618,65 @@ class ConnectionProtocol:
             return encode_table({"LOGIN": self._username, "PASSWORD": self._password})[4:]
         return b""
 
-    def _tune_ok(self, tune: Any) -> None:
+    # channel 0: one small handler per method class (the tables follow the class) ---------------
+
+    def _on_connection_method(self, method: Any, events: list[Any]) -> None:
+        state = self.state
+        if state is ConnectionState.CLOSED:
+            return  # closed earlier in the same read: the rest is moot
+        cls = type(method)
+        if cls is ConnectionClose:
+            self._writer.method(0, ConnectionCloseOk())
+            self._finish_close(events, ConnectionEvent.RECV_CLOSE, self._broker_close_event(method))
+        elif state is ConnectionState.CLOSING or state is ConnectionState.ERROR:
+            if cls is ConnectionCloseOk:
+                self._finish_close(events, ConnectionEvent.RECV_CLOSE_OK, self._local_close_event())
+            # everything else is discarded while closing, as the spec says
+        else:
+            handlers = _HANDSHAKE_METHODS if state is ConnectionState.HANDSHAKE else _OPEN_METHODS
+            handler = handlers.get(cls)
+            if handler is None:
+                self._unexpected_on_zero(method)
+            else:
+                handler(self, method, events)
+
+    def _unexpected_on_zero(self, method: Any) -> None:
+        where = "during the handshake" if self.state is ConnectionState.HANDSHAKE else "on channel 0"
+        self._protocol_error(_COMMAND_INVALID, f"unexpected {method.NAME} {where}", method)
+
+    def _on_start(self, start: Any, events: list[Any]) -> None:
+        if self._started:
+            self._unexpected_on_zero(start)
+            return
+        self._started = True
+        if (start.version_major, start.version_minor) != (0, 9):
+            self._protocol_error(
+                _COMMAND_INVALID, f"the broker speaks AMQP {start.version_major}-{start.version_minor}, not 0-9", start
+            )
+        self.server_properties = dict(start.server_properties)
+        offered = _text(start.mechanisms).split()
+        if self.auth_mechanism not in offered:
+            raise self._auth_failed(
+                f"the broker does not offer the {self.auth_mechanism} mechanism (it offers {', '.join(offered) or 'none'})"
+                + ("; RabbitMQ offers EXTERNAL only to a client that presented a TLS certificate"
+                   if self.auth_mechanism == "EXTERNAL" else "")
+            )
+        self._writer.method(
+            0,
+            ConnectionStartOk(self.client_properties, self.auth_mechanism, self._auth_response(), self._locale),
+        )
+
+    def _on_secure_challenge(self, secure: Any, events: list[Any]) -> None:
+        if self._on_secure is None:
+            raise self._auth_failed(
+                f"the broker sent a {self.auth_mechanism} challenge and no on_secure handler was given"
+            )
+        self._writer.method(0, ConnectionSecureOk(self._on_secure(secure.challenge)))
+
+    def _on_tune(self, tune: Any, events: list[Any]) -> None:
+        if not self._started:
+            self._unexpected_on_zero(tune)
+            return
         channel_max = _negotiate(self._want_channel_max, tune.channel_max) or 65535
         frame_max = _negotiate(self._want_frame_max, tune.frame_max) or 131072
         heartbeat = _negotiate(self._want_heartbeat, tune.heartbeat)
@@ -790,49 +692,27 @@ class ConnectionProtocol:
         self._writer.method(0, ConnectionTuneOk(self.channel_max, frame_max, heartbeat))
         self._writer.method(0, ConnectionOpen(self.vhost))
 
-    def _on_connection_method(self, method: Any, events: list[Any]) -> None:
-        cls = type(method)
-        if self.state is ConnectionState.CLOSED:
-            return  # closed earlier in the same read: the rest is moot
-        if self.state is ConnectionState.CLOSING:
-            if cls is ConnectionCloseOk:
-                self._finish_close(events, self._local_close_event())
-            elif cls is ConnectionClose:
-                self._writer.method(0, ConnectionCloseOk())
-                self._finish_close(events, self._broker_close_event(method))
-            return  # everything else is discarded while closing, as the spec says
-        if cls is ConnectionClose:
-            self._writer.method(0, ConnectionCloseOk())
-            self._finish_close(events, self._broker_close_event(method))
-        elif self.state is ConnectionState.HANDSHAKE:
-            if cls is ConnectionStart and not self._started:
-                self._started = True
-                self._start_ok(method)
-            elif cls is ConnectionSecure:
-                if self._on_secure is None:
-                    self._set_state(ConnectionState.CLOSED)
-                    raise AuthenticationError(
-                        f"the broker sent a {self.auth_mechanism} challenge and no on_secure handler was given"
-                    )
-                self._writer.method(0, ConnectionSecureOk(self._on_secure(method.challenge)))
-            elif cls is ConnectionTune and self._started:
-                self._tune_ok(method)
-            elif cls is ConnectionOpenOk and self.frame_max:
-                self._set_state(ConnectionState.OPEN)
-                events.append(ConnectionOpened(self.server_properties, self.channel_max, self.frame_max, self.heartbeat))
-            else:
-                self._protocol_error(_COMMAND_INVALID, f"unexpected {method.NAME} during the handshake", method)
-        elif cls is _ConnectionBlockedMethod:
-            self.blocked = method.reason
-            events.append(ConnectionBlocked(method.reason))
-        elif cls is _ConnectionUnblockedMethod:
-            self.blocked = None
-            events.append(ConnectionUnblocked())
-        elif cls is ConnectionUpdateSecretOk and self._secret_pending:
-            self._secret_pending = False
-            events.append(SecretUpdated())
-        else:
-            self._protocol_error(_COMMAND_INVALID, f"unexpected {method.NAME} on channel 0", method)
+    def _on_open_ok(self, method: Any, events: list[Any]) -> None:
+        if not self.frame_max:  # no tune came
+            self._unexpected_on_zero(method)
+            return
+        self._fire(ConnectionEvent.RECV_OPEN_OK)
+        events.append(ConnectionOpened(self.server_properties, self.channel_max, self.frame_max, self.heartbeat))
+
+    def _on_blocked(self, method: Any, events: list[Any]) -> None:
+        self.blocked = method.reason
+        events.append(ConnectionBlocked(method.reason))
+
+    def _on_unblocked(self, method: Any, events: list[Any]) -> None:
+        self.blocked = None
+        events.append(ConnectionUnblocked())
+
+    def _on_update_secret_ok(self, method: Any, events: list[Any]) -> None:
+        if not self._secret_pending:
+            self._unexpected_on_zero(method)
+            return
+        self._secret_pending = False
+        events.append(SecretUpdated())
 
     def _broker_close_event(self, method: Any) -> ConnectionClosedEvent:
         handshake = self.frame_max == 0 or self.state is ConnectionState.HANDSHAKE
@@ -841,12 +721,12 @@ class ConnectionProtocol:
         )
 
     def _local_close_event(self) -> ConnectionClosedEvent:
-        return ConnectionClosedEvent(self._local_close[0], self._local_close[1], 0, 0, False)
+        code, text = self._error_close or self._local_close
+        return ConnectionClosedEvent(code, text, 0, 0, False)
 
-    def _finish_close(self, events: list[Any], event: ConnectionClosedEvent) -> None:
-        handshake = self.state is ConnectionState.HANDSHAKE
-        event.handshake = event.handshake or handshake
-        self._set_state(ConnectionState.CLOSED)
+    def _finish_close(self, events: list[Any], how: ConnectionEvent, event: ConnectionClosedEvent) -> None:
+        event.handshake = event.handshake or self.state is ConnectionState.HANDSHAKE
+        self._fire(how)
         self.close_reason = event
         events.append(event)
 
@@ -854,19 +734,34 @@ class ConnectionProtocol:
         """The broker broke the protocol: close the connection with reply_code, then raise."""
         class_id = method.CLASS_ID if method is not None else 0
         method_id = method.METHOD_ID if method is not None else 0
-        if self.state in (ConnectionState.HANDSHAKE, ConnectionState.OPEN):
-            self._writer.method(0, ConnectionClose(reply_code, text[:255], class_id, method_id))
-        self._ensure_closed()
+        self._enter_error(reply_code, text, class_id, method_id)
         error = UnexpectedFrame(text, offset=0) if reply_code == _UNEXPECTED_FRAME else AMQPSyntaxError(text, offset=0)
         error.reply_code = reply_code
         raise error
+
+    def _enter_error(self, reply_code: Optional[int], text: str, class_id: int = 0, method_id: int = 0) -> None:
+        """Queue connection.close with ``reply_code`` (None: send none; the peer does not
+        speak AMQP frames) unless ours is out already, and go to the error state.  Once in
+        error or closed, a further violation changes nothing."""
+        state = self.state
+        if state is ConnectionState.ERROR or state is ConnectionState.CLOSED:
+            return
+        if reply_code is not None and (state is ConnectionState.HANDSHAKE or state is _CONNECTION_OPEN):
+            self._writer.method(0, ConnectionClose(reply_code, text[:255], class_id, method_id))
+            self._error_close = (reply_code, text[:255])
+        self.protocol_error = text
+        self._fire(ConnectionEvent.PROTOCOL_ERROR)
 
     # ------------------------------------------------------------------ input
 
     def receive_data(self, data: Any) -> list[Any]:
         """Feed bytes from the broker; returns the events they complete, in order."""
-        if self.state is ConnectionState.CLOSED:
-            return []
+        state = self.state
+        if state is not _CONNECTION_OPEN:
+            if state is ConnectionState.CLOSED or self._unreadable:
+                return []
+            if state is ConnectionState.NEW:
+                raise InvalidStateError("the connection is new: call initiate() before feeding it data")
         self.bytes_received += len(data)
         try:
             items = self._parser.feed(data)
@@ -876,10 +771,9 @@ class ConnectionProtocol:
                 self._handle(exc.parsed or [], events)
             except CodecError:
                 pass  # the parse error below is reported; the connection closes either way
-            closing_already = self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED)
-            if not closing_already and not isinstance(exc, ProtocolHeaderError):
-                self._writer.method(0, ConnectionClose(exc.reply_code, str(exc)[:255], 0, 0))
-            self._ensure_closed()
+            self._unreadable = True
+            reply_code = None if isinstance(exc, ProtocolHeaderError) else exc.reply_code
+            self._enter_error(reply_code, str(exc))
             exc.events = events  # type: ignore[attr-defined]
             raise
         events = []
@@ -916,8 +810,8 @@ class ConnectionProtocol:
                     self._channel_zero(method)
                 self._on_connection_method(method, events)
             elif self.state is not _CONNECTION_OPEN:
-                if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
-                    continue  # discarded while closing, and moot once closed earlier in this read
+                if self.state is not ConnectionState.HANDSHAKE:
+                    continue  # discarded while closing or in error, and moot once closed earlier in this read
                 self._protocol_error(_COMMAND_INVALID, f"{method.NAME} on channel {channel} before the connection is open", method)
             else:
                 self._on_channel_method(channel, method, item, events)
@@ -933,102 +827,101 @@ class ConnectionProtocol:
             method,
         )
 
+    # channels 1..: one small handler per method class (the tables follow the class) ----------
+
     def _on_channel_method(self, channel: int, method: Any, command: Any, events: list[Any]) -> None:
         state = self._channels.get(channel)
-        cls = type(method)
         if state is None:
             self._protocol_error(_CHANNEL_ERROR, f"{method.NAME} on channel {channel}, which is not open", method)
             return
         if state.state is _CHANNEL_CLOSING:
-            if cls is ChannelCloseOk:
-                unconfirmed = self._release(channel)
-                code, text, class_id, method_id, by_broker = state.close_reason or (
-                    _REPLY_SUCCESS, "Normal shutdown", 0, 0, False
-                )
-                events.append(ChannelClosedEvent(channel, code, text, class_id, method_id, by_broker, unconfirmed))
-            elif cls is ChannelClose:
-                self._writer.method(channel, ChannelCloseOk())
-                state.close_reason = (method.reply_code, method.reply_text, method.class_id, method.method_id, True)
+            handler = _CLOSING_CHANNEL_METHODS.get(type(method))
+            if handler is not None:
+                handler(self, state, method, command, events)
             return  # the rest is discarded while closing
-        if cls is BasicAck or cls is BasicNack:
-            self._on_confirm(state, method, cls is BasicAck, events)
-            return
-        if cls is BasicReturn:
-            returned = ReturnedMessage(
-                channel,
-                method.reply_code,
-                method.reply_text,
-                method.exchange,
-                method.routing_key,
-                command.properties,
-                command.body,
+        _CHANNEL_METHODS.get(type(method), _on_reply)(self, state, method, command, events)
+
+    def _on_close_ok_while_closing(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
+        unconfirmed = self._release(state.id, ChannelEvent.RECV_CLOSE_OK)
+        code, text, class_id, method_id, by_broker = state.close_reason or (
+            _REPLY_SUCCESS, "Normal shutdown", 0, 0, False
+        )
+        events.append(ChannelClosedEvent(state.id, code, text, class_id, method_id, by_broker, unconfirmed))
+
+    def _on_close_while_closing(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
+        # Both sides closed at once: answer, and report the broker's reason once our close-ok comes.
+        self._writer.method(state.id, ChannelCloseOk())
+        state.close_reason = (method.reply_code, method.reply_text, method.class_id, method.method_id, True)
+
+    def _on_channel_close(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
+        channel = state.id
+        self._writer.method(channel, ChannelCloseOk())
+        unconfirmed = self._release(channel, ChannelEvent.RECV_CLOSE)
+        self._broker_closed[channel] = (method.reply_code, method.reply_text, method.class_id, method.method_id)
+        events.append(
+            ChannelClosedEvent(
+                channel, method.reply_code, method.reply_text, method.class_id, method.method_id, True, unconfirmed
             )
-            confirms = state.confirms
-            if confirms is not None:
-                for seqno, (exchange, routing_key, body, properties) in confirms.mandatory.items():
-                    if (
-                        seqno not in confirms.returned
-                        and exchange == returned.exchange
-                        and routing_key == returned.routing_key
-                        and _same_body(body, returned.body)
-                        and (properties or _EMPTY_PROPERTIES) == returned.properties
-                    ):
-                        confirms.returned[seqno] = returned
-                        break
-                else:
-                    confirms.unmatched_return = returned
-            events.append(returned)
-            return
-        if cls is ChannelClose:
-            self._writer.method(channel, ChannelCloseOk())
-            unconfirmed = self._release(channel)
-            self._broker_closed[channel] = (method.reply_code, method.reply_text, method.class_id, method.method_id)
-            events.append(
-                ChannelClosedEvent(
-                    channel, method.reply_code, method.reply_text, method.class_id, method.method_id, True, unconfirmed
-                )
-            )
-            return
-        if cls is BasicCancel:
-            if not method.nowait:
-                self._writer.method(channel, BasicCancelOk(method.consumer_tag))
-            events.append(ConsumerCancelled(channel, method.consumer_tag))
-            return
-        if cls is ChannelFlow:
-            state.flow_active = method.active
-            self._writer.method(channel, ChannelFlowOk(method.active))
-            events.append(ChannelFlowChanged(channel, method.active))
-            return
+        )
+
+    def _on_return(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
+        returned = ReturnedMessage(
+            state.id, method.reply_code, method.reply_text, method.exchange, method.routing_key,
+            command.properties, command.body,
+        )
+        if state.confirms is not None:
+            state.confirms.match_return(returned)
+        events.append(returned)
+
+    def _on_cancel(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
+        if not method.nowait:
+            self._writer.method(state.id, BasicCancelOk(method.consumer_tag))
+        events.append(ConsumerCancelled(state.id, method.consumer_tag))
+
+    def _on_flow(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
+        state.flow_active = method.active
+        self._writer.method(state.id, ChannelFlowOk(method.active))
+        events.append(ChannelFlowChanged(state.id, method.active))
+
+    def _on_reply(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
+        """A method that answers the channel's outstanding synchronous request, or a violation."""
         pending = state.pending
         if pending is None or method.INDEX not in pending.RESPONSES:
             waiting = f" (waiting for the reply to {pending.NAME})" if pending is not None else ""
-            self._protocol_error(_COMMAND_INVALID, f"unexpected {method.NAME} on channel {channel}{waiting}", method)
+            self._protocol_error(_COMMAND_INVALID, f"unexpected {method.NAME} on channel {state.id}{waiting}", method)
             return
         state.pending = None
-        if cls is ChannelOpenOk:
-            state._set_state(ChannelStatus.OPEN)
-            events.append(ChannelOpened(channel))
-        elif cls is BasicGetOk:
-            state.last_delivery_tag = method.delivery_tag
-            message = Message(
-                channel,
-                method.delivery_tag + state.tag_base,
-                method.redelivered,
-                method.exchange,
-                method.routing_key,
-                command.properties,
-                command.body,
-                None,
-                method.message_count,
-            )
-            events.append(GetResult(channel, message))
-            self.gets_received += 1
-        elif cls is BasicGetEmpty:
-            events.append(GetResult(channel, None))
+        handler = _REPLY_METHODS.get(type(method))
+        if handler is None:
+            events.append(MethodReply(state.id, method))
         else:
-            events.append(MethodReply(channel, method))
+            handler(self, state, method, command, events)
 
-    def _on_confirm(self, state: ChannelState, method: Any, ack: bool, events: list[Any]) -> None:
+    def _on_channel_open_ok(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
+        state._apply(ChannelEvent.RECV_OPEN_OK)
+        events.append(ChannelOpened(state.id))
+
+    def _on_get_ok(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
+        state.last_delivery_tag = method.delivery_tag
+        message = Message(
+            state.id,
+            method.delivery_tag + state.tag_base,
+            method.redelivered,
+            method.exchange,
+            method.routing_key,
+            command.properties,
+            command.body,
+            None,
+            method.message_count,
+        )
+        events.append(GetResult(state.id, message))
+        self.gets_received += 1
+
+    def _on_get_empty(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
+        events.append(GetResult(state.id, None))
+
+    def _on_confirm(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
+        """basic.ack or basic.nack from the broker: publisher confirms."""
         confirms = state.confirms
         if confirms is None:
             self._protocol_error(
@@ -1046,27 +939,17 @@ class ConnectionProtocol:
                 method,
             )
             return
-        returned = None
-        if confirms.unmatched_return is not None:
-            if tag in seqnos:
-                returned = {tag: confirms.unmatched_return}
-            confirms.unmatched_return = None
-        if confirms.mandatory:
-            mandatory = confirms.mandatory
-            for seqno in seqnos:
-                if mandatory.pop(seqno, None) is not None and seqno in confirms.returned:
-                    if returned is None:
-                        returned = {}
-                    returned[seqno] = confirms.returned.pop(seqno)
+        returned = confirms.take_returned(tag, seqnos) if confirms.unmatched_return is not None or confirms.mandatory else None
         settled = len(seqnos)
         if returned is not None:
             self.publishes_returned += len(returned)
             settled -= len(returned)
-        if ack:
+        if type(method) is BasicAck:
             self.publishes_acked += settled
+            events.append(Confirmed(state.id, True, seqnos, tokens, returned, tag, method.multiple))
         else:
             self.publishes_nacked += settled
-        events.append(Confirmed(state.id, ack, seqnos, tokens, returned, tag, method.multiple))
+            events.append(Confirmed(state.id, False, seqnos, tokens, returned, tag, method.multiple))
 
     # ------------------------------------------------------------------ channels
 
@@ -1105,7 +988,7 @@ class ConnectionProtocol:
         self._next_channel = candidate + 1 if candidate < self.channel_max else 1
         return candidate
 
-    def _release(self, channel: int) -> list[Any]:
+    def _release(self, channel: int, how: ChannelEvent) -> list[Any]:
         """Free the channel number; returns (seqno, token) of its unconfirmed publishes."""
         self.channels_released += 1
         state = self._channels.pop(channel, None)
@@ -1113,7 +996,7 @@ class ConnectionProtocol:
             self._next_channel = channel
         if state is None:
             return []
-        state._set_state(ChannelStatus.CLOSED)
+        state._apply(how)
         if state.confirms is None:
             return []
         return list(zip(*state.confirms.drain()))
@@ -1124,7 +1007,7 @@ class ConnectionProtocol:
         if channel in self._broker_closed and channel not in self._channels:
             return
         state = self._open_state(channel, allow_opening=True)
-        state._set_state(ChannelStatus.CLOSING)
+        state._apply(ChannelEvent.SEND_CLOSE)
         state.pending = None
         state.close_reason = (reply_code, reply_text, 0, 0, False)
         self._writer.method(channel, ChannelClose(reply_code, reply_text, 0, 0))
@@ -1305,6 +1188,43 @@ class ConnectionProtocol:
                 if pairs:
                     result[channel] = pairs
         return result
+
+
+# Dispatch by method class: each handler takes (core, method, events) on channel 0 and
+# (core, channel state, method, command, events) on the others.
+_HANDSHAKE_METHODS: Final[dict[type, Callable[[ConnectionProtocol, Any, list[Any]], None]]] = {
+    ConnectionStart: ConnectionProtocol._on_start,
+    ConnectionSecure: ConnectionProtocol._on_secure_challenge,
+    ConnectionTune: ConnectionProtocol._on_tune,
+    ConnectionOpenOk: ConnectionProtocol._on_open_ok,
+}
+_OPEN_METHODS: Final[dict[type, Callable[[ConnectionProtocol, Any, list[Any]], None]]] = {
+    _ConnectionBlockedMethod: ConnectionProtocol._on_blocked,
+    _ConnectionUnblockedMethod: ConnectionProtocol._on_unblocked,
+    ConnectionUpdateSecretOk: ConnectionProtocol._on_update_secret_ok,
+}
+_ChannelHandler = Callable[[ConnectionProtocol, ChannelState, Any, Any, list[Any]], None]
+# On a channel we are closing, everything else is discarded.
+_CLOSING_CHANNEL_METHODS: Final[dict[type, _ChannelHandler]] = {
+    ChannelCloseOk: ConnectionProtocol._on_close_ok_while_closing,
+    ChannelClose: ConnectionProtocol._on_close_while_closing,
+}
+# Methods the broker may send at any time; any other must answer the pending request (_on_reply).
+_CHANNEL_METHODS: Final[dict[type, _ChannelHandler]] = {
+    BasicAck: ConnectionProtocol._on_confirm,
+    BasicNack: ConnectionProtocol._on_confirm,
+    BasicReturn: ConnectionProtocol._on_return,
+    ChannelClose: ConnectionProtocol._on_channel_close,
+    BasicCancel: ConnectionProtocol._on_cancel,
+    ChannelFlow: ConnectionProtocol._on_flow,
+}
+_on_reply: Final = ConnectionProtocol._on_reply
+# Replies that are more than a MethodReply.
+_REPLY_METHODS: Final[dict[type, _ChannelHandler]] = {
+    ChannelOpenOk: ConnectionProtocol._on_channel_open_ok,
+    BasicGetOk: ConnectionProtocol._on_get_ok,
+    BasicGetEmpty: ConnectionProtocol._on_get_empty,
+}
 
 
 def method_label(method: Any) -> str:

@@ -1,6 +1,10 @@
 """The sans-IO core amqwire.client.protocol.ConnectionProtocol, driven by scripted byte
 exchanges: this file plays the broker with the codec (encoding what the broker sends,
 parsing what the client sent).  No socket, no broker."""
+import ast
+import logging
+from pathlib import Path
+
 import pytest
 
 import amqwire.codec as codec
@@ -186,7 +190,7 @@ def feed_fatal(p, broker, data):
         exc = e
     closes = [m for _, m in broker.sent_methods() if isinstance(m, ConnectionClose)]
     assert exc is not None or of_type(events, proto.ConnectionClosedEvent), events
-    assert p.state in ("closing", "closed")
+    assert p.state in ("closing", "closed", "error")
     return exc, events, (closes[-1] if closes else None)
 
 
@@ -335,7 +339,7 @@ def test_connection_secure_without_a_handler():
     try:
         broker.send(0, ConnectionSecure(b"challenge"))
     except AuthenticationError:
-        assert p.state in ("closing", "closed")
+        assert p.state in ("closing", "closed", "error")
     else:
         assert isinstance(broker.sent_methods()[0][1], ConnectionSecureOk)
 
@@ -487,7 +491,7 @@ def test_server_refuses_the_protocol_with_its_header():
     p.data_to_send()
     with pytest.raises((AMQPError, CodecError)):
         p.receive_data(b"AMQP\x00\x00\x09\x01")
-    assert p.state == "closed"
+    assert p.state == "error"
     with pytest.raises(InvalidStateError):
         p.open_channel()
 
@@ -1334,13 +1338,16 @@ def test_initiate_twice():
 
 ConnectionState = proto.ConnectionState
 ChannelStatus = proto.ChannelStatus
+ConnectionEvent = proto.ConnectionEvent
+ChannelEvent = proto.ChannelEvent
 TABLES = {"connection": proto.CONNECTION_TRANSITIONS, "channel": proto.CHANNEL_TRANSITIONS}
+EVENTS = {"connection": ConnectionEvent, "channel": ChannelEvent}
 INITIAL_STATES = {"connection": ConnectionState.NEW, "channel": ChannelStatus.OPENING}
 FINAL_STATES = {"connection": ConnectionState.CLOSED, "channel": ChannelStatus.CLOSED}
 
 
 def test_connection_state_is_a_str_enum_with_the_old_values():
-    assert [state.value for state in ConnectionState] == ["new", "handshake", "open", "closing", "closed"]
+    assert [state.value for state in ConnectionState] == ["new", "handshake", "open", "closing", "closed", "error"]
     p, broker, _ = connect()
     assert p.state is ConnectionState.OPEN
     assert p.state == "open" and str(p.state) == "open" and f"{p.state}" == "open"
@@ -1355,19 +1362,28 @@ def test_channel_status_of_the_channel_record():
     assert p.channel_state(cid).state is ChannelStatus.OPEN and p.channel_state(cid).is_open
 
 
+def targets(table):
+    """state -> the states the table lets it go to, on any event."""
+    result = {}
+    for (current, _), new in table.items():
+        result.setdefault(current, set()).add(new)
+    return result
+
+
 @pytest.mark.parametrize("machine", sorted(TABLES))
 def test_transition_table_has_no_dead_end_but_the_final_closed(machine):
     table, initial, final = TABLES[machine], INITIAL_STATES[machine], FINAL_STATES[machine]
     states = set(type(initial))
-    assert set(table) == states, "every state has a row"
-    assert all(targets <= states for targets in table.values())
-    assert [state for state in states if not table[state]] == [final], "only the final state has no way out"
-    assert all(state not in table[state] for state in states), "no state goes to itself"
+    assert all(current in states and event in EVENTS[machine] for current, event in table)
+    assert set(table.values()) <= states
+    ways = targets(table)
+    assert states - set(ways) == {final}, "only the final state has no way out"
+    assert all(state not in ways.get(state, ()) for state in states), "no state goes to itself"
 
     def reachable_from(start):
         seen, todo = {start}, [start]
         while todo:
-            for target in table[todo.pop()]:
+            for target in ways.get(todo.pop(), ()):
                 if target not in seen:
                     seen.add(target)
                     todo.append(target)
@@ -1378,47 +1394,74 @@ def test_transition_table_has_no_dead_end_but_the_final_closed(machine):
         assert final in reachable_from(state), f"{state!r} cannot reach {final!r}"
 
 
+def test_from_the_error_state_only_the_close_handshake_leads_on():
+    error = {event: new for (current, event), new in proto.CONNECTION_TRANSITIONS.items() if current is ConnectionState.ERROR}
+    assert error == {
+        ConnectionEvent.RECV_CLOSE_OK: ConnectionState.CLOSED,
+        ConnectionEvent.RECV_CLOSE: ConnectionState.CLOSED,
+        ConnectionEvent.LOST: ConnectionState.CLOSED,
+    }
+    into_error = {event for (_, event), new in proto.CONNECTION_TRANSITIONS.items() if new is ConnectionState.ERROR}
+    assert into_error == {ConnectionEvent.PROTOCOL_ERROR}
+
+
 ILLEGAL_TRANSITIONS = [
-    pytest.param(machine, current, new, id=f"{machine}-{current.name}-{new.name}")
+    pytest.param(machine, current, event, id=f"{machine}-{current.name}-{event.name}")
     for machine, table in sorted(TABLES.items())
-    for current in table
-    for new in type(current)
-    if new not in table[current]
+    for current in type(INITIAL_STATES[machine])
+    for event in EVENTS[machine]
+    if (current, event) not in table
 ]
 
 
-@pytest.mark.parametrize("machine, current, new", ILLEGAL_TRANSITIONS)
-def test_illegal_transition_raises_naming_both_states(machine, current, new):
-    message = f"{machine} cannot go from {current.name.lower()} to {new.name.lower()}"
-    with pytest.raises(InvalidStateError, match=message):
-        proto._transition(TABLES[machine], current, new, machine)
+@pytest.mark.parametrize("machine, current, event", ILLEGAL_TRANSITIONS)
+def test_every_pair_not_in_the_table_raises_naming_state_and_event(machine, current, event):
+    message = f"{machine} cannot take {event.value} in state {current.name.lower()}"
+    with pytest.raises(InvalidStateError, match=f"^{message}$"):
+        proto.transition(TABLES[machine], machine, current, event)
+
+
+@pytest.mark.parametrize("machine", sorted(TABLES))
+def test_every_pair_in_the_table_goes_where_it_says(machine):
+    for (current, event), new in TABLES[machine].items():
+        assert proto.transition(TABLES[machine], machine, current, event) is new
 
 
 def test_the_core_refuses_an_illegal_state_change_and_keeps_its_state():
     p, broker, _ = connect()
     cid = open_channel(p, broker)
-    with pytest.raises(InvalidStateError, match="the connection cannot go from open to handshake"):
-        p._set_state(ConnectionState.HANDSHAKE)
+    with pytest.raises(InvalidStateError, match="the connection cannot take send protocol header in state open"):
+        p._fire(ConnectionEvent.SEND_PROTOCOL_HEADER)
     assert p.state is ConnectionState.OPEN
     record = p.channel_state(cid)
-    with pytest.raises(InvalidStateError, match=f"channel {cid} cannot go from open to opening"):
-        record._set_state(ChannelStatus.OPENING)
+    with pytest.raises(InvalidStateError, match=f"channel {cid} cannot take recv open-ok in state open"):
+        record._apply(ChannelEvent.RECV_OPEN_OK)
     assert record.state is ChannelStatus.OPEN
 
 
-# Every state change goes through proto._transition: record the (from, to) pairs it checks.
+# Every state change is logged at DEBUG by proto.transition: record (from, event, to) from the log.
+class _TransitionLog(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.changes = []
+
+    def emit(self, record):
+        subject, current, new, event = record.args
+        if subject == "the connection":
+            self.changes.append((ConnectionState[current.upper()], ConnectionEvent(event), ConnectionState[new.upper()]))
+        else:
+            self.changes.append((ChannelStatus[current.upper()], ChannelEvent(event), ChannelStatus[new.upper()]))
+
+
 @pytest.fixture
-def state_changes(monkeypatch):
-    changes = []
-    check = proto._transition
-
-    def recording(transitions, current, new, subject):
-        result = check(transitions, current, new, subject)
-        changes.append((current, new))
-        return result
-
-    monkeypatch.setattr(proto, "_transition", recording)
-    return changes
+def state_changes():
+    logger = logging.getLogger("amqwire.client.protocol")
+    handler, level = _TransitionLog(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    yield handler.changes
+    logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 def initiate():
@@ -1507,6 +1550,80 @@ def broker_closes_the_connection_under_closing_and_opening_channels():
     one(broker.send(0, ConnectionClose(320, "CONNECTION_FORCED", 0, 0)), proto.ConnectionClosedEvent)
 
 
+def mechanism_not_offered():
+    p = new_protocol(auth_mechanism="EXTERNAL")
+    p.initiate()
+    with pytest.raises(AuthenticationError):
+        p.receive_data(start_bytes(b"PLAIN"))
+
+
+def broker_breaks_the_protocol_during_the_handshake():
+    p = new_protocol()
+    broker = Broker(p)
+    start(p, broker)
+    with pytest.raises(CodecError, match="unexpected connection.open-ok during the handshake"):
+        broker.send(0, ConnectionOpenOk())  # before connection.tune
+    assert p.state is ConnectionState.ERROR
+
+
+def broker_breaks_the_protocol_then_answers_our_close():
+    p, broker, _ = connect()
+    with pytest.raises(CodecError, match="unexpected connection.open on channel 0"):
+        broker.send(0, ConnectionOpen("/"))
+    one(broker.send(0, ConnectionCloseOk()), proto.ConnectionClosedEvent)
+
+
+def broker_breaks_the_protocol_then_closes_too():
+    p, broker, _ = connect()
+    with pytest.raises(CodecError):
+        broker.send(0, ConnectionOpen("/"))
+    one(broker.send(0, ConnectionClose(320, "CONNECTION_FORCED", 0, 0)), proto.ConnectionClosedEvent)
+
+
+def both_close_the_connection_at_once():
+    p, broker, _ = connect()
+    p.close()
+    one(broker.send(0, ConnectionClose(320, "CONNECTION_FORCED", 0, 0)), proto.ConnectionClosedEvent)
+
+
+def broker_breaks_the_protocol_while_closing():
+    p, broker, _ = connect()
+    p.close()
+    with pytest.raises(CodecError, match="channel 0"):
+        broker.send(0, BasicQosOk())
+    one(broker.send(0, ConnectionCloseOk()), proto.ConnectionClosedEvent)
+
+
+def socket_lost_before_initiate():
+    new_protocol().connection_lost()
+
+
+def socket_lost_during_the_handshake():
+    p = new_protocol()
+    start(p, Broker(p))
+    p.connection_lost()
+
+
+def socket_lost_under_an_open_channel():
+    p, broker, _ = connect()
+    open_channel(p, broker)
+    p.connection_lost()
+    p.connection_lost()  # once closed, nothing changes
+
+
+def socket_lost_while_closing():
+    p, broker, _ = connect()
+    p.close()
+    p.connection_lost()
+
+
+def socket_lost_in_the_error_state():
+    p, broker, _ = connect()
+    with pytest.raises(CodecError):
+        p.receive_data(b"\x09\x00\x00\x00\x00\x00\x00\xce")  # unknown frame type: nothing more can be read
+    p.connection_lost()
+
+
 HANDSHAKE = [(ConnectionState.NEW, ConnectionState.HANDSHAKE), (ConnectionState.HANDSHAKE, ConnectionState.OPEN)]
 CHANNEL_OPENS = [(ChannelStatus.OPENING, ChannelStatus.OPEN)]
 # (scenario through the public API, the state changes it makes in order)
@@ -1565,20 +1682,164 @@ SCENARIOS = [
             (ChannelStatus.OPENING, ChannelStatus.CLOSED),
         ],
     ),
+    (
+        mechanism_not_offered,
+        [(ConnectionState.NEW, ConnectionState.HANDSHAKE), (ConnectionState.HANDSHAKE, ConnectionState.CLOSED)],
+    ),
+    (
+        broker_breaks_the_protocol_during_the_handshake,
+        [(ConnectionState.NEW, ConnectionState.HANDSHAKE), (ConnectionState.HANDSHAKE, ConnectionState.ERROR)],
+    ),
+    (
+        broker_breaks_the_protocol_then_answers_our_close,
+        HANDSHAKE + [(ConnectionState.OPEN, ConnectionState.ERROR), (ConnectionState.ERROR, ConnectionState.CLOSED)],
+    ),
+    (
+        broker_breaks_the_protocol_then_closes_too,
+        HANDSHAKE + [(ConnectionState.OPEN, ConnectionState.ERROR), (ConnectionState.ERROR, ConnectionState.CLOSED)],
+    ),
+    (
+        both_close_the_connection_at_once,
+        HANDSHAKE + [(ConnectionState.OPEN, ConnectionState.CLOSING), (ConnectionState.CLOSING, ConnectionState.CLOSED)],
+    ),
+    (
+        broker_breaks_the_protocol_while_closing,
+        HANDSHAKE
+        + [
+            (ConnectionState.OPEN, ConnectionState.CLOSING),
+            (ConnectionState.CLOSING, ConnectionState.ERROR),
+            (ConnectionState.ERROR, ConnectionState.CLOSED),
+        ],
+    ),
+    (socket_lost_before_initiate, [(ConnectionState.NEW, ConnectionState.CLOSED)]),
+    (
+        socket_lost_during_the_handshake,
+        [(ConnectionState.NEW, ConnectionState.HANDSHAKE), (ConnectionState.HANDSHAKE, ConnectionState.CLOSED)],
+    ),
+    (
+        socket_lost_under_an_open_channel,
+        HANDSHAKE + CHANNEL_OPENS + [(ConnectionState.OPEN, ConnectionState.CLOSED), (ChannelStatus.OPEN, ChannelStatus.CLOSED)],
+    ),
+    (
+        socket_lost_while_closing,
+        HANDSHAKE + [(ConnectionState.OPEN, ConnectionState.CLOSING), (ConnectionState.CLOSING, ConnectionState.CLOSED)],
+    ),
+    (
+        socket_lost_in_the_error_state,
+        HANDSHAKE + [(ConnectionState.OPEN, ConnectionState.ERROR), (ConnectionState.ERROR, ConnectionState.CLOSED)],
+    ),
 ]
 
 
 @pytest.mark.parametrize("scenario, expected", [pytest.param(*case, id=case[0].__name__) for case in SCENARIOS])
 def test_state_changes_of_a_scenario(state_changes, scenario, expected):
     scenario()
-    assert state_changes == expected
+    assert [(current, new) for current, _, new in state_changes] == expected
 
 
 def test_every_transition_in_the_tables_is_reachable_through_the_public_api(state_changes):
     for scenario, _ in SCENARIOS:
         scenario()
-    in_tables = {(current, new) for table in TABLES.values() for current, targets in table.items() for new in targets}
+    in_tables = {(current, event, new) for table in TABLES.values() for (current, event), new in table.items()}
     assert set(state_changes) == in_tables
+
+
+def test_a_protocol_violation_moves_the_connection_to_error_and_later_calls_name_it():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    with pytest.raises(CodecError, match="unexpected connection.open on channel 0") as caught:
+        broker.send(0, ConnectionOpen("/"))
+    assert caught.value.reply_code == 503
+    assert p.state is ConnectionState.ERROR and p.state == "error"
+    assert p.protocol_error == "unexpected connection.open on channel 0"
+    [(channel, close)] = broker.sent_methods()
+    assert channel == 0 and isinstance(close, ConnectionClose) and close.reply_code == 503
+    assert (close.class_id, close.method_id) == (10, 40)
+    assert p.channel_state(cid).state is ChannelStatus.CLOSED
+    calls = [
+        p.open_channel,
+        lambda: p.publish(cid, "", "q", b"x"),
+        lambda: p.send_method(cid, QueueDeclare(queue="q")),
+        lambda: p.close_channel(cid),
+        lambda: p.update_secret("s", "r"),
+        p.close,
+    ]
+    for call in calls:
+        with pytest.raises(InvalidStateError, match="the connection is in the error state: unexpected connection.open"):
+            call()
+    assert broker.sent() == []
+    # only the close handshake goes on: the rest is discarded
+    assert broker.send(cid, ChannelOpenOk()) == []
+    assert broker.send(0, ConnectionUpdateSecretOk()) == []
+    closed = one(broker.send(0, ConnectionCloseOk()), proto.ConnectionClosedEvent)
+    assert (closed.reply_code, closed.by_broker) == (503, False)
+    assert p.state is ConnectionState.CLOSED
+
+
+def test_a_malformed_frame_moves_the_connection_to_error():
+    p, broker, _ = connect()
+    frame = bytearray(ConnectionUpdateSecretOk().encode(0))
+    frame[-1] = 0  # not the frame end octet
+    with pytest.raises(CodecError) as caught:
+        p.receive_data(bytes(frame))
+    assert p.state is ConnectionState.ERROR and p.protocol_error == str(caught.value)
+    assert p.receive_data(ConnectionCloseOk().encode(0)) == []  # what follows a bad frame means nothing
+    [(_, close)] = broker.sent_methods()
+    assert isinstance(close, ConnectionClose) and close.reply_code == caught.value.reply_code
+    with pytest.raises(InvalidStateError, match="error state"):
+        p.open_channel()
+
+
+def test_a_lost_connection_is_closed_and_still_reports_its_unconfirmed_publishes():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    confirm_mode(p, broker, cid)
+    assert p.publish(cid, "", "q", b"x", token="t") == 1
+    p.connection_lost()
+    assert p.state is ConnectionState.CLOSED and p.channel_state(cid).state is ChannelStatus.CLOSED
+    with pytest.raises(InvalidStateError, match="the connection is closed"):
+        p.publish(cid, "", "q", b"y")
+    assert p.drain_unconfirmed() == {cid: [(1, "t")]}
+    assert p.receive_data(ConnectionCloseOk().encode(0)) == []
+
+def test_data_before_initiate_is_refused():
+    p = new_protocol()
+    with pytest.raises(InvalidStateError, match="new: call initiate"):
+        p.receive_data(start_bytes())
+    assert p.state is ConnectionState.NEW
+
+
+# The core's modules; every other module reads the core through its public names only.
+CORE_MODULES = {"protocol.py", "events.py", "states.py"}
+CORE_NAMES = {"core", "_core", "proto", "protocol"}
+
+
+def _private_reads_of_the_core(source):
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        owner = node.value
+        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", None)
+        if name in CORE_NAMES:
+            yield node.lineno, ast.unparse(node)
+
+
+def test_the_walk_finds_a_private_read_of_the_core():
+    found = list(_private_reads_of_the_core("x = self._core._channels\ny = core._writer\nz = proto._text\nw = core.state"))
+    assert [text for _, text in found] == ["self._core._channels", "core._writer", "proto._text"]
+
+
+def test_no_module_outside_the_core_reads_a_private_attribute_of_the_core():
+    repo = Path(__file__).resolve().parent.parent
+    paths = [p for p in sorted((repo / "client").glob("*.py")) if p.name not in CORE_MODULES]
+    paths += sorted((repo / "bridge").glob("*.py")) + sorted((repo / "spark").glob("*.py"))
+    assert len(paths) > 20
+    offenders = [
+        f"{path.relative_to(repo)}:{line}: {text}"
+        for path in paths
+        for line, text in _private_reads_of_the_core(path.read_text())
+    ]
+    assert offenders == []
 
 
 def test_open_channel_before_the_handshake():
@@ -1720,14 +1981,12 @@ def test_error_after_good_commands_keeps_their_events():
         assert of_type(events, proto.ConnectionClosedEvent)
 
 
-def test_after_a_framing_error_the_client_waits_for_close_ok():
+def test_after_a_framing_error_the_client_reads_nothing_more():
     p, broker, _ = connect()
     exc, events, close = assert_connection_error(p, broker, b"\x09\x00\x00\x00\x00\x00\x00\xce", (501,))
-    if p.state == "closing":
-        events = broker.send(0, ConnectionCloseOk())
-        event = one(events, proto.ConnectionClosedEvent)
-        assert event.reply_code == 501 and event.by_broker is False
-    assert p.state == "closed" or p.state == "closing"
+    assert p.state == "error"  # its connection.close is out; what follows the bad frame cannot be parsed
+    assert broker.send(0, ConnectionCloseOk()) == []
+    assert p.state == "error"
 
 
 # --- heartbeats ----------------------------------------------------------------------------------------
@@ -1908,3 +2167,24 @@ def test_the_core_counts_every_publish_it_queued_whichever_way_it_went():
     assert p.publishes_queued == 4
     p.buffers_to_send()
     assert p.publishes_queued == 4  # ever, not what is still queued
+
+
+# What users imported from amqwire.client.protocol before the core was split by role.
+PUBLIC_BEFORE_THE_SPLIT = [
+    "ConnectionProtocol", "ConnectionState", "ChannelStatus", "CONNECTION_TRANSITIONS", "CHANNEL_TRANSITIONS",
+    "ConfirmTracker", "HeartbeatMonitor", "ConnectionOpened", "ConnectionClosedEvent", "ConnectionBlocked",
+    "ConnectionUnblocked", "SecretUpdated", "ChannelOpened", "ChannelClosedEvent", "MethodReply", "GetResult",
+    "Confirmed", "ConsumerCancelled", "ChannelFlowChanged", "Message", "ReturnedMessage", "CLIENT_CAPABILITIES",
+    "ChannelState", "Event", "VERSION", "ZERO_COPY_THRESHOLD",
+]
+
+
+def test_the_core_names_still_import_from_protocol():
+    from amqwire.client import events, states
+
+    for name in PUBLIC_BEFORE_THE_SPLIT:
+        assert hasattr(proto, name), name
+    assert set(events.__all__) <= set(proto.__all__) and set(states.__all__) <= set(proto.__all__)
+    for module in (events, states):
+        for name in module.__all__:
+            assert getattr(proto, name) is getattr(module, name), name
