@@ -741,6 +741,7 @@ class ConnectionBase:
                 state = self._core.channel_state(channel_id)
                 if state is not None:  # a reopened channel's tags go on after this connection's
                     channel._tag_base = max(channel._tag_base, state.tag_base + state.last_delivery_tag)
+            self._core.connection_lost()  # what is read of this socket from now on is dropped
         self._stop_io()
         _fail(self._handshake_waiter, error)
         _settle(self._close_waiter, None)
