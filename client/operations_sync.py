@@ -64,7 +64,6 @@ from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
 
 log = logging.getLogger("amqwire.client")
-_CHANNEL_OPEN = ChannelPhase.OPEN
 
 Body = Union[bytes, bytearray, memoryview, str]
 
@@ -549,7 +548,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         broker requeued it."""
         connection = self._connection
         with connection._lock:
-            if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.answerable:
+            if not connection._lifecycle.answerable:  # a closed channel: the core refuses it below
                 self._check()
             try:
                 sent = getattr(connection._core, core_method)(self.channel_id, delivery_tag, *args)
@@ -671,7 +670,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         if connection._held or self._flow_paused:
             self._wait_publishable(_deadline(timeout))
         with connection._lock:
-            if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
+            if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
                 self._check()
             try:
                 connection._core.publish(self.channel_id, exchange, routing_key, body, properties, mandatory)
@@ -708,7 +707,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         with connection._lock:
             # Checked again under the lock: a connection lost while we waited has drained
             # its unconfirmed publishes already, and one queued now would never settle.
-            if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
+            if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
                 self._check()
             try:
                 seqno = connection._core.publish(
@@ -739,14 +738,14 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         the safe choice).
         """
         connection = self._connection
-        if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
+        if not connection._lifecycle.usable or self._lifecycle.state is ChannelPhase.CLOSED:
             self._check()
         deadline = _deadline(timeout)
         if connection._held or self._flow_paused or self._confirm:
             self._wait_for_room(count if self._confirm else 0, deadline)
         token = self._new_token(count, None) if self._confirm else None
         with connection._lock:
-            if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
+            if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
                 self._check()
             try:
                 first = connection._core.publish_encoded(self.channel_id, frames, count, token)
