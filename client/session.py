@@ -977,6 +977,8 @@ class ChannelBase:
         with connection._lock:
             if self._consumers.get(tag) is consumer:
                 del self._consumers[tag]
+            if connection._channels.get(self.channel_id) is not self:
+                return  # closed for good: its number may be another channel's now
             state = connection._core.channel_state(self.channel_id)
             if not (tag and connection._lifecycle.has_socket and state is not None and state.is_open):
                 return
@@ -991,9 +993,12 @@ class ChannelBase:
         consumers end (a recovery must not bring back what the user closed)."""
         connection = self._connection
         with connection._lock:
+            # Its number may be another channel's already (this one was closed by the broker
+            # and the number reused): only a channel still registered is this one.
+            registered = connection._channels.get(self.channel_id) is self
             state = connection._core.channel_state(self.channel_id)
-            reopened = connection._lifecycle.has_socket and state is not None and state.is_open
-            if not reopened and connection._channels.get(self.channel_id) is self:
+            reopened = registered and connection._lifecycle.has_socket and state is not None and state.is_open
+            if registered and not reopened:
                 del connection._channels[self.channel_id]
         for consumer in list(self._consumers.values()):
             consumer._finish(END)

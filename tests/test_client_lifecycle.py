@@ -251,3 +251,23 @@ def test_a_channel_goes_down_with_its_connection_and_comes_back_open(run):
         assert ch._lifecycle.state == ChannelPhase.CLOSED
 
     run(scenario)
+
+
+def test_closing_a_dead_channel_never_closes_the_one_that_took_its_number(run):
+    """A channel closed by the broker, its number taken by a new channel, then close() on
+    the old object: that must leave the new channel alone (it closed it: the old object
+    looked its number up in the core and found the new channel open)."""
+
+    async def scenario(api):
+        E_ = api.errors
+        conn = await api.connect()
+        old = await conn.channel()
+        number = old.channel_id
+        with pytest.raises(E_.NotFound):
+            await old.queue_declare(api.names.queue(), passive=True)
+        new = await conn.channel(channel_id=number)
+        await old.close()
+        assert new.is_open
+        await new.queue_declare("", exclusive=True)
+
+    run(scenario)
