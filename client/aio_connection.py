@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generator, Optional,
 
 from . import protocol as proto
 from .connect import make_ssl_context, server_hostname
-from .errors import AMQPConnectionError, HeartbeatTimeout, OperationTimeout
+from .errors import AMQPConnectionError, HeartbeatTimeout, InvalidStateError, OperationTimeout
 from .lifecycle import ConnectionSignal
 from .message import Message
 from .operations_async import AsyncChannel, AsyncConnection, AsyncConsumer
@@ -198,11 +198,15 @@ class Connection(AsyncConnection):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._lock:
+            try:
+                self._fire(ConnectionSignal.SOCKET_UP)
+            except InvalidStateError:  # closed while this socket was being opened
+                transport.abort()
+                raise
             self._transport = transport
             self._stream = stream
             self._set_write_paused(False)
             self._monitor = proto.HeartbeatMonitor(0, time.monotonic())
-            self._fire(ConnectionSignal.SOCKET_UP)
 
     def _started(self) -> None:
         self._monitor.interval = self.heartbeat

@@ -185,12 +185,16 @@ class Connection(SyncConnection):
         sock = open_socket(params, self._ssl_context)
         sock.setblocking(False)
         with self._lock:
+            try:
+                self._fire(ConnectionSignal.SOCKET_UP)
+            except InvalidStateError:  # closed while this socket was being opened
+                sock.close()
+                raise
             self._sock = sock
             self._tls = isinstance(sock, ssl.SSLSocket)
             self._monitor = proto.HeartbeatMonitor(0, time.monotonic())
             self._io_parked = False
             self._resume.clear()
-            self._fire(ConnectionSignal.SOCKET_UP)
         thread = threading.Thread(target=self._io_loop, args=(sock,), name=f"amqwire-io {params.host}:{params.port}",
                                   daemon=True)
         self._io_thread = thread
