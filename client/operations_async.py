@@ -329,8 +329,10 @@ class AsyncConnection(ConnectionBase):
             except (AMQPError, OSError, TimeoutError) as exc:
                 log.debug("close: %s", exc)
         self._on_lost(InvalidStateError("the connection is closed"))  # the socket, if there is one
-        if old is ConnectionStatus.DOWN:
-            self._give_up(announced_recovering=True)
+        if old is ConnectionStatus.DOWN or self._channels:
+            # Down: nothing else ends the channels.  Channels left: a loss on another thread
+            # has not given them up yet (it fails the publishes it drained on its own list).
+            self._give_up(announced_recovering=old is ConnectionStatus.DOWN)
         self._after_close()
         log.info("connection to %s closed", self.params)
 

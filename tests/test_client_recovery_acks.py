@@ -260,9 +260,11 @@ def test_what_is_cancelled_or_closed_while_down_does_not_come_back(run, what):
         assert not consumer.active
         assert await conn.wait_recovered(20), "no recovery within 20 s"
         await keep.queue_declare(queue, passive=True)
+        await sch.confirm_select()
         for n in range(5):
             await sch.basic_publish("", queue, b"%d" % n)
-        await asyncio.sleep(0.3)
+        await sch.wait_for_confirms(timeout=10)  # in the queue before it is counted
+        await asyncio.sleep(0.3)  # time for a consumer that came back to take them
         ready, consumers = await _queue_counts(api, queue)
         assert (ready, consumers) == (5, 0), f"{what} while down: {consumers} consumers came back, {ready} of 5 ready"
         await sch.queue_delete(queue)
