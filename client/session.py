@@ -5,7 +5,8 @@ Between the sans-IO core (``protocol.py``: bytes in, events out) and the two tra
 layer.  It routes the core's events to channels, consumers, confirm futures and return
 callbacks; keeps the publish bookkeeping and the confirm window; maps every fault to one
 exception, with one text; and decides what a lost connection means (fail, or recover).
-None of it waits: the waiting flows (RPCs, publishing under back-pressure, recovery) are
+Where a connection, a channel or a consumer is, is one state each (``lifecycle.py``); who
+watches them is one observer (``observer.py``).  None of it waits: the waiting flows (RPCs, publishing under back-pressure, recovery) are
 in ``operations_async.py`` and its generated twin ``operations_sync.py``.
 
 A transport supplies the I/O and these primitives, with the same names on both:
