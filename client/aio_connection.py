@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generator, Optional,
 
 from . import protocol as proto
 from .connect import make_ssl_context, server_hostname
-from .errors import AMQPConnectionError, HeartbeatTimeout, InvalidStateError, OperationTimeout
-from .lifecycle import ConnectionSignal
+from .errors import AMQPConnectionError, HeartbeatTimeout, OperationTimeout
 from .message import Message
 from .operations_async import AsyncChannel, AsyncConnection, AsyncConsumer
 from .recovery import END
@@ -198,11 +197,7 @@ class Connection(AsyncConnection):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._lock:
-            try:
-                self._fire(ConnectionSignal.SOCKET_UP)
-            except InvalidStateError:  # closed while this socket was being opened
-                transport.abort()
-                raise
+            self._socket_up(transport.abort)
             self._transport = transport
             self._stream = stream
             self._set_write_paused(False)

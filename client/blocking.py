@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, U
 from . import protocol as proto
 from .connect import open_socket
 from .errors import AMQPConnectionError, HeartbeatTimeout, InvalidStateError, OperationTimeout
-from .lifecycle import ChannelPhase, ConnectionSignal, ConnectionStatus
+from .lifecycle import ChannelPhase, ConnectionStatus
 from .message import Message
 from .operations_sync import SyncChannel, SyncConnection, SyncConsumer
 from .recovery import END
@@ -185,11 +185,7 @@ class Connection(SyncConnection):
         sock = open_socket(params, self._ssl_context)
         sock.setblocking(False)
         with self._lock:
-            try:
-                self._fire(ConnectionSignal.SOCKET_UP)
-            except InvalidStateError:  # closed while this socket was being opened
-                sock.close()
-                raise
+            self._socket_up(sock.close)
             self._sock = sock
             self._tls = isinstance(sock, ssl.SSLSocket)
             self._monitor = proto.HeartbeatMonitor(0, time.monotonic())

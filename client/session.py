@@ -459,6 +459,15 @@ class ConnectionBase:
         """The broker has blocked publishing on this connection (connection.blocked)."""
         return self._lifecycle.state is ConnectionStatus.BLOCKED
 
+    def _socket_up(self, discard: Callable[[], Any]) -> None:
+        """A transport's new socket becomes the connection's (under ``_lock``); when the
+        lifecycle refuses it (closed while it was being opened), ``discard()`` it."""
+        try:
+            self._fire(ConnectionSignal.SOCKET_UP)
+        except InvalidStateError:
+            discard()
+            raise
+
     def _fire(self, event: ConnectionSignal, error: Optional[BaseException] = None) -> ConnectionStatus:
         """The one way the connection's state changes (under ``_lock``); returns the old one."""
         old = self._lifecycle.fire(event, error)
