@@ -808,3 +808,34 @@ def spark():
         yield session
     finally:
         session.stop()
+
+
+# --------------------------------------------------------------------------- a private node for fault tests
+
+
+@pytest.fixture(scope="module")
+def _fault_node_module():
+    from broker_node import BrokerNode
+
+    node = BrokerNode()
+    node.start()
+    yield node
+    node.cleanup(graceful=False)
+
+
+@pytest.fixture
+def fault_node(_fault_node_module):
+    """The module's private node, running, without an alarm, without client connections."""
+    node = _fault_node_module
+    if not node.is_running:
+        node.start()
+    try:
+        socket.create_connection(("127.0.0.1", node.port), timeout=2).close()
+    except OSError:
+        node.rabbitmqctl("start_app")
+    yield node
+    if node.is_running and node._saved_watermark is not None:  # a test failed with the alarm set
+        try:
+            node.clear_memory_alarm()
+        except Exception:  # noqa: BLE001 - a broken node is restarted for the next test
+            node.kill()

@@ -474,34 +474,6 @@ def fault_table(request):
         (reporter.write_line if reporter else print)(line)
 
 
-@pytest.fixture(scope="module")
-def _fault_node_module():
-    from broker_node import BrokerNode
-
-    node = BrokerNode()
-    node.start()
-    yield node
-    node.cleanup(graceful=False)
-
-
-@pytest.fixture
-def fault_node(_fault_node_module):
-    """The module's private node, running, without an alarm, without client connections."""
-    node = _fault_node_module
-    if not node.is_running:
-        node.start()
-    try:
-        socket.create_connection(("127.0.0.1", node.port), timeout=2).close()
-    except OSError:
-        node.rabbitmqctl("start_app")
-    yield node
-    if node.is_running and node._saved_watermark is not None:  # a test failed with the alarm set
-        try:
-            node.clear_memory_alarm()
-        except Exception:  # noqa: BLE001 - a broken node is restarted for the next test
-            node.kill()
-
-
 async def drain(api, url: str, queue: str) -> list[bytes]:
     """Every message of ``queue`` (consumed with no_ack until it is empty), then delete it."""
     conn = await api.connect(url)

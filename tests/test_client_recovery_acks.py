@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -27,28 +26,6 @@ OTHER_CONSUMERS = 6  # channels re-subscribed after the one under test
 # AMQWIRE_FAULT_SCALE=full: the issue's counts (50,000 messages, the fault after a third)
 FULL = os.environ.get("AMQWIRE_FAULT_SCALE", "ci") == "full"
 TOTAL = 50_000 if FULL else 3_000
-
-
-@pytest.fixture(scope="module")
-def node():
-    from broker_node import BrokerNode
-
-    node = BrokerNode()
-    node.start()
-    yield node
-    node.cleanup(graceful=False)
-
-
-@pytest.fixture
-def fresh_node(node):
-    """The module's node, running, without client connections."""
-    if not node.is_running:
-        node.start()
-    try:
-        socket.create_connection(("127.0.0.1", node.port), timeout=2).close()
-    except OSError:
-        node.rabbitmqctl("start_app")
-    yield node
 
 
 class Partition:
@@ -82,10 +59,10 @@ class Partition:
 
 
 @pytest.fixture
-def partition(fresh_node):
+def partition(fault_node):
     if shutil.which("iptables") is None:  # tests/run installs it (tests/ensure_iptables.sh)
         pytest.fail("iptables is not installed: run tests/ensure_iptables.sh")
-    made = Partition(fresh_node.port)
+    made = Partition(fault_node.port)
     yield made
     made.heal()
 
@@ -175,10 +152,10 @@ async def consume_through(api, url: str, total: int, fault, *, heartbeat: int = 
 
 
 @pytest.mark.timeout(1800 if FULL else 180)
-def test_acks_after_a_forced_close_reach_the_recovered_connection(run, fresh_node):
+def test_acks_after_a_forced_close_reach_the_recovered_connection(run, fault_node):
     """The issue's first scenario, three times over: close_all_connections (320
     CONNECTION_FORCED) under a manual-ack consumer with prefetch 100."""
-    node = fresh_node
+    node = fault_node
 
     async def scenario(api):
         for _ in range(3):
