@@ -9,6 +9,17 @@ The rewrite works on tokens, so words in strings and comments stay as they are: 
 names below are renamed (also a string that is only such a name, as in ``__all__``),
 and ``if _LOCKED_SECTION:`` becomes ``with connection._lock:`` (a section that asyncio
 runs in one thread, and the blocking transport under its lock).
+
+What differs between the transports' public APIs is marked in the source, not patched
+in afterwards:
+
+- ``Opener[T]`` (a type) becomes ``T`` and ``Opener(x)`` (a value) becomes ``(x)``: on
+  asyncio a call that opens something returns an object to ``await`` or ``async with``;
+  the blocking call returns the thing itself.
+- A block under the line ``if False:  # blocking only`` is dead in the asyncio source and
+  kept, one level out, in the twin; a block under ``if True:  # asyncio only`` is dropped
+  from the twin.
+
 Everything else is kept byte for byte.
 """
 from __future__ import annotations
@@ -37,13 +48,55 @@ RENAMES = {
     "StopAsyncIteration": "StopIteration",
 }
 
+#: ``Opener[T]`` -> ``T``, ``Opener(x)`` -> ``(x)``
+UNWRAP = {"Opener"}
+BLOCKING_ONLY = "if False:  # blocking only"
+ASYNCIO_ONLY = "if True:  # asyncio only"
+
 HEADER = (
     "# GENERATED from {name} by client/make_sync.py: do not edit.\n"
     "# The blocking transport's flows; tests/test_client_sync.py checks it is up to date.\n"
 )
 
 
+def _transport_blocks(source: str) -> str:
+    """Keep the blocking-only blocks (one level out), drop the asyncio-only ones."""
+    out: list[str] = []
+    lines = source.splitlines(keepends=True)
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        marker = line.strip()
+        index += 1
+        if marker not in (BLOCKING_ONLY, ASYNCIO_ONLY):
+            out.append(line)
+            continue
+        indent = len(line) - len(line.lstrip())
+        while index < len(lines):
+            inner = lines[index]
+            if inner.strip() and len(inner) - len(inner.lstrip()) <= indent:
+                break
+            index += 1
+            if marker == BLOCKING_ONLY:
+                out.append(inner[4:] if inner.strip() else inner)
+    return "".join(out)
+
+
+def _closing(tokens: list[tokenize.TokenInfo], index: int) -> int:
+    """The index of the bracket closing the one at ``index``."""
+    depth = 0
+    for at in range(index, len(tokens)):
+        if tokens[at].type == tokenize.OP and tokens[at].string in "([{":
+            depth += 1
+        elif tokens[at].type == tokenize.OP and tokens[at].string in ")]}":
+            depth -= 1
+            if depth == 0:
+                return at
+    raise SyntaxError(f"unclosed bracket at line {tokens[index].start[0]}")
+
+
 def to_sync(source: str, name: str = "operations_async.py") -> str:
+    source = _transport_blocks(source)
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
@@ -71,10 +124,18 @@ def to_sync(source: str, name: str = "operations_async.py") -> str:
         elif (token.string == "if" and index + 2 < len(tokens) and tokens[index + 1].string == "_LOCKED_SECTION"
               and tokens[index + 2].string == ":"):
             edits.append((start, position(*tokens[index + 1].end), "with connection._lock"))
+        elif (token.string in UNWRAP and index + 1 < len(tokens)
+              and tokens[index + 1].string in ("[", "(")):
+            close = tokens[_closing(tokens, index + 1)]
+            if tokens[index + 1].string == "[":  # Opener[T] -> T
+                edits.append((start, position(*tokens[index + 2].start), ""))
+                edits.append((position(*close.start), position(*close.end), ""))
+            else:  # Opener(x) -> (x)
+                edits.append((start, end, ""))
         elif token.string in RENAMES:
             edits.append((start, end, RENAMES[token.string]))
     out = source
-    for start, end, text in reversed(edits):
+    for start, end, text in sorted(edits, reverse=True):
         out = out[:start] + text + out[end:]
     return HEADER.format(name=name) + out
 

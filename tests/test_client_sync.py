@@ -47,3 +47,39 @@ def test_the_generator_drops_async_keywords_only_in_code():
         '        with connection._lock:\n'
         '            connection.x = 1\n'
     )
+
+
+def test_the_generator_unwraps_openers_and_keeps_each_transports_blocks():
+    sys.path.insert(0, str(REPO / "client"))
+    try:
+        import make_sync
+    finally:
+        sys.path.pop(0)
+    source = (
+        'class AsyncConnection:\n'
+        '    def channel(self) -> Opener[AsyncChannel]:\n'
+        '        return Opener(self._open(1, f(2)))\n'
+        '\n'
+        '    if False:  # blocking only\n'
+        '        def process_events(self) -> int:\n'
+        '            return 1\n'
+        '\n'
+        '    if True:  # asyncio only\n'
+        '        def __await__(self):\n'
+        '            return 2\n'
+        '\n'
+        '    def x(self) -> dict[str, Opener[list[int]]]:\n'
+        '        "Opener[x] in a string stays"\n'
+    )
+    body = make_sync.to_sync(source).split("\n", 2)[2]
+    assert body == (
+        'class SyncConnection:\n'
+        '    def channel(self) -> SyncChannel:\n'
+        '        return (self._open(1, f(2)))\n'
+        '\n'
+        '    def process_events(self) -> int:\n'
+        '        return 1\n'
+        '\n'
+        '    def x(self) -> dict[str, list[int]]:\n'
+        '        "Opener[x] in a string stays"\n'
+    )
