@@ -15,7 +15,7 @@ in afterwards:
 
 - ``Opener[T]`` (a type) becomes ``T`` and ``Opener(x)`` (a value) becomes ``(x)``: on
   asyncio a call that opens something returns an object to ``await`` or ``async with``;
-  the blocking call returns the thing itself.
+  the blocking call returns the thing itself.  ``Opener,`` in an import goes.
 - A block under the line ``if False:  # blocking only`` is dead in the asyncio source and
   kept, one level out, in the twin; a block under ``if True:  # asyncio only`` is dropped
   from the twin.
@@ -46,6 +46,10 @@ RENAMES = {
     "__aiter__": "__iter__",
     "__anext__": "__next__",
     "StopAsyncIteration": "StopIteration",
+    # each connection's I/O: the module, its class, and the confirm future it gives publishers
+    "io_asyncio": "io_threads",
+    "AsyncioIO": "ThreadIO",
+    "ConfirmFuture": "PublishFuture",
 }
 
 #: ``Opener[T]`` -> ``T``, ``Opener(x)`` -> ``(x)``
@@ -124,6 +128,8 @@ def to_sync(source: str, name: str = "operations_async.py") -> str:
         elif (token.string == "if" and index + 2 < len(tokens) and tokens[index + 1].string == "_LOCKED_SECTION"
               and tokens[index + 2].string == ":"):
             edits.append((start, position(*tokens[index + 1].end), "with connection._lock"))
+        elif token.string in UNWRAP and index + 1 < len(tokens) and tokens[index + 1].string == ",":
+            edits.append((start, position(*tokens[index + 2].start), ""))  # imported: nothing to import
         elif (token.string in UNWRAP and index + 1 < len(tokens)
               and tokens[index + 1].string in ("[", "(")):
             close = tokens[_closing(tokens, index + 1)]

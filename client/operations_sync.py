@@ -2,15 +2,17 @@
 # The blocking transport's flows; tests/test_client_sync.py checks it is up to date.
 """The client's waiting flows, written once: RPCs, publishing, consuming, closing, recovery.
 
-This file is the source of truth.  ``operations_sync.py`` is generated from it by
+This file is the source of truth: it defines the asyncio transport's ``Connection``,
+``Channel`` and ``Consumer`` (``amqwire.client.aio``), and ``operations_sync.py``, the
+blocking transport's (``amqwire.client.blocking``), is generated from it by
 ``client/make_sync.py`` (``async def`` -> ``def``, ``await x`` -> ``x``, ``async with`` ->
-``with``, ``Async*`` -> ``Sync*``), and ``tests/test_client_sync.py`` fails when the two
-drift, so the blocking and asyncio transports run the same logic and differ only in how
-they wait.  Each transport supplies the waiting primitives as coroutines (asyncio) or
-plain calls (blocking): ``_wait(waiter, timeout)``, ``_wait_flag(flag, timeout)``,
-``_sleep(seconds)``, ``_open_transport(params)`` on the connection, and
-``_wait_progress(ready, timeout, what)`` on the channel.  Their other primitives never
-wait; ``session.py`` lists them.
+``with``, ``Async*`` -> ``Sync*``, ``io_asyncio`` -> ``io_threads``); ``tests/test_client_sync.py``
+fails when the two drift.  So both transports run the same logic and differ only in the
+I/O object each connection owns (``io_asyncio.AsyncioIO``, ``io_threads.ThreadIO``: the
+socket, the lock, waiters, flags, sleeping, tasks or threads), the ``ChannelWaits`` each
+channel owns (confirm futures and the waits for them) and the ``Inbox`` each consumer owns.
+Where the public APIs differ, the source says so (``Opener[...]``, blocks marked
+``# blocking only``: see make_sync.py).
 
 Timeouts: every request takes ``timeout=`` (default: the connection's ``rpc_timeout``);
 on expiry it raises :class:`~amqwire.client.errors.OperationTimeout`.  A request that
@@ -20,9 +22,10 @@ the next request on the channel first waits for that reply, within its own timeo
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Any, Callable, Generic, Optional, TypeVar, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 from amqwire.codec import (
     BasicCancel,
@@ -47,6 +50,7 @@ from amqwire.codec import (
     TxSelect,
 )
 
+from .io_threads import ThreadIO, ChannelWaits, PublishFuture, Inbox
 from .lifecycle import OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
@@ -74,8 +78,6 @@ Body = Union[bytes, bytearray, memoryview, str]
 # takes no lock: a ``with`` costs more than the rest of an unconfirmed publish's bookkeeping.
 _LOCKED_SECTION = True
 _Self = TypeVar("_Self")
-_Token = TypeVar("_Token")  # a transport's confirm future
-_Subscription = TypeVar("_Subscription")  # what consume() returns on a transport
 
 
 def _deadline(timeout: Optional[float]) -> Optional[float]:
@@ -87,38 +89,40 @@ def _left(deadline: Optional[float]) -> Optional[float]:
 
 
 class SyncConnection(ConnectionBase):
-    """The connection's waiting flows."""
+    """An AMQP connection.  Use it as a context manager, or call ``close()``."""
 
     __slots__ = ()  # all in ConnectionBase's
 
-    # waiting primitives of the transport ------------------------------------------------
+    _io: ThreadIO
 
-    def _wait(self, waiter: Any, timeout: Optional[float]) -> Any:
-        """The waiter's result; TimeoutError after ``timeout`` seconds (the waiter stays)."""
-        raise NotImplementedError
+    def __init__(self, parameters: list[ConnectionParameters], *, consumer_workers: int = 0, **options: Any) -> None:
+        super().__init__(parameters, lambda connection: ThreadIO(connection, consumer_workers), **options)
 
-    def _wait_flag(self, flag: Any, timeout: Optional[float]) -> bool:
-        """Wait until ``flag`` is set; False if ``timeout`` passed first."""
-        raise NotImplementedError
+    def channel(self, channel_id: Optional[int] = None, *, timeout: Optional[float] = None) -> SyncChannel:
+        """Open a channel (the lowest free number unless given).  asyncio: ``ch = await
+        conn.channel()`` or ``async with conn.channel() as ch``."""
+        return (self._open_channel(channel_id, timeout))
 
-    def _sleep(self, seconds: float) -> None:
-        raise NotImplementedError
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """Context manager: what is published inside is written in few big socket writes at
+        the end (asyncio: one write per pass of the loop, always)."""
+        return self._io.batch()
 
-    def _open_transport(self, params: ConnectionParameters) -> None:
-        """Connect the socket and start reading into ``_data_received``; fires SOCKET_UP."""
-        raise NotImplementedError
+    @property
+    def consumer_workers(self) -> int:
+        """Threads of the consumer work pool (0: callbacks run in ``process_events``; asyncio:
+        in the loop)."""
+        return self._io.consumer_workers
 
-    def _make_channel(self, channel_id: int) -> Any:
-        raise NotImplementedError
+    def process_events(self, timeout: Optional[float] = 0.0) -> int:
+        """Run queued consumer and return callbacks in this thread; returns how many ran.
 
-    def _started(self) -> None:
-        """The handshake is done: start the heartbeats."""
-
-    def _cancel_recovery(self) -> None:
-        """close() was called: stop a recovery under way."""
-
-    def _after_close(self) -> None:
-        """Last step of close()."""
+        Waits up to ``timeout`` seconds for the first one (None: until one arrives).  A
+        callback's exception goes to the exception handler (``connect(exception_handler=)``,
+        default: logged), and the next callbacks run.  With ``consumer_workers`` the pool
+        runs them instead, and this only waits (and raises when the connection is lost).
+        """
+        return self._io.process_events(timeout)
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -157,7 +161,7 @@ class SyncConnection(ConnectionBase):
     def _connect(self, params: ConnectionParameters) -> None:
         deadline = _deadline(params.connection_timeout)
         core = self._new_core(params)
-        waiter = self._new_waiter()
+        waiter = self._io.new_waiter()
         with self._lock:
             self.params = params
             self._core = core
@@ -168,12 +172,12 @@ class SyncConnection(ConnectionBase):
             self._to_stamp.clear()
             self._handshake_waiter = waiter
         self._warn_if_unverified(params)
-        self._open_transport(params)
+        self._io.open_transport(params)
         with self._lock:
             core.initiate()
         self._flush_quietly()
         try:
-            opened = self._wait(waiter, _left(deadline))
+            opened = self._io.wait(waiter, _left(deadline))
         except TimeoutError:
             error = AMQPConnectionError(f"handshake with {params} timed out after {params.connection_timeout} s")
             self._on_lost(error)
@@ -185,7 +189,7 @@ class SyncConnection(ConnectionBase):
         self.channel_max = opened.channel_max
         self.frame_max = opened.frame_max
         self.heartbeat = opened.heartbeat
-        self._started()
+        self._io.started()
         metrics = self._metrics
         if metrics is not None:
             metrics.connection_opened()
@@ -193,19 +197,19 @@ class SyncConnection(ConnectionBase):
 
     # channels ----------------------------------------------------------------------------
 
-    def _open_channel(self, channel_id: Optional[int] = None, timeout: Optional[float] = None) -> Any:
+    def _open_channel(self, channel_id: Optional[int] = None, timeout: Optional[float] = None) -> SyncChannel:
         self._check()
-        waiter = self._new_waiter()
+        waiter = self._io.new_waiter()
         with self._lock:
             self._check()
             cid = self._core.open_channel(channel_id)
-            channel = self._make_channel(cid)
+            channel = SyncChannel(self, cid)
             channel._waiter = waiter
             self._channels[cid] = channel
-        self._flush()
+        self._io.flush()
         limit = self.rpc_timeout if timeout is None else timeout
         try:
-            self._wait(waiter, limit)
+            self._io.wait(waiter, limit)
         except BaseException as exc:
             with self._lock:
                 self._channels.pop(cid, None)
@@ -228,14 +232,14 @@ class SyncConnection(ConnectionBase):
     def update_secret(self, new_secret: str, reason: str, *, timeout: Optional[float] = None) -> None:
         """Give the broker a new secret (e.g. a refreshed OAuth 2 token) without reconnecting."""
         self._check()
-        waiter = self._new_waiter()
+        waiter = self._io.new_waiter()
         with self._lock:
             self._core.update_secret(new_secret, reason)
             self._secret_waiter = waiter
-        self._flush()
+        self._io.flush()
         limit = self.rpc_timeout if timeout is None else timeout
         try:
-            self._wait(waiter, limit)
+            self._io.wait(waiter, limit)
         except TimeoutError:
             raise OperationTimeout("connection.update-secret", limit) from None
 
@@ -251,8 +255,8 @@ class SyncConnection(ConnectionBase):
             left = _left(deadline)
             if left is not None and left <= 0:
                 return False
-            self._sleep(0.001)
-        self._wait_flag(self._recovered, _left(deadline))
+            self._io.sleep(0.001)
+        self._io.wait_flag(self._recovered, _left(deadline))
         return lifecycle.usable
 
     def _recover(self) -> None:
@@ -265,7 +269,7 @@ class SyncConnection(ConnectionBase):
             delay = policy.delay(attempt)
             attempt += 1
             log.info("recovery: reconnecting in %.1f s (attempt %d)", delay, attempt)
-            self._sleep(delay)
+            self._io.sleep(delay)
             if not lifecycle.recovering:
                 break
             try:
@@ -319,15 +323,15 @@ class SyncConnection(ConnectionBase):
         if old is ConnectionStatus.CLOSING or old is ConnectionStatus.CLOSED:
             return
         self._recovered.set()
-        self._cancel_recovery()
+        self._io.cancel_recovery()
         if old in OPENED_STATES:
-            waiter = self._new_waiter()
+            waiter = self._io.new_waiter()
             self._close_waiter = waiter
             try:
                 with self._lock:
                     self._core.close(reply_code, reply_text)
-                self._flush()
-                self._wait(waiter, self.params.connection_timeout)
+                self._io.flush()
+                self._io.wait(waiter, self.params.connection_timeout)
             except (AMQPError, OSError, TimeoutError) as exc:
                 log.debug("close: %s", exc)
         self._on_lost(InvalidStateError("the connection is closed"))  # the socket, if there is one
@@ -335,18 +339,22 @@ class SyncConnection(ConnectionBase):
             # Down: nothing else ends the channels.  Channels left: a loss on another thread
             # has not given them up yet (it fails the publishes it drained on its own list).
             self._give_up(announced_recovering=old is ConnectionStatus.DOWN)
-        self._after_close()
+        self._io.after_close()
         log.info("connection to %s closed", self.params)
 
 
-class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
-    """A channel's operations, in AMQP's names, with precise types: a transport names its
-    confirm future (``_Token``) and what ``consume()`` gives back (``_Subscription``)."""
+class SyncChannel(ChannelBase):
+    """An AMQP channel.  A channel is meant for one thread (or task) at a time; requests
+    from several are serialized."""
 
-    __slots__ = ()  # all in ChannelBase's
+    __slots__ = ("_stop_consuming",)
 
     _connection: SyncConnection
-    _rpc_lock: Any
+    _waits: ChannelWaits
+
+    def __init__(self, connection: SyncConnection, channel_id: int) -> None:
+        super().__init__(connection, channel_id)
+        self._stop_consuming = False
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -354,28 +362,22 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str,
-                             below: Optional[int] = None) -> None:
-        """Wait until ``ready()`` (checked when confirms bring ``_unsettled`` down to
-        ``below``, at every confirm if None, and whenever the channel fails);
-        OperationTimeout naming ``what`` after ``timeout``."""
-        raise NotImplementedError
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """Context manager: publishes inside are written together (few socket writes)."""
+        return self._connection.batch()
 
-    def _new_token(self, count: int, callback: Any) -> Any:
-        """A confirm token standing for ``count`` publishes (see ``session.py``)."""
-        raise NotImplementedError
+    def start_consuming(self) -> None:
+        """Run consumer callbacks in this thread until stop_consuming() or no consumers
+        are left."""
+        self._stop_consuming = False
+        connection = self._connection
+        while not self._stop_consuming and any(c.callback is not None for c in self._consumers.values()):
+            connection.process_events(0.2)
+            if self._lifecycle.state is ChannelPhase.CLOSED:
+                self._check()
 
-    def _issued(self, token: Any, seqno: int) -> _Token:
-        """What the caller gets for a confirm token whose first publish has ``seqno``."""
-        raise NotImplementedError
-
-    def _subscription(self, consumer: Any, timeout: Optional[float]) -> _Subscription:
-        """consume()'s result: the consumer once subscribed (blocking), or an awaitable
-        and ``async with`` opener (asyncio)."""
-        raise NotImplementedError
-
-    def _token_error(self, token: Any) -> Optional[BaseException]:
-        raise NotImplementedError
+    def stop_consuming(self) -> None:
+        self._stop_consuming = True
 
     # requests ------------------------------------------------------------------------------
 
@@ -387,16 +389,16 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         connection = self._connection
         limit = connection.rpc_timeout if timeout is None else timeout
         deadline = _deadline(limit)
-        with self._rpc_lock:
+        with self._waits.rpc_lock:
             stale = self._stale
             if stale is not None and not stale.done():
                 try:
-                    connection._wait(stale, _left(deadline))
+                    connection._io.wait(stale, _left(deadline))
                 except TimeoutError:
                     raise OperationTimeout(method.NAME, limit, self.channel_id, earlier=True) from None
                 except AMQPError:
                     pass  # the channel or connection ended: said below
-            waiter = connection._new_waiter()
+            waiter = connection._io.new_waiter()
             with connection._lock:
                 if check:
                     self._check()
@@ -408,9 +410,9 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                     self._check()
                     raise
                 self._waiter = waiter
-            connection._flush()
+            connection._io.flush()
             try:
-                reply = connection._wait(waiter, _left(deadline))
+                reply = connection._io.wait(waiter, _left(deadline))
             except TimeoutError:
                 self._abandon(waiter, method)
                 raise OperationTimeout(method.NAME, limit, self.channel_id) from None
@@ -567,7 +569,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                                     core_method != "basic_reject" and args[0])
         # At once: a consumer busy with its buffered messages would otherwise hold back
         # the acks that let the broker send more.
-        connection._flush_acks()
+        connection._io.flush_acks()
 
     # modes ---------------------------------------------------------------------------------
 
@@ -601,21 +603,21 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         if connection._lifecycle.state is ConnectionStatus.BLOCKED:
             if connection.blocked_action == "raise":
                 raise ConnectionBlockedError(connection._core.blocked or "blocked")
-            connection._flush()
+            connection._io.flush()
             limit = connection.blocked_timeout
             left = _left(deadline)
             if left is not None:
                 limit = left if limit is None else min(limit, left)
-            if not connection._wait_flag(connection._unblocked, limit):
+            if not connection._io.wait_flag(connection._unblocked, limit):
                 raise ConnectionBlockedError(f"{connection._core.blocked or 'blocked'} (still blocked after {limit} s)")
             self._check()
         if not connection._writable.is_set():
-            if not connection._wait_flag(connection._writable, _left(deadline)):
+            if not connection._io.wait_flag(connection._writable, _left(deadline)):
                 raise OperationTimeout("room in the socket's write buffer", _left(deadline), self.channel_id)
             self._check()
         if self._flow_paused:
-            connection._flush()
-            if not connection._wait_flag(self._flow, _left(deadline)):
+            connection._io.flush()
+            if not connection._io.wait_flag(self._flow, _left(deadline)):
                 raise OperationTimeout("channel.flow to resume publishing", _left(deadline), self.channel_id)
             self._check()
 
@@ -632,7 +634,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             # blocked_action raise: a connection blocked meanwhile ends the wait (confirms
             # may not come before it is unblocked); it raises below, as it would have before.
             refuse = connection.blocked_action == "raise"
-            self._wait_progress(
+            self._waits.wait_progress(
                 lambda: self._unsettled <= room or (refuse and connection.blocked),
                 _left(deadline), "room in the confirm window", room,
             )
@@ -661,11 +663,11 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                 exchange, routing_key, body, properties, mandatory=mandatory, timeout=timeout
             )
             try:
-                self._wait_progress(token.done, _left(deadline), "the broker's confirm")
+                self._waits.wait_progress(token.done, _left(deadline), "the broker's confirm")
             finally:
                 if token in self._failures:  # raised here: wait_for_confirms does not report it again
                     self._failures.remove(token)
-            error = self._token_error(token)
+            error = self._waits.token_error(token)
             if error is not None:
                 raise error
             return
@@ -680,7 +682,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                 self._check()  # the connection or channel went away meanwhile: say why
                 raise
         if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
-            connection._flush_soon()
+            connection._io.flush_soon()
 
     def publish_async(
         self,
@@ -690,9 +692,9 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         properties: Optional[BasicProperties] = None,
         *,
         mandatory: bool = False,
-        callback: Optional[Callable[[_Token], Any]] = None,
+        callback: Optional[Callable[[PublishFuture], Any]] = None,
         timeout: Optional[float] = None,
-    ) -> _Token:
+    ) -> PublishFuture:
         """Publish in confirm mode without waiting for the broker: returns a future of its
         verdict (None when acked; PublishNacked, MessageReturned or PublishUnconfirmed).
 
@@ -705,7 +707,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         connection = self._connection
         if connection._held or self._flow_paused or self._unsettled >= self._max_in_flight:
             self._wait_for_room(1, _deadline(timeout))
-        token = self._new_token(1, callback)
+        token = self._waits.new_token(1, callback)
         with connection._lock:
             # Checked again under the lock: a connection lost while we waited has drained
             # its unconfirmed publishes already, and one queued now would never settle.
@@ -724,10 +726,10 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                     self._stamp_pending = True
                     connection._to_stamp.append(self)
         if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
-            connection._flush_soon()
-        return self._issued(token, seqno)
+            connection._io.flush_soon()
+        return self._waits.issued(token, seqno)
 
-    def publish_encoded(self, frames: Any, count: int, *, timeout: Optional[float] = None) -> Optional[_Token]:
+    def publish_encoded(self, frames: Any, count: int, *, timeout: Optional[float] = None) -> Optional[PublishFuture]:
         """Send ``count`` publishes already encoded as frames for this channel (for example
         by :class:`amqwire.spark.encode.PublishEncoder`), in one write, without copying.
 
@@ -745,7 +747,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         deadline = _deadline(timeout)
         if connection._held or self._flow_paused or self._confirm:
             self._wait_for_room(count if self._confirm else 0, deadline)
-        token = self._new_token(count, None) if self._confirm else None
+        token = self._waits.new_token(count, None) if self._confirm else None
         with connection._lock:
             if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
                 self._check()
@@ -761,10 +763,10 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                     self._stamp_pending = True
                     connection._to_stamp.append(self)
         if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
-            connection._flush_soon()
+            connection._io.flush_soon()
         if token is None:
             return None
-        return self._issued(token, first)
+        return self._waits.issued(token, first)
 
     def wait_for_confirms(self, timeout: Optional[float] = None) -> None:
         """Wait until the broker has answered every publish; raise the first failure since
@@ -774,8 +776,8 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             raise InvalidStateError("wait_for_confirms needs confirm mode: call confirm_select() first")
         self._connection._flush_quietly()
         if self._unsettled > 0:
-            self._wait_progress(lambda: self._unsettled <= 0, timeout, "confirms", 0)
-        failures = [error for error in map(self._token_error, self._failures) if error is not None]
+            self._waits.wait_progress(lambda: self._unsettled <= 0, timeout, "confirms", 0)
+        failures = [error for error in map(self._waits.token_error, self._failures) if error is not None]
         self._failures = []
         if failures:
             error = failures[0]
@@ -796,19 +798,20 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
         consumer_tag: str = "",
         arguments: Optional[dict[str, Any]] = None,
         timeout: Optional[float] = None,
-    ) -> _Subscription:
+    ) -> SyncConsumer:
         """Subscribe to a queue (basic.consume).  Blocking: returns the Consumer (iterate
         it, or pass ``callback`` to have it called from ``process_events`` /
         ``start_consuming``).  asyncio: ``consumer = await ch.consume(q)`` or ``async with
         ch.consume(q) as consumer``; ``callback`` is called in the loop (coroutines become
         tasks)."""
         method = BasicConsume(0, queue, consumer_tag, False, no_ack, exclusive, False, arguments)
-        return self._subscription(self._new_consumer(queue, callback, method), timeout)
+        return (self._subscribed(SyncConsumer(self, queue, callback, method), timeout))
 
     basic_consume = consume
 
-    def _new_consumer(self, queue: str, callback: Optional[Callable[[Message], Any]], method: BasicConsume) -> Any:
-        raise NotImplementedError
+    def _subscribed(self, consumer: SyncConsumer, timeout: Optional[float]) -> SyncConsumer:
+        self._subscribe(consumer, timeout)
+        return consumer
 
     def _subscribe(self, consumer: ConsumerBase, timeout: Optional[float] = None, *, check: bool = True) -> None:
         if check:
@@ -843,7 +846,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             self._forget_while_down()
             return
         connection = self._connection
-        waiter = connection._new_waiter()
+        waiter = connection._io.new_waiter()
         try:
             with connection._lock:
                 connection._core.close_channel(self.channel_id, reply_code, reply_text)
@@ -852,8 +855,8 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
                 self._stale = None
             if outstanding is not None and not outstanding.done():
                 outstanding.set_exception(InvalidStateError(f"channel {self.channel_id} was closed"))
-            connection._flush()
-            connection._wait(waiter, connection.params.connection_timeout)
+            connection._io.flush()
+            connection._io.wait(waiter, connection.params.connection_timeout)
         except (AMQPError, OSError, TimeoutError) as exc:
             log.debug("channel %d close: %s", self.channel_id, exc)
 
@@ -861,7 +864,7 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
 
     def _reopen(self) -> None:
         connection = self._connection
-        waiter = connection._new_waiter()
+        waiter = connection._io.new_waiter()
         with connection._lock:
             if not connection._lifecycle.has_socket:
                 raise connection._lifecycle.error or ConnectionLost("the connection is gone")
@@ -872,8 +875,8 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
             self._restart_seqnos()
             self._restart_delivery_tags()
             connection._channels[self.channel_id] = self
-        connection._flush()
-        connection._wait(waiter, connection.params.connection_timeout)
+        connection._io.flush()
+        connection._io.wait(waiter, connection.params.connection_timeout)
         with connection._lock:
             self._lifecycle.fire(ChannelSignal.REOPENED)
         if self._lifecycle.state is ChannelPhase.CLOSED:  # closed by the user meanwhile
@@ -901,9 +904,41 @@ class SyncChannel(ChannelBase, Generic[_Token, _Subscription]):
 
 
 class SyncConsumer(ConsumerBase):
-    """A subscription's operations."""
+    """A subscription: iterate it for messages (``for`` on the blocking transport, ``async
+    for`` on asyncio), or give ``consume()`` a callback."""
 
-    channel: SyncChannel[Any, Any]
+    __slots__ = ("_buffer",)
+
+    channel: SyncChannel
+    _inbox: Inbox
+
+    def __init__(self, channel: SyncChannel, queue_name: str, callback: Optional[Callable[[Message], Any]],
+                 method: Any) -> None:
+        super().__init__(channel, queue_name, callback, method)
+        self._buffer = self._inbox.buffer  # read here first: no call per message while it holds some
+
+    def __iter__(self) -> SyncConsumer:
+        return self
+
+    def __next__(self) -> Message:
+        buffer = self._buffer
+        if buffer:
+            return buffer.popleft()  # type: ignore[no-any-return]
+        item = self._inbox.next(None)
+        if type(item) is Message:
+            return item
+        if item is END:
+            raise StopIteration
+        raise item
+
+    def get(self, timeout: Optional[float] = None) -> Optional[Message]:
+        """The next message; None after ``timeout`` seconds or once the consumer is cancelled."""
+        item = self._inbox.next(timeout)
+        if item is None or type(item) is Message:
+            return item
+        if item is END:
+            return None
+        raise item
 
     def cancel(self) -> None:
         """Stop the subscription; messages already received can still be read.  While the

@@ -9,30 +9,22 @@ Where a connection, a channel or a consumer is, is one state each (``lifecycle.p
 watches them is one observer (``observer.py``).  None of it waits: the waiting flows (RPCs, publishing under back-pressure, recovery) are
 in ``operations_async.py`` and its generated twin ``operations_sync.py``.
 
-A transport supplies the I/O and these primitives, with the same names on both:
+The I/O and the ways of waiting are not here: each connection owns an I/O object
+(``io_threads.ThreadIO`` or ``io_asyncio.AsyncioIO``: the socket, the lock, waiters, flags,
+the flushes, user callbacks, recovery's thread or task), each channel a ``ChannelWaits``
+(its confirm futures and the waits for them) and each consumer an ``Inbox`` made by it.
+``_flush_later`` is true while a flush is certain to come anyway (inside ``batch()``; a
+flush scheduled on the loop), so a publish then only checks that no more than
+``FLUSH_AT`` bytes wait.
 
-- ``_new_waiter()``: a one-shot result with ``done()``, ``set_result()``, ``set_exception()``
-  (a ``threading``-based slot, or an ``asyncio.Future``);
-- ``_new_flag()``: an event with ``set()``, ``clear()``, ``is_set()``;
-- ``_flush()`` (write what the core queued, now), ``_flush_soon()`` (write it now, or once
-  the current batch or loop pass ends), ``_flush_acks()``; ``_flush_later`` is true while
-  a flush is certain to come anyway (inside ``batch()``; a flush scheduled on the loop),
-  so a publish then only checks that no more than ``FLUSH_AT`` bytes wait;
-- ``_stop_io()`` (abort the socket and the heartbeat timer), ``_begin_recovery()``,
-  ``_run_callback(fn, arg)`` (a user callback: queued for ``process_events``, or run in
-  the loop with coroutines kept as tasks), ``_closed_for_good()``;
-- on channels: ``_notify_progress()`` (confirms moved: wake publishers waiting for room).
-
-``_lock`` (``_new_lock()``) guards the core and the state that the reader and callers
-share: an RLock on the blocking transport, a no-op on asyncio, where everything runs in
-the loop's thread.
+``_lock`` guards the core and the state that the reader and callers share: an RLock on
+the blocking transport, a no-op on asyncio, where everything runs in the loop's thread.
 """
 from __future__ import annotations
 
 import inspect
 import logging
 import ssl
-import threading
 import time
 from typing import Any, Callable, Optional, Sequence, TypedDict, TypeVar, Union
 
@@ -148,7 +140,7 @@ class ConnectionBase:
     # inline; past that the instance gets a dict and calls of its methods are no longer specialized
     # (on a publish that cost ~700 more instructions).
     __slots__ = (
-        "_parameters", "_ssl_context", "_warned_unverified", "_client_properties", "_on_secure",
+        "_io", "_parameters", "_ssl_context", "_warned_unverified", "_client_properties", "_on_secure",
         "blocked_action", "blocked_timeout", "rpc_timeout", "recovery", "params", "_lock",
         "_channels", "_batched", "_flush_later", "_core", "_lifecycle", "_held", "_writable",
         "_unblocked", "_recovered", "_handshake_waiter", "_close_waiter", "_secret_waiter",
@@ -159,10 +151,12 @@ class ConnectionBase:
     )
 
     _channels: dict[int, Any]
+    _recover: Callable[[], Any]  # the recovery flow (operations_async.py), run by the I/O's thread or task
 
     def __init__(
         self,
         parameters: list[ConnectionParameters],
+        io: Callable[[Any], Any],
         *,
         ssl_context: Any = None,
         client_properties: Optional[dict[str, Any]] = None,
@@ -199,7 +193,8 @@ class ConnectionBase:
         self.rpc_timeout = rpc_timeout
         self.recovery: Optional[RecoveryPolicy] = RecoveryPolicy() if recovery is True else (recovery or None)
         self.params = parameters[0]
-        self._lock = self._new_lock()
+        self._io = io(self)  # the transport's I/O and ways of waiting
+        self._lock = self._io.new_lock()
         self._channels = {}
         self._batched: list[Any] = []  # consumers holding deliveries of the current read
         self._flush_later: Any = False
@@ -210,11 +205,11 @@ class ConnectionBase:
         # Blocked by the broker or by a full socket buffer: the one attribute a publish
         # reads before it takes the slow path (written by _update_held only).
         self._held = False
-        self._writable = self._new_flag()
+        self._writable = self._io.new_flag()
         self._writable.set()
-        self._unblocked = self._new_flag()
+        self._unblocked = self._io.new_flag()
         self._unblocked.set()
-        self._recovered = self._new_flag()
+        self._recovered = self._io.new_flag()
         self._recovered.set()
         self._handshake_waiter: Any = None
         self._close_waiter: Any = None
@@ -316,17 +311,7 @@ class ConnectionBase:
             self._callback_failed(exc, fn, where, channel, arg)
             return
         if result is not None and inspect.isawaitable(result):
-            self._spawn(result, fn, where, channel, arg)
-
-    def _spawn(self, awaitable: Any, fn: Any, where: str, channel: Any, arg: Any) -> None:
-        """Run a callback's coroutine (asyncio); the blocking transport has no loop to run it."""
-        close = getattr(awaitable, "close", None)
-        if close is not None:
-            close()
-        self._callback_failed(
-            TypeError(f"{where} callback {fn!r} returned an awaitable: the blocking transport calls plain functions"),
-            fn, where, channel, arg,
-        )
+            self._io.spawn(result, fn, where, channel, arg)
 
     def _callback_failed(self, error: BaseException, fn: Any, where: str, channel: Any, arg: Any) -> None:
         try:
@@ -408,39 +393,6 @@ class ConnectionBase:
             floor = delivery_tag - 32768
             tags.difference_update([tag for tag in tags if tag < floor])
             channel._settled_upto = max(channel._settled_upto, floor - 1)
-
-    # transport primitives -------------------------------------------------------------
-
-    def _new_lock(self) -> Any:
-        """The lock of the core and the shared state (a context manager)."""
-        return threading.RLock()
-
-    def _new_waiter(self) -> Any:
-        raise NotImplementedError
-
-    def _new_flag(self) -> Any:
-        raise NotImplementedError
-
-    def _flush(self) -> None:
-        raise NotImplementedError
-
-    def _flush_soon(self) -> None:
-        raise NotImplementedError
-
-    def _flush_acks(self) -> None:
-        raise NotImplementedError
-
-    def _stop_io(self) -> None:
-        raise NotImplementedError
-
-    def _begin_recovery(self) -> None:
-        raise NotImplementedError
-
-    def _run_callback(self, fn: Callable[[Any], Any], arg: Any) -> None:
-        raise NotImplementedError
-
-    def _closed_for_good(self) -> None:
-        """No recovery will follow: wake whoever waits for events."""
 
     # state ----------------------------------------------------------------------------
 
@@ -588,7 +540,7 @@ class ConnectionBase:
 
     def _flush_quietly(self) -> None:
         try:
-            self._flush()
+            self._io.flush()
         except (OSError, AMQPConnectionError, InvalidStateError) as exc:
             log.debug("flush: %s", exc)
 
@@ -692,10 +644,10 @@ class ConnectionBase:
             self._hand_over_batches()
 
     def _hand_over_batches(self) -> None:
-        """Give consumers that collect deliveries (blocking) what this read brought them."""
+        """Give the inboxes that collect deliveries (blocking) what this read brought them."""
         batched, self._batched = self._batched, []
-        for consumer in batched:
-            consumer._hand_over()
+        for inbox in batched:
+            inbox.hand_over()
 
     def _set_blocked(self, blocked: bool) -> None:
         with self._lock:
@@ -708,7 +660,7 @@ class ConnectionBase:
             self._unblocked.clear()
             if self.blocked_action == "raise":  # publishes waiting for window room raise now
                 for channel in list(self._channels.values()):
-                    channel._notify_progress()
+                    channel._waits.notify_progress()
         else:
             self._unblocked.set()
 
@@ -752,7 +704,7 @@ class ConnectionBase:
                 if state is not None:  # a reopened channel's tags go on after this connection's
                     channel._tag_base = max(channel._tag_base, state.tag_base + state.last_delivery_tag)
             self._core.connection_lost()  # what is read of this socket from now on is dropped
-        self._stop_io()
+        self._io.stop_io()
         _fail(self._handshake_waiter, error)
         _settle(self._close_waiter, None)
         _fail(self._secret_waiter, error)
@@ -772,7 +724,7 @@ class ConnectionBase:
                 listeners = self._listeners_of("recovery_started")
                 if listeners:
                     self._emit(listeners, RecoveryEvent(0, error))
-                self._begin_recovery()
+                self._io.begin_recovery(self._recover)
             return
         self._give_up()
 
@@ -799,7 +751,7 @@ class ConnectionBase:
         listeners = self._listeners_of("close") if announced_recovering else ()
         if listeners:
             self._emit(listeners, self._shutdown_event(error, False))
-        self._closed_for_good()
+        self._io.closed_for_good()
 
     def _recovery_done(self, attempt: int) -> None:
         with self._lock:
@@ -830,7 +782,7 @@ class ChannelBase:
         "_listeners",
         "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
         "_stamp_low", "_stamp_pending", "_settled_upto", "_settled", "_no_ack_tags",
-        "_no_ack_consumers", "_get_no_ack", "__weakref__"
+        "_no_ack_consumers", "_get_no_ack", "_waits", "__weakref__"
     )
 
     _connection: Any
@@ -850,7 +802,7 @@ class ChannelBase:
         self._unsettled = 0  # confirm-mode publishes whose futures are not settled yet
         self._failures: list[Any] = []  # failed confirm tokens not reported by wait_for_confirms yet
         self._flow_paused = False  # the broker sent channel.flow(active=False)
-        self._flow = connection._new_flag()
+        self._flow = connection._io.new_flag()
         self._flow.set()
         self._tag_base = 0  # the delivery tags of a reopened channel go on after this one
         self._qos: Optional[tuple[Any, ...]] = None
@@ -882,6 +834,7 @@ class ChannelBase:
         self._no_ack_tags: set[int] = set()
         self._no_ack_consumers = 0
         self._get_no_ack = False
+        self._waits = connection._io.channel_waits(self)  # confirm futures, waits for confirms
 
     # listeners (see listeners.py) ------------------------------------------------------
 
@@ -1081,7 +1034,7 @@ class ChannelBase:
         with self._connection._lock:
             if waiter.done() or self._waiter is not waiter:
                 return
-            stale = self._connection._new_waiter()
+            stale = self._connection._io.new_waiter()
             self._waiter = self._stale = stale
             self._stale_method = method
 
@@ -1096,7 +1049,7 @@ class ChannelBase:
                     listeners, ConfirmEvent(self.channel_id, event.ack, event.delivery_tag, event.multiple), self
                 )
         if event.ack and event.returned is None:
-            self._acked(tokens)
+            self._waits.acked(tokens)
         else:
             returned = event.returned or {}
             for seqno, token in zip(event.seqnos, tokens):
@@ -1117,7 +1070,7 @@ class ChannelBase:
         with self._connection._lock:
             self._unsettled -= len(tokens)
         if self._unsettled <= self._progress_below:  # else no waiter is ready to go on yet
-            self._notify_progress()
+            self._waits.notify_progress()
 
     def _progress_wanted(self, below: Optional[int]) -> None:
         """A waiter wants waking once ``_unsettled <= below`` (None: at every change)."""
@@ -1222,15 +1175,6 @@ class ChannelBase:
             else:
                 metrics.rejected(count)
 
-    def _acked(self, tokens: list[Any]) -> None:
-        """Settle the tokens of publishes the broker acked (the hot path of confirms)."""
-        for token in tokens:
-            if not token.done():
-                token.set_result(None)
-
-    def _notify_progress(self) -> None:
-        raise NotImplementedError
-
     def _set_flow(self, active: bool) -> None:
         self._flow_paused = not active
         if active:
@@ -1240,7 +1184,7 @@ class ChannelBase:
 
     def _on_return(self, message: ReturnedMessage) -> None:
         for fn in self._return_callbacks:
-            self._connection._run_callback(fn, message, "return", self)
+            self._connection._io.run_callback(fn, message, "return", self)
 
     def add_on_return_callback(self, fn: Callable[[ReturnedMessage], Any]) -> None:
         """``fn(returned)`` for every message the broker returns (blocking: run by
@@ -1258,13 +1202,13 @@ class ChannelBase:
                 self._on_unknown_delivery(message)
                 return
             self._consumers[message.consumer_tag] = consumer  # type: ignore[index]
-        consumer._deliver(message)
+        consumer._inbox.deliver(message)
 
     def _on_unknown_delivery(self, message: Message) -> None:
         """A delivery for a consumer tag this channel does not know: to the default consumer,
         or back to its queue (nack, requeue), logged once per channel."""
         if self._default_consumer is not None:
-            self._connection._run_callback(self._default_consumer, message, "default_consumer", self)
+            self._connection._io.run_callback(self._default_consumer, message, "default_consumer", self)
             return
         if not self._unknown_logged:
             self._unknown_logged = True
@@ -1345,7 +1289,7 @@ class ChannelBase:
                 consumer._finish(reason)
             self._consumers.clear()
         self._set_flow(True)
-        self._notify_progress()
+        self._waits.notify_progress()
 
 
 class ConsumerBase:
@@ -1360,6 +1304,7 @@ class ConsumerBase:
         # active or ended; once ended, why (END, or an exception), which the reader gets
         self._lifecycle = Machine(CONSUMER_PHASES, ConsumerPhase.ACTIVE, ConsumerPhase.ENDED,
                                   f"consumer on {queue_name!r}")
+        self._inbox = channel._connection._io.inbox(self)  # its deliveries, or its callback's calls
 
     @property
     def active(self) -> bool:
@@ -1370,15 +1315,9 @@ class ConsumerBase:
         """Why no more messages come (END or an exception); None while active."""
         return self._lifecycle.reason
 
-    def _deliver(self, message: Message) -> None:
-        raise NotImplementedError
-
     def _finish(self, reason: Any) -> None:
         if self._lifecycle.fire(ConsumerSignal.END, reason) is ConsumerPhase.ACTIVE:
-            self._wake()
-
-    def _wake(self) -> None:
-        raise NotImplementedError
+            self._inbox.wake()
 
     def __repr__(self) -> str:
         return f"<Consumer {self.consumer_tag!r} on {self.queue!r}{'' if self.active else ' (ended)'}>"

@@ -385,7 +385,7 @@ def test_coroutine_callbacks_exceptions_are_logged(amqp_url, names, caplog):
             deadline = time.monotonic() + 10
             while len([r for r in caplog.records if r.exc_info]) < 2 and time.monotonic() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
-            assert not conn._tasks  # finished tasks are not kept
+            assert not conn._io._tasks  # finished tasks are not kept
 
     asyncio.run(main())
     texts = [str(r.exc_info[1]) for r in caplog.records if r.exc_info]

@@ -344,7 +344,7 @@ def test_coroutine_callbacks_and_listeners_report_to_the_handler(amqp_url, names
             await ch.basic_publish("", q, b"x")
             await other.close()
             await eventually(lambda: len(failures) >= 2, 10, "the handler")
-            await eventually(lambda: not conn._tasks, 10, "the finished tasks to be dropped")
+            await eventually(lambda: not conn._io._tasks, 10, "the finished tasks to be dropped")
 
     asyncio.run(main())
     assert sorted(str(f.error) for f in failures) == ["async consumer failed", "async listener failed"]

@@ -29,7 +29,7 @@ def _losing_thread(conn: Any, reason: str) -> tuple[threading.Thread, threading.
     its locked section (the drain of the confirm tracker), until ``go_on`` is set: the
     thread (not started), ``paused`` (set once it stopped there) and ``go_on``."""
     code = ConnectionBase._on_lost.__code__
-    after_lock_line = _line_of(ConnectionBase._on_lost, "self._stop_io()")
+    after_lock_line = _line_of(ConnectionBase._on_lost, "self._io.stop_io()")
     paused = threading.Event()
     go_on = threading.Event()
 

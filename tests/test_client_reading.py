@@ -56,7 +56,7 @@ def test_a_consumer_iterator_reads_the_socket_in_its_own_thread(amqp_url, reads_
                     message.ack(multiple=True)
                 if got == n:
                     break
-        io_thread = conn._io_thread.name
+        io_thread = conn._io.thread.name
         mine = reads_by_thread.get(threading.current_thread().name, 0)
         theirs = reads_by_thread.get(io_thread, 0)
     assert got == n
@@ -182,7 +182,7 @@ def _reading(conn: Any, also: Any = lambda: True, limit: float = 10.0) -> bool:
     the 0.3 s the thread was given to begin."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        if conn._read_lock.locked() and also():
+        if conn._io._read_lock.locked() and also():
             return True
         time.sleep(0.01)
     return False
@@ -210,7 +210,7 @@ def test_an_iterator_that_is_reading_ends_when_another_thread_closes_the_connect
     ch = conn.channel()
     queue = ch.queue_declare("", exclusive=True).queue
     thread, outcome = _iterating(ch.consume(queue))
-    assert _reading(conn, lambda: conn._io_parked)  # the iterator waits, holding the socket
+    assert _reading(conn, lambda: conn._io.parked)  # the iterator waits, holding the socket
     conn.close()
     thread.join(10)
     assert not thread.is_alive()

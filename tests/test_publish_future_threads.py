@@ -15,14 +15,14 @@ from typing import Any, Callable
 
 import pytest
 
-from amqwire.client import blocking
-from amqwire.client.blocking import Channel, PublishFuture
+from amqwire.client import io_threads
+from amqwire.client.io_threads import ChannelWaits, PublishFuture
 
-_FILE = blocking.__file__
+_FILE = io_threads.__file__
 
 
 def _run_preempted(first: Callable[[], Any], second: Callable[[], Any], stop_at: int) -> bool:
-    """Run ``first`` in a thread, stopping it at its ``stop_at``-th line in blocking.py; run
+    """Run ``first`` in a thread, stopping it at its ``stop_at``-th line in io_threads.py; run
     ``second`` to the end here; then let ``first`` finish.  False once ``first`` ends before
     reaching that line (every stop point has been tried)."""
     paused = threading.Event()
@@ -67,7 +67,7 @@ def _run_preempted(first: Callable[[], Any], second: Callable[[], Any], stop_at:
 
 def _settlers() -> list[tuple[str, Callable[[PublishFuture], Any]]]:
     return [
-        ("ack (the I/O thread's inlined path)", lambda f: Channel._acked(None, [f])),  # type: ignore[arg-type]
+        ("ack (the I/O thread's inlined path)", lambda f: ChannelWaits.acked([f])),
         ("set_result", lambda f: f.set_result(None)),
         ("set_exception", lambda f: f.set_exception(RuntimeError("lost"))),
     ]
@@ -100,11 +100,11 @@ def test_a_callback_added_while_another_thread_settles_runs_exactly_once(settle,
 def test_callbacks_given_at_publish_and_added_later_all_run_once_in_order():
     future = PublishFuture(None, 2)  # type: ignore[arg-type]
     runs: list[str] = []
-    future._callbacks = [[lambda f: runs.append("given")]]  # as Channel._new_token attaches one
+    future._callbacks = [[lambda f: runs.append("given")]]  # as ChannelWaits.new_token attaches one
     future.add_done_callback(lambda f: runs.append("added"))
-    Channel._acked(None, [future])  # type: ignore[arg-type]
+    ChannelWaits.acked([future])
     assert runs == [] and not future.done()  # one of two publishes acked
-    Channel._acked(None, [future])  # type: ignore[arg-type]
+    ChannelWaits.acked([future])
     future.set_exception(RuntimeError("late"))  # a second settling does nothing
     assert runs == ["given", "added"] and future.exception() is None
     future.add_done_callback(lambda f: runs.append("after"))

@@ -11,7 +11,8 @@ import contextlib
 import time
 from typing import Any, Callable, Generator, Optional, Sequence, Union
 
-from ..aio_connection import _Unlocked, connect
+from ..aio_connection import connect
+from ..io_asyncio import _Unlocked
 from ..url import ConnectionParameters, ParametersLike
 from .core import TICK
 from .flows_async import AsyncProducer

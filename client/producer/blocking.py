@@ -197,7 +197,7 @@ class Producer(SyncProducer[SendFuture]):
             return False
         for broker in self.brokers:
             connection = broker.connection
-            if connection is not None and connection._io_thread is current:
+            if connection is not None and connection._io.thread is current:
                 return False  # a confirm callback: the sender may be waiting for this thread
         return True
 
