@@ -53,7 +53,7 @@ class Producer(ProducerCore):
 
     __slots__ = ("_started", "_wait_result")
 
-    _backend: ThreadWaiting
+    _backend: ThreadWaiting  # the core's slot, typed as this transport's backend
 
     def __init__(self, urls: Union[ParametersLike, Sequence[ParametersLike], None] = None, **options: Any) -> None:
         super().__init__(ThreadWaiting(), urls, **options)
