@@ -66,7 +66,7 @@ class Opener(Generic[_T]):
             await self._opened.__aexit__(*exc)  # type: ignore[attr-defined]
 
 
-class _Unlocked:
+class NoLock:
     """The connection's lock on asyncio: everything runs in the loop's thread, so the
     shared layer's critical sections need no lock here."""
 
@@ -125,8 +125,8 @@ class AsyncioIO:
     # what waits and what is waited for -----------------------------------------------------
 
     @staticmethod
-    def new_lock() -> _Unlocked:
-        return _Unlocked()
+    def new_lock() -> NoLock:
+        return NoLock()
 
     def new_waiter(self) -> "asyncio.Future[Any]":
         return self.loop.create_future()

@@ -41,35 +41,47 @@ class _Future:
         return bool(self.outcomes)
 
 
-class Core(ProducerCore):
-    """The core with primitives that record instead of waiting."""
+class RecordingBackend:
+    """A Producer's backend that records instead of waiting."""
 
-    def __init__(self, *urls: str, **options) -> None:
-        self._lock = threading.Lock()
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.wakes = 0
-        super().__init__(list(urls) or None, **options)
+        self.notified = 0
+        self.before_future = None  # called as each future is made: a test's race
 
-    def _new_future(self) -> _Future:
+    def new_future(self) -> _Future:
+        if self.before_future is not None:
+            self.before_future()
         return _Future()
 
-    def _resolve(self, future, result, error) -> None:
+    def resolve(self, future, result, error) -> None:
         future.outcomes.append((result, error))
 
-    def _wake(self) -> None:
+    def resolve_all(self, futures, results) -> None:
+        for future, result in zip(futures, results):
+            self.resolve(future, result, None)
+
+    def wake(self) -> None:
         self.wakes += 1
 
-    def _notify(self) -> None:
-        pass
-
-    def queue(self, routing_key="rk", body=b"x", **kw):
-        message = self._prepare("", routing_key, body, kw.pop("properties", None), kw.pop("mandatory", False),
-                                kw.pop("timeout", None), kw.pop("oneway", False))
-        with self._lock:
-            assert self._admit(message)
-        return message
+    def notify(self) -> None:
+        self.notified += 1
 
 
-def _broker(core: Core, index: int = 0) -> Broker:
+def make_core(*urls: str, **options) -> ProducerCore:
+    return ProducerCore(RecordingBackend(), list(urls) or None, **options)
+
+
+def queue(core: ProducerCore, routing_key="rk", body=b"x", **kw):
+    message = core._prepare("", routing_key, body, kw.pop("properties", None), kw.pop("mandatory", False),
+                            kw.pop("timeout", None), kw.pop("oneway", False))
+    with core._lock:
+        assert core._admit(message)
+    return message
+
+
+def _broker(core: ProducerCore, index: int = 0) -> Broker:
     return core.brokers[index]
 
 
@@ -229,7 +241,7 @@ def test_what_is_retried():
 
 
 def test_backoff_is_exponential_capped_and_jittered():
-    core = Core(retry_backoff=0.1, retry_backoff_max=0.35)
+    core = make_core(retry_backoff=0.1, retry_backoff_max=0.35)
     for attempt, base in ((1, 0.1), (2, 0.2), (3, 0.35), (6, 0.35)):
         values = [core._backoff(attempt) for _ in range(200)]
         assert all(base * 0.5 <= v <= base for v in values)
@@ -237,12 +249,12 @@ def test_backoff_is_exponential_capped_and_jittered():
 
 
 def test_a_send_is_tried_at_most_retries_plus_one_times_then_fails_with_every_attempt():
-    core = Core(retries=2, retry_backoff=0.0, retry_backoff_max=0.0)
-    message = core.queue()
+    core = make_core(retries=2, retry_backoff=0.0, retry_backoff_max=0.0)
+    message = queue(core)
     broker = _broker(core)
     core._attempt_failed(message, broker, PublishNacked(1))
     core._attempt_failed(message, broker, PublishUnconfirmed(2, ConnectionLost("gone")))
-    assert not message.done and core._retried == 2 and core.wakes == 2
+    assert not message.done and core._retried == 2 and core._backend.wakes == 2
     core._attempt_failed(message, broker, PublishNacked(3))
     assert message.done
     (result, error), = message.future.outcomes
@@ -254,8 +266,8 @@ def test_a_send_is_tried_at_most_retries_plus_one_times_then_fails_with_every_at
 
 
 def test_a_final_error_is_not_retried_and_is_the_brokers_own():
-    core = Core(retries=5)
-    message = core.queue()
+    core = make_core(retries=5)
+    message = queue(core)
     missing = NotFound(404, "NOT_FOUND - no exchange 'x'", 60, 40, channel=1)
     core._attempt_failed(message, _broker(core), PublishUnconfirmed(1, missing))
     (result, error), = message.future.outcomes
@@ -266,8 +278,8 @@ def test_a_final_error_is_not_retried_and_is_the_brokers_own():
 
 
 def test_a_retry_that_would_end_after_the_deadline_times_out_naming_the_back_off():
-    core = Core(retries=5, retry_backoff=10.0, retry_backoff_max=10.0)
-    message = core.queue(timeout=1.0)
+    core = make_core(retries=5, retry_backoff=10.0, retry_backoff_max=10.0)
+    message = queue(core, timeout=1.0)
     core._attempt_failed(message, _broker(core), PublishNacked(1))
     (result, error), = message.future.outcomes
     assert isinstance(error, SendTimeout) and "back-off before retry 1" in str(error)
@@ -275,8 +287,8 @@ def test_a_retry_that_would_end_after_the_deadline_times_out_naming_the_back_off
 
 
 def test_a_confirm_settles_once():
-    core = Core()
-    message = core.queue()
+    core = make_core()
+    message = queue(core)
     core._succeeded_all([message], _broker(core))
     core._succeeded_all([message], _broker(core))
     core._attempt_failed(message, _broker(core), PublishNacked(1))
@@ -291,14 +303,14 @@ def test_a_confirm_settles_once():
 
 
 def test_linger_holds_a_batch_until_it_is_full_or_old_enough():
-    core = Core(linger=10.0, batch_size=3)
-    core.queue()
-    core.queue()
+    core = make_core(linger=10.0, batch_size=3)
+    queue(core)
+    queue(core)
     now = time.monotonic()
     batch, wait = core._next_batch(now)
     assert batch == [] and 9 < wait <= 10.0
-    core.queue()
-    core.queue()
+    queue(core)
+    queue(core)
     batch, wait = core._next_batch(now)
     assert len(batch) == 3  # batch_size
     batch, wait = core._next_batch(now + 11)
@@ -308,13 +320,13 @@ def test_linger_holds_a_batch_until_it_is_full_or_old_enough():
 
 
 def test_batch_bytes_and_flush_end_the_linger():
-    core = Core(linger=10.0, batch_size=100, batch_bytes=250, compression=None)
+    core = make_core(linger=10.0, batch_size=100, batch_bytes=250, compression=None)
     now = time.monotonic()
     for _ in range(3):
-        core.queue(body=b"b" * 100)
+        queue(core, body=b"b" * 100)
     batch, _ = core._next_batch(now)
     assert len(batch) == 3  # 300 bytes >= batch_bytes: the batch stops past the limit
-    core.queue()
+    queue(core)
     assert core._next_batch(now)[0] == []
     epoch = core._begin_flush()
     assert len(core._next_batch(now)[0]) == 1
@@ -322,11 +334,11 @@ def test_batch_bytes_and_flush_end_the_linger():
 
 
 def test_retries_go_first_once_their_back_off_is_over():
-    core = Core(retry_backoff=1.0, retry_backoff_max=1.0)
-    first = core.queue()
+    core = make_core(retry_backoff=1.0, retry_backoff_max=1.0)
+    first = queue(core)
     core._next_batch(time.monotonic())
     core._published([first], _broker(core))
-    second = core.queue()
+    second = queue(core)
     core._attempt_failed(first, _broker(core), PublishNacked(1))
     now = time.monotonic()
     batch, _ = core._next_batch(now)
@@ -336,11 +348,11 @@ def test_retries_go_first_once_their_back_off_is_over():
 
 
 def test_the_sweep_fails_each_send_with_the_wait_it_was_in():
-    core = Core(retry_backoff=100.0, retry_backoff_max=100.0)
-    queued = core.queue(timeout=0.5)
-    inflight = core.queue(timeout=0.5)
-    backing_off = core.queue(timeout=200.0)
-    keep = core.queue(timeout=60.0)
+    core = make_core(retry_backoff=100.0, retry_backoff_max=100.0)
+    queued = queue(core, timeout=0.5)
+    inflight = queue(core, timeout=0.5)
+    backing_off = queue(core, timeout=200.0)
+    keep = queue(core, timeout=60.0)
     core._queue.remove(inflight)
     core._published([inflight], _broker(core))
     core._queue.remove(backing_off)
@@ -358,26 +370,26 @@ def test_the_sweep_fails_each_send_with_the_wait_it_was_in():
 
 
 def test_buffer_memory_bounds_what_is_held():
-    core = Core(buffer_memory=250, compression=None)
-    core.queue(body=b"a" * 100)
-    core.queue(body=b"a" * 100)
+    core = make_core(buffer_memory=250, compression=None)
+    queue(core, body=b"a" * 100)
+    queue(core, body=b"a" * 100)
     message = core._prepare("", "rk", b"a" * 100, None, False, None, False)
     with core._lock:
         assert core._admit(message) == 0
-    raising = Core(buffer_memory=250, buffer_full="raise", compression=None)
-    raising.queue(body=b"a" * 200)
+    raising = make_core(buffer_memory=250, buffer_full="raise", compression=None)
+    queue(raising, body=b"a" * 200)
     with pytest.raises(BufferFullError, match="200 of 250 bytes"):
-        raising.queue(body=b"a" * 100)
+        queue(raising, body=b"a" * 100)
     assert raising.stats().sent == 1
 
 
-def _offered(core: Core, body=b"x", **kw):
+def _offered(core: ProducerCore, body=b"x", **kw):
     message = core._prepare("", "rk", body, None, False, kw.pop("timeout", None), False)
     return message, core._offer(message)
 
 
 def test_offers_wait_in_the_inbox_until_the_lock_holder_counts_them_in_order():
-    core = Core(compression=None)
+    core = make_core(compression=None)
     first, ok1 = _offered(core)
     second, ok2 = _offered(core, b"yy")
     assert ok1 and ok2 and list(core._inbox) == [first, second] and first.future is not None
@@ -393,28 +405,28 @@ def test_offers_wait_in_the_inbox_until_the_lock_holder_counts_them_in_order():
 
 
 def test_an_offer_wakes_an_idle_sender_once():
-    core = Core()
+    core = make_core()
     core._sender_idle = True
     _offered(core)
     _offered(core)
-    assert core.wakes == 1 and not core._sender_idle
+    assert core._backend.wakes == 1 and not core._sender_idle
 
 
 def test_whoever_moves_offers_found_by_no_one_awake_wakes_the_sender():
     # Offers made while the sender was busy woke nobody.  The sender goes idle having found
     # the inbox empty, because stats() (or a slow-path send) moved those offers to the queue
     # first.  Whoever moved them must wake it, or they wait for its next timeout.
-    core = Core(linger=0.005)
+    core = make_core(linger=0.005)
     _offered(core)
     _offered(core)
-    assert core.wakes == 0  # the sender was busy
+    assert core._backend.wakes == 0  # the sender was busy
     core._sender_idle = True
     core.stats()
-    assert core.wakes == 1 and not core._sender_idle
+    assert core._backend.wakes == 1 and not core._sender_idle
     core.stats()  # nothing moved: no wake
-    assert core.wakes == 1
+    assert core._backend.wakes == 1
 
-    core = Core(linger=0.005, buffer_memory=290, compression=None)
+    core = make_core(linger=0.005, buffer_memory=290, compression=None)
     _offered(core, b"a" * 100)
     _offered(core, b"a" * 100)
     core._sender_idle = True
@@ -426,7 +438,7 @@ def test_whoever_moves_offers_found_by_no_one_awake_wakes_the_sender():
 
 
 def test_an_offer_goes_the_slow_way_when_the_buffer_may_be_full():
-    core = Core(buffer_memory=250, compression=None)
+    core = make_core(buffer_memory=250, compression=None)
     assert _offered(core, b"a" * 100)[1]
     assert _offered(core, b"a" * 100)[1]
     message, ok = _offered(core, b"a" * 40)  # 3 x the largest (100) > 250: maybe full
@@ -437,7 +449,7 @@ def test_an_offer_goes_the_slow_way_when_the_buffer_may_be_full():
 
 
 def test_what_flush_waits_for_includes_every_earlier_offer():
-    core = Core()
+    core = make_core()
     message, _ = _offered(core)
     epoch = core._begin_flush()
     assert message.epoch == epoch and not core._flushed(epoch)
@@ -448,46 +460,34 @@ def test_what_flush_waits_for_includes_every_earlier_offer():
 
 
 def test_settling_wakes_the_waiters_only_when_a_flush_or_a_caller_waiting_for_room_can_go_on():
-    class Counting(Core):
-        def __init__(self, **options) -> None:
-            self.notified = 0
-            super().__init__(**options)
-
-        def _notify(self) -> None:
-            self.notified += 1
-
-    core = Counting()
-    first, second, third = core.queue(), core.queue(), core.queue()
+    core = make_core()
+    first, second, third = queue(core), queue(core), queue(core)
     core._begin_flush()  # the three are one epoch
     core._succeeded_all([first], _broker(core))
     core._settle(second, None, PublishNacked(2))
-    assert core.notified == 0  # the epoch is not over: a flush waiting for it would wake for nothing
+    assert core._backend.notified == 0  # the epoch is not over: a flush waiting for it would wake for nothing
     core._succeeded_all([third], _broker(core))
-    assert core.notified == 1
+    assert core._backend.notified == 1
     with core._lock:
         core._room_waiters += 1  # a caller waits for room in the buffer: every settle may give it
-    fourth = core.queue()
-    core.queue()  # its epoch stays open
+    fourth = queue(core)
+    queue(core)  # its epoch stays open
     core._succeeded_all([fourth], _broker(core))
-    assert core.notified == 2
+    assert core._backend.notified == 2
 
 
 def test_an_offer_racing_close_is_refused_or_settled_never_stranded():
-    class Racing(Core):
-        def _new_future(self):  # close() runs between the offer's check and its append
-            if self.race:
-                self.race = False
-                self._closed = True
-                self._fail_all(InvalidStateError("the producer was closed before the send completed"))
-            return super()._new_future()
+    def close_now() -> None:  # close() runs between the offer's check and its append
+        core._backend.before_future = None
+        core._closed = True
+        core._fail_all(InvalidStateError("the producer was closed before the send completed"))
 
-    core = Racing()
-    core.race = True
+    core = make_core()
+    core._backend.before_future = close_now
     with pytest.raises(InvalidStateError, match="closed"):
         _offered(core)
     assert not core._inbox and core.stats().pending == 0
-    core = Racing()
-    core.race = False
+    core = make_core()
     queued, _ = _offered(core)
     core._closed = True
     core._fail_all(InvalidStateError("closed"))  # close() drains what was offered and fails it
@@ -499,48 +499,48 @@ def test_an_offer_racing_close_is_refused_or_settled_never_stranded():
 
 
 def test_bad_input_is_refused_at_the_call_with_the_codecs_typed_errors():
-    core = Core(max_body_size=1000, compression=None)
+    core = make_core(max_body_size=1000, compression=None)
     with pytest.raises(AMQPSyntaxError, match="routing_key"):
-        core.queue(routing_key="k" * 256)
+        queue(core, routing_key="k" * 256)
     with pytest.raises(AMQPSyntaxError, match="exchange"):
         core._prepare("e" * 256, "rk", b"", None, False, None, False)
     with pytest.raises(AMQPSyntaxError, match="body: 1001 bytes, over max_body_size"):
-        core.queue(body=b"x" * 1001)
+        queue(core, body=b"x" * 1001)
     with pytest.raises(UnsupportedValueError, match=r"headers\['bad'\]"):
-        core.queue(properties=BasicProperties(headers={"bad": object()}))
+        queue(core, properties=BasicProperties(headers={"bad": object()}))
     with pytest.raises(TypeError, match="body must be"):
-        core.queue(body=123)
+        queue(core, body=123)
     with pytest.raises(ValueError, match="timeout must be"):
-        core.queue(timeout=0)
+        queue(core, timeout=0)
     assert core.stats().sent == 0 and not core._queue
     core._closed = True
     with pytest.raises(InvalidStateError, match="closed"):
-        core.queue()
+        queue(core)
 
 
 def test_a_message_id_is_added_unless_the_caller_gave_one():
-    core = Core()
-    mine = core.queue(properties=BasicProperties(message_id="mine", priority=3))
+    core = make_core()
+    mine = queue(core, properties=BasicProperties(message_id="mine", priority=3))
     assert mine.message_id == "mine" and mine.properties.priority == 3
-    made = core.queue()
+    made = queue(core)
     assert made.properties.message_id == made.message_id and len(made.message_id) == 36
-    assert Core(message_ids=False).queue().properties is None
+    assert queue(make_core(message_ids=False)).properties is None
 
 
 def test_hooks_see_each_send_and_a_before_send_error_refuses_it():
     seen = []
-    core = Core(before_send=lambda m: seen.append(("before", m.routing_key)),
+    core = make_core(before_send=lambda m: seen.append(("before", m.routing_key)),
                 after_send=lambda m, r, e: seen.append(("after", r is not None, e)))
-    message = core.queue(routing_key="a")
+    message = queue(core, routing_key="a")
     core._succeeded_all([message], _broker(core))
     assert seen == [("before", "a"), ("after", True, None)]
 
     def refuse(m):
         raise PermissionError("not this one")
 
-    strict = Core(before_send=refuse)
+    strict = make_core(before_send=refuse)
     with pytest.raises(PermissionError):
-        strict.queue()
+        queue(strict)
     assert strict.stats().sent == 0
 
 

@@ -4,9 +4,10 @@ Everything here never waits: validation at the call site, the accumulator and it
 decisions, deadlines, settling each send exactly once, hooks and the counters.  It applies
 the policies of its sibling modules: compression (``compression.py``), message ids
 (``ids.py``), retries with back-off and jitter, the choice of a broker and the avoidance of
-one that failed (``policy.py``), statistics (``stats.py``).  ``flows_async.py`` holds the flows that wait (written once in async style;
-``flows_sync.py`` is generated from it by ``client/make_sync.py``), and the transports
-(``blocking.py``, ``aio.py``) only supply the waiting primitives.
+one that failed (``policy.py``), statistics (``stats.py``).  ``flows_async.py`` holds the
+flows that wait (written once in async style; ``flows_sync.py`` is generated from it by
+``client/make_sync.py``); the Producer's backend (``waiting_threads.py``,
+``waiting_asyncio.py``) supplies the few primitives the core calls (``Backend``).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import logging
 import random
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Optional, Sequence, Union
+from typing import Any, Callable, Deque, Optional, Protocol, Sequence, Union
 
 from amqwire.codec import AMQPSyntaxError, BasicProperties, FrameWriter, encode_publish
 
@@ -37,10 +38,33 @@ TICK = 0.25
 _new_tuple = tuple.__new__
 
 
+class Backend(Protocol):
+    """What the core uses of its Producer's backend (``ThreadWaiting``, ``AsyncioWaiting``):
+    none of it waits."""
+
+    #: a context manager around the core's state (the asyncio backend's does nothing)
+    lock: Any
+
+    def new_future(self) -> Any:
+        """A send's future."""
+
+    def resolve(self, future: Any, result: Any, error: Optional[BaseException]) -> None:
+        """Settle ``future`` with ``result``, or with ``error`` when there is one."""
+
+    def resolve_all(self, futures: list[Any], results: list[SendResult]) -> None:
+        """``resolve(future, result, None)`` for each pair: a confirmed batch."""
+
+    def wake(self) -> None:
+        """The sender has something to do."""
+
+    def notify(self) -> None:
+        """Something changed that callers waiting for room or a flush look at."""
+
+
 class ProducerCore:
-    """The Producer's state and decisions; the transport supplies ``_lock`` (a context
-    manager), ``_new_future()``, ``_resolve(future, result, error)``, ``_wake()`` (the
-    sender) and ``_notify()`` (callers waiting for room or a flush)."""
+    """The Producer's state and decisions.  ``backend`` supplies what they need of the
+    transport (see ``Backend``); its methods are bound once here, since the core calls
+    some of them for every send."""
 
     # Slots on every class of the chain, as on the client's Connection (see session.py): past 30
     # attributes CPython 3.11 stops specializing the method calls on an instance.
@@ -53,13 +77,12 @@ class ProducerCore:
         "_next_sweep", "_no_broker_until", "_sender_idle", "_flushing", "_room_waiters", "_pace_at", "_pacing",
         "_closed", "_stopping",
         "_waiting", "_sent", "_confirmed", "_oneway", "_retried", "_failed", "_bytes",
-        "_latencies", "_lock"
+        "_latencies", "_backend", "_lock", "_new_future", "_resolve", "_resolve_all", "_wake", "_notify"
     )
-
-    _lock: Any
 
     def __init__(
         self,
+        backend: Backend,
         urls: Union[ParametersLike, Sequence[ParametersLike], None] = None,
         *,
         policy: str = ROUND_ROBIN,
@@ -104,6 +127,13 @@ class ProducerCore:
             raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
         if retry_backoff < 0 or retry_backoff_max < retry_backoff:
             raise ValueError("retry_backoff must be >= 0 and retry_backoff_max >= retry_backoff")
+        self._backend = backend
+        self._lock = backend.lock
+        self._new_future: Callable[[], Any] = backend.new_future
+        self._resolve: Callable[[Any, Any, Optional[BaseException]], None] = backend.resolve
+        self._resolve_all: Callable[[list[Any], list[SendResult]], None] = backend.resolve_all
+        self._wake: Callable[[], None] = backend.wake
+        self._notify: Callable[[], None] = backend.notify
         params = parameters_list(urls, connection_timeout=connection_timeout, heartbeat=heartbeat)
         self.brokers = [Broker(i, p) for i, p in enumerate(params)]
         self.selector = BrokerSelector(self.brokers, policy, avoid_backoff, avoid_backoff_max)
@@ -153,7 +183,7 @@ class ProducerCore:
         # the waiters (flushes) only when it completes an epoch
         self._room_waiters = 0
         # Pacing: a caller that finds more than _pace_at sends queued and not yet written
-        # waits until the sender has taken them down to half (see AsyncProducer._pace).
+        # waits until the sender has taken them down to half (see Producer._pace in flows_async.py).
         self._pace_at = 2 * max(max_in_flight, batch_size)
         self._pacing = 0  # callers waiting so
         self._closed = False  # no more sends
@@ -167,20 +197,6 @@ class ProducerCore:
         self._failed = 0
         self._bytes = 0
         self._latencies = Latencies()
-
-    # transport primitives (never wait) ------------------------------------------------
-
-    def _new_future(self) -> Any:
-        raise NotImplementedError
-
-    def _resolve(self, future: Any, result: Any, error: Optional[BaseException]) -> None:
-        raise NotImplementedError
-
-    def _wake(self) -> None:
-        raise NotImplementedError
-
-    def _notify(self) -> None:
-        raise NotImplementedError
 
     # the call site ----------------------------------------------------------------------
 
@@ -458,11 +474,6 @@ class ProducerCore:
             return False
         del self._epochs[epoch]
         return True
-
-    def _resolve_all(self, futures: list[Any], results: list[SendResult]) -> None:
-        """``_resolve(future, result, None)`` for each pair (a transport may do it faster)."""
-        for future, result in zip(futures, results):
-            self._resolve(future, result, None)
 
     def _encode(self, messages: Sequence[OutgoingMessage], channel_id: int, frame_max: int) -> bytes:
         writer = FrameWriter(frame_max)  # one growing buffer: no bytes object per message

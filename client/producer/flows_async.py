@@ -1,17 +1,20 @@
-"""The Producer's waiting flows, written once: sending, the sender, connecting, flush, close.
+"""The Producer, written once: its waiting flows (sending, the sender, connecting, flush,
+close) over the decisions of ``core.py``.
 
-The source of truth: ``flows_sync.py`` is generated from it by ``client/make_sync.py``
-(as ``operations_sync.py`` is) and ``tests/test_client_sync.py`` fails when they drift.  The
-decisions are in ``core.py``; a transport supplies, besides the core's primitives,
-``_open(params)`` (a connection), ``_wait_until(ready, timeout)`` (callers waiting for room
-or a flush), ``_wait_work(timeout)`` (the sender waiting for something to do),
-``_wait_result(future)``, ``_start_sender()`` and ``_join_sender(timeout)``.
+This is the asyncio Producer (``amqwire.client.aio.Producer``) and the source of truth:
+``flows_sync.py``, the blocking Producer (``amqwire.client.Producer``), is generated from it
+by ``client/make_sync.py`` (as ``operations_sync.py`` is), and ``tests/test_client_sync.py``
+fails when they drift.  The generator renames the backend: each Producer owns one
+(``AsyncioWaiting`` from ``waiting_asyncio.py`` here, ``ThreadWaiting`` from
+``waiting_threads.py`` in the twin), which supplies the connections, the futures, the sender
+(a task or a thread) and every wait.  What differs in the two public APIs is marked where it
+is: asyncio opens on ``await`` or ``async with``, the blocking constructor connects at once.
 """
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Generic, Optional, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar, Union
 
 from amqwire.codec import BasicProperties
 
@@ -23,55 +26,52 @@ from ..errors import (
     InvalidStateError,
     OperationTimeout,
 )
-from ..url import ConnectionParameters
+from ..url import ParametersLike
 from .core import TICK, ProducerCore
 from .message import Body, OutgoingMessage, SendResult
 from .policy import Broker
+from .waiting_asyncio import AsyncioSendFuture, AsyncioWaiting
+
+if True:  # asyncio only
+    from typing import Generator
 
 log = logging.getLogger("amqwire.client.producer")
 
 _BROKER_ERRORS = (AMQPConnectionError, InvalidStateError, OSError)
-_Self = TypeVar("_Self")
-_Future = TypeVar("_Future")  # a transport's send future
+_Self = TypeVar("_Self", bound="Producer")
 
 
-class AsyncProducer(ProducerCore, Generic[_Future]):
-    """The flows of a Producer (see ``amqwire.client.Producer`` / ``amqwire.client.aio.Producer``)."""
+class Producer(ProducerCore):
+    """A producer over one or several brokers (see the README).
 
-    __slots__ = ()  # all in ProducerCore's
+    Blocking (``amqwire.client.Producer``, thread-safe): ``Producer(urls, **options)``
+    connects (to every broker with ``policy='round_robin'``, to the first that answers with
+    ``'pinned'``) and starts the sender thread; use it as a context manager, or call
+    ``close()``.  asyncio (``amqwire.client.aio.Producer``): ``await`` it, or use it as
+    ``async with``, to connect and start its sender task; it must be made in the loop it
+    runs in.
+    """
 
-    # waiting primitives of the transport -------------------------------------------------
+    __slots__ = ("_started", "_wait_result")
 
-    async def _open(self, params: ConnectionParameters) -> Any:
-        raise NotImplementedError
+    _backend: AsyncioWaiting  # the core's slot, typed as this transport's backend
 
-    async def _wait_until(self, ready: Callable[[], bool], timeout: Optional[float]) -> bool:
-        raise NotImplementedError
+    def __init__(self, urls: Union[ParametersLike, Sequence[ParametersLike], None] = None, **options: Any) -> None:
+        super().__init__(AsyncioWaiting(), urls, **options)
+        self._wait_result = self._backend.wait_result  # once per send: bound here
+        self._started = False
+        if False:  # blocking only
+            self._open_once()
 
-    async def _wait_work(self, timeout: float) -> None:
-        raise NotImplementedError
+    if True:  # asyncio only
+        def __await__(self: _Self) -> Generator[Any, None, _Self]:
+            return self._open_once().__await__()
 
-    async def _wait_result(self, future: _Future) -> SendResult:
-        raise NotImplementedError
-
-    async def _wait_confirm(self, token: Any, timeout: float) -> bool:
-        """Wait until a publish's confirm future is done; False after ``timeout``."""
-        raise NotImplementedError
-
-    def _start_sender(self) -> None:
-        raise NotImplementedError
-
-    def _clear_work(self) -> None:
-        """The sender is about to wait: forget earlier wake-ups (called under the lock)."""
-        raise NotImplementedError
-
-    async def _join_sender(self, timeout: Optional[float]) -> None:
-        raise NotImplementedError
-
-    def _may_pace(self) -> bool:
-        """Whether the calling thread may wait for the sender (not the sender itself, nor a
-        thread the sender waits for, such as a connection's reader running a callback)."""
-        raise NotImplementedError
+    async def _open_once(self: _Self) -> _Self:
+        if not self._started:
+            self._started = True
+            await self._start()
+        return self
 
     # opening -------------------------------------------------------------------------------
 
@@ -92,13 +92,13 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
         if not any(b.usable() for b in self.brokers):
             await self._close_connections()
             raise AMQPConnectionError("the producer could not connect: " + "; ".join(errors))
-        self._start_sender()
+        self._backend.start_sender(self._run_sender)
 
     async def _connect(self, broker: Broker, within: Optional[float] = None) -> None:
         params = broker.params
         if within is not None and within < params.connection_timeout:
             params = params.replace(connection_timeout=within)
-        connection = await self._open(params)
+        connection = await self._backend.connect(params, **self._connect_options)
         try:
             channel = await connection.channel()
             await channel.confirm_select(max_in_flight=self.max_in_flight)
@@ -130,7 +130,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
         offer was refused or the queue is long: wait for room, or pace the caller.  The
         sends call it only then: in asyncio every call of a coroutine costs one."""
         if offered:
-            if len(self._inbox) + len(self._queue) > self._pace_at and self._may_pace():
+            if len(self._inbox) + len(self._queue) > self._pace_at and self._backend.may_pace(self.brokers):
                 await self._pace(message)
             return
         with self._lock:
@@ -146,7 +146,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
             try:
                 while True:
                     left = deadline - time.monotonic()
-                    if left <= 0 or not await self._wait_until(room, min(left, TICK)):
+                    if left <= 0 or not await self._backend.wait_until(room, min(left, TICK)):
                         if time.monotonic() >= deadline:
                             raise self._room_timeout(message)
                         continue
@@ -179,7 +179,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
                 left = message.deadline - time.monotonic()
                 if left <= 0:
                     return
-                await self._wait_until(caught_up, min(left, TICK))
+                await self._backend.wait_until(caught_up, min(left, TICK))
         finally:
             with self._lock:
                 self._pacing -= 1
@@ -211,15 +211,15 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
         *,
         mandatory: bool = False,
         timeout: Optional[float] = None,
-        callback: Optional[Callable[[_Future], Any]] = None,
-    ) -> _Future:
+        callback: Optional[Callable[[AsyncioSendFuture], Any]] = None,
+    ) -> AsyncioSendFuture:
         """Queue a send and return its future (its result: a SendResult); ``callback(future)``
         runs exactly once when it settles.  Waits only for room in the buffer."""
         message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
         offered = self._offer(message)
         if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
             await self._enqueue(message, offered)
-        future: _Future = message.future
+        future: AsyncioSendFuture = message.future
         if callback is not None:
             message.future.add_done_callback(callback)
         return future
@@ -246,7 +246,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
         is settled (confirmed or failed).  OperationTimeout after ``timeout`` seconds."""
         epoch = self._begin_flush()
         try:
-            if not await self._wait_until(lambda: self._flushed(epoch), timeout):
+            if not await self._backend.wait_until(lambda: self._flushed(epoch), timeout):
                 raise OperationTimeout("the producer's flush", timeout)
         finally:
             with self._lock:
@@ -256,7 +256,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
         """Refuse new sends, flush (within ``timeout``), wait for the confirms and close the
         connections; a send still unsettled then fails with InvalidStateError."""
         if self._stopping:
-            await self._join_sender(timeout)
+            await self._backend.join_sender(timeout)
             return
         with self._lock:
             self._closed = True
@@ -268,12 +268,12 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
             self._stopping = True
             self._sender_idle = False
         self._wake()
-        await self._join_sender(TICK * 4)
+        await self._backend.join_sender(TICK * 4)
         self._fail_all(InvalidStateError("the producer was closed before the send completed"))
         await self._close_connections()
 
     async def __aenter__(self: _Self) -> _Self:
-        return self
+        return await self._open_once()
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
@@ -292,14 +292,14 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
                         if self._stopping and not self._pending and not self._inbox:
                             return
                         # in this order: an offer that sees the sender idle wakes it after the clear
-                        self._clear_work()
+                        self._backend.clear_work()
                         self._sender_idle = True
                 if batch:
                     if self._pacing and len(self._inbox) + len(self._queue) <= self._pace_at // 2:
                         self._notify()  # callers pacing themselves can go on
                     await self._write(batch)
                 elif not self._inbox or (self.linger and wait <= self.linger):
-                    await self._wait_work(min(wait, TICK * 4))
+                    await self._backend.wait_work(min(wait, TICK * 4))
                 # else an offer came after the drain and may have missed the idle flag: go round
         except BaseException as exc:
             log.exception("producer: the sender failed")
@@ -458,7 +458,7 @@ class AsyncProducer(ProducerCore, Generic[_Future]):
             self._requeue([message])
             return
         self._published([message], broker)
-        await self._wait_confirm(token, min(max(message.deadline - time.monotonic(), 0.0), 1.0))
+        await self._backend.wait_confirm(token, min(max(message.deadline - time.monotonic(), 0.0), 1.0))
 
 
-__all__ = ["AsyncProducer"]
+__all__ = ["Producer"]

@@ -1,0 +1,122 @@
+"""How an asyncio Producer waits: a sender task, the loop's futures, an event and a
+future that callers waiting for room or a flush share.
+
+The Producer (``flows_async.py``) owns one ``AsyncioWaiting`` and calls it for everything
+that depends on the loop; everything runs in the loop's thread, so the Producer's "lock"
+is a no-op.  Nothing in it decides anything; the blocking Producer's counterpart is
+``waiting_threads.py`` (``client/make_sync.py`` renames the one into the other).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, Callable, Coroutine, Optional, Sequence
+
+from ..aio_connection import connect
+from ..io_asyncio import NoLock
+from ..url import ConnectionParameters
+from .core import TICK
+from .message import SendResult
+from .policy import Broker
+
+__all__ = ["AsyncioSendFuture", "AsyncioWaiting"]
+
+#: An asyncio Producer's send future: one of the loop's.
+AsyncioSendFuture = asyncio.Future[SendResult]
+
+
+class AsyncioWaiting:
+    """An asyncio Producer's I/O and waiting: the transport's connections, the loop's
+    futures, the sender task and what it and the callers wait on.  Made in the loop it
+    serves (RuntimeError outside one)."""
+
+    __slots__ = ("lock", "_loop", "_work", "_changed", "_task")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.lock = NoLock()
+        self._work = asyncio.Event()  # the sender has something to do
+        # what callers waiting for room or a flush await: made by the first, set by notify()
+        self._changed: Optional[asyncio.Future[None]] = None
+        self._task: Optional[asyncio.Task[None]] = None
+
+    async def connect(self, params: ConnectionParameters, **options: Any) -> Any:
+        return await connect(params, **options)
+
+    # settling (never waits) ----------------------------------------------------------------
+
+    def new_future(self) -> AsyncioSendFuture:
+        return self._loop.create_future()
+
+    def resolve(self, future: AsyncioSendFuture, result: Any, error: Optional[BaseException]) -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+    def resolve_all(self, futures: list[AsyncioSendFuture], results: list[SendResult]) -> None:
+        for future, result in zip(futures, results):
+            if not future.done():
+                future.set_result(result)
+
+    # the sender ----------------------------------------------------------------------------
+
+    def start_sender(self, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._task = self._loop.create_task(run())
+
+    async def join_sender(self, timeout: Optional[float]) -> None:
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(task), timeout)
+
+    def wake(self) -> None:
+        self._work.set()
+
+    def clear_work(self) -> None:
+        """The sender is about to wait: forget earlier wake-ups."""
+        self._work.clear()
+
+    async def wait_work(self, timeout: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._work.wait(), timeout)
+
+    # the callers ---------------------------------------------------------------------------
+
+    def notify(self) -> None:
+        waiter = self._changed
+        if waiter is not None:
+            self._changed = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_until(self, ready: Callable[[], bool], timeout: Optional[float]) -> bool:
+        """Until ``ready()`` (checked at each ``notify`` and at least every TICK); False
+        after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not ready():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            waiter = self._changed
+            if waiter is None or waiter.done():
+                waiter = self._changed = self._loop.create_future()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(waiter), TICK if left is None else min(left, TICK))
+        return True
+
+    async def wait_result(self, future: AsyncioSendFuture) -> SendResult:
+        return await asyncio.shield(future)
+
+    async def wait_confirm(self, token: Any, timeout: float) -> bool:
+        """Until a publish's confirm future is done; False after ``timeout``."""
+        done, _ = await asyncio.wait([token], timeout=timeout)
+        return bool(done)
+
+    def may_pace(self, brokers: Sequence[Broker]) -> bool:
+        """Whether the caller may wait for the sender: only tasks other than the sender
+        (a callback cannot await)."""
+        return asyncio.current_task() is not self._task
