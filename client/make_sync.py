@@ -16,9 +16,10 @@ in afterwards:
 - ``Opener[T]`` (a type) becomes ``T`` and ``Opener(x)`` (a value) becomes ``(x)``: on
   asyncio a call that opens something returns an object to ``await`` or ``async with``;
   the blocking call returns the thing itself.  ``Opener,`` in an import goes.
-- A block under the line ``if False:  # blocking only`` is dead in the asyncio source and
-  kept, one level out, in the twin; a block under ``if True:  # asyncio only`` is dropped
-  from the twin.
+- A block under the line ``if False and not TYPE_CHECKING:  # blocking only`` is dead in
+  the asyncio source, for Python and for type checkers alike (mypy binds the names of an
+  ``if False:`` block), and kept, one level out, in the twin; a block under
+  ``if True:  # asyncio only`` is dropped from the twin.
 
 Everything else is kept byte for byte.
 """
@@ -57,7 +58,7 @@ RENAMES = {
 
 #: ``Opener[T]`` -> ``T``, ``Opener(x)`` -> ``(x)``
 UNWRAP = {"Opener"}
-BLOCKING_ONLY = "if False:  # blocking only"
+BLOCKING_ONLY = "if False and not TYPE_CHECKING:  # blocking only"
 ASYNCIO_ONLY = "if True:  # asyncio only"
 
 HEADER = (

@@ -65,6 +65,9 @@ from .recovery import END, Topology
 from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
 
+if True:  # asyncio only
+    from typing import TYPE_CHECKING  # marks the blocking transport's blocks (make_sync.py)
+
 log = logging.getLogger("amqwire.client")
 
 Body = Union[bytes, bytearray, memoryview, str]
@@ -112,7 +115,7 @@ class AsyncConnection(ConnectionBase):
         in the loop)."""
         return self._io.consumer_workers
 
-    if False:  # blocking only
+    if False and not TYPE_CHECKING:  # blocking only
         def process_events(self, timeout: Optional[float] = 0.0) -> int:
             """Run queued consumer and return callbacks in this thread; returns how many ran.
 
@@ -365,7 +368,7 @@ class AsyncChannel(ChannelBase):
         """Context manager: publishes inside are written together (few socket writes)."""
         return self._connection.batch()
 
-    if False:  # blocking only
+    if False and not TYPE_CHECKING:  # blocking only
         def start_consuming(self) -> None:
             """Run consumer callbacks in this thread until stop_consuming() or no consumers
             are left."""

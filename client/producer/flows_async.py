@@ -33,7 +33,7 @@ from .policy import Broker
 from .waiting_asyncio import AsyncioSendFuture, AsyncioWaiting
 
 if True:  # asyncio only
-    from typing import Generator
+    from typing import TYPE_CHECKING, Generator
 
 log = logging.getLogger("amqwire.client.producer")
 
@@ -60,7 +60,7 @@ class Producer(ProducerCore):
         super().__init__(AsyncioWaiting(), urls, **options)
         self._wait_result = self._backend.wait_result  # once per send: bound here
         self._started = False
-        if False:  # blocking only
+        if False and not TYPE_CHECKING:  # blocking only
             self._open_once()
 
     if True:  # asyncio only
