@@ -1,4 +1,4 @@
-"""The client's waiting flows, written once: RPCs, publishing, consuming, closing, recovery.
+"""The client's Connection, Channel and Consumer, written once: RPCs, publishing, consuming, closing, recovery.
 
 This file is the source of truth: it defines the asyncio transport's ``Connection``,
 ``Channel`` and ``Consumer`` (``amqwire.client.aio``), and ``operations_sync.py``, the

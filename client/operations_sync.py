@@ -1,6 +1,6 @@
 # GENERATED from operations_async.py by client/make_sync.py: do not edit.
 # The blocking transport's flows; tests/test_client_sync.py checks it is up to date.
-"""The client's waiting flows, written once: RPCs, publishing, consuming, closing, recovery.
+"""The client's Connection, Channel and Consumer, written once: RPCs, publishing, consuming, closing, recovery.
 
 This file is the source of truth: it defines the asyncio transport's ``Connection``,
 ``Channel`` and ``Consumer`` (``amqwire.client.aio``), and ``operations_sync.py``, the
