@@ -424,6 +424,17 @@ class Bridge:
     under one confirm (on-confirm acks them at the source together: smaller batches are
     acked sooner).
 
+    Every publish is ``mandatory``.  A message the destination refuses (returns it: no
+    route; or nacks it: ``reject-publish``) is never acked at the source in on-confirm
+    mode: ``refused`` says what follows (``"requeue"``, the default: back to the source
+    after a ``backoff`` that doubles per refusal of that message, for ever;
+    ``"dead-letter"``: the same, and after ``max_attempts`` refusals to
+    ``dead_letter_exchange`` at the source, or without one with ``basic.nack(requeue=False)``
+    to the source queue's own dead-letter exchange; ``"drop"``: acked after
+    ``max_attempts``, counted).  ``start`` refuses a configuration that routes back into
+    its source queue (``ConfigurationLoop``, see ``loops.py``; exchange bindings are read
+    from the management API at ``management_port`` on the source's host, None: not read).
+
         async with Bridge(src, "orders", dest, dest_exchange="orders") as bridge:
             ...                      # runs until the block ends; stop() drains
             print(bridge.stats())

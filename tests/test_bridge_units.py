@@ -311,3 +311,58 @@ def test_the_api_type_checks_strictly_and_a_missing_await_is_an_error(tmp_path):
                             capture_output=True, text=True, cwd=tmp_path)
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 1 and "user.py:11:" in errors[0] and "Coroutine" in errors[0], result.stdout
+
+
+def endpoint(*addresses, vhost="/", cluster=None):
+    from amqwire.bridge.loops import Endpoint
+
+    return Endpoint(frozenset(addresses), vhost, cluster)
+
+
+def test_same_broker_by_address_and_port_or_cluster_name_and_always_the_vhost():
+    from amqwire.bridge.loops import same_broker
+
+    local = endpoint(("127.0.0.1", 5672))
+    assert same_broker(local, endpoint(("127.0.0.1", 5672), ("::1", 5672)))  # localhost resolves to both
+    assert not same_broker(local, endpoint(("127.0.0.1", 5673)))  # another node on this machine
+    assert not same_broker(local, endpoint(("127.0.0.1", 5672), vhost="other"))
+    assert same_broker(endpoint(("10.0.0.1", 5672), cluster="c1"), endpoint(("10.0.0.2", 5672), cluster="c1"))
+    assert not same_broker(endpoint(("10.0.0.1", 5672), cluster="c1"), endpoint(("10.0.0.2", 5672), cluster="c2"))
+
+
+def test_find_loop_default_exchange_and_bindings():
+    from amqwire.bridge.loops import Binding, find_loop
+
+    assert "routes routing key 'q'" in find_loop(queue="q", exchange="", routing_key="q")
+    assert find_loop(queue="q", exchange="", routing_key="other") is None
+    assert "own routing key" in find_loop(queue="q", exchange="", routing_key=None)
+    assert find_loop(queue="q", exchange="x", routing_key="k") is None  # bindings unknown: not detected
+    bindings = {
+        "orders": [Binding("q", "queue", "orders.#"), Binding("audit", "exchange", "#")],
+        "audit": [Binding("q2", "queue", "")],
+    }
+    types = {"orders": "topic", "audit": "fanout"}
+    assert "bound to queue 'q'" in find_loop(queue="q", exchange="orders", routing_key="orders.eu",
+                                             exchange_types=types, bindings=bindings)
+    assert find_loop(queue="q", exchange="orders", routing_key="billing", exchange_types=types, bindings=bindings) is None
+    via = find_loop(queue="q2", exchange="orders", routing_key="billing", exchange_types=types, bindings=bindings)
+    assert "bound to exchange 'audit'" in via and "queue 'q2'" in via
+    assert find_loop(queue="q", exchange="direct", routing_key="a", bindings={"direct": [Binding("q", "queue", "b")]}) is None
+
+
+def test_command_urls_from_files_and_environment_password_replaced(tmp_path):
+    from amqwire.bridge.__main__ import broker_url, parser
+    from amqwire.bridge.errors import BadConfiguration
+
+    (tmp_path / "url").write_text("amqp://app:old@dest:5673/v\n")
+    (tmp_path / "pw").write_text("n3w/p@ss\n")
+    args = parser().parse_args(["--src-queue", "q", "--dest-url-file", str(tmp_path / "url"),
+                                "--dest-password-file", str(tmp_path / "pw")])
+    env = {"AMQWIRE_SRC_URL": "amqp://app@src/", "AMQWIRE_SRC_PASSWORD": "s3cret"}
+    assert broker_url(args, "dest", env) == "amqp://app:n3w%2Fp%40ss@dest:5673/v"
+    assert broker_url(args, "src", env) == "amqp://app:s3cret@src/"
+    with pytest.raises(BadConfiguration, match="AMQWIRE_SRC_URL"):
+        broker_url(args, "src", {})
+    args = parser().parse_args(["--src-queue", "q", "--dest-url-file", str(tmp_path / "none")])
+    with pytest.raises(BadConfiguration, match="--dest-url-file: cannot read"):
+        broker_url(args, "dest", {})
