@@ -136,6 +136,7 @@ class _Held:
 
 _DONE = object()
 _ATTEMPTS_KEPT = 65536
+RETURN_LOG_INTERVAL = 10.0  # seconds between two warnings for the same kind of return
 
 
 class Forwarder:
@@ -194,6 +195,7 @@ class Forwarder:
         self._dead_lettering: set[int] = set()
         self._attempts: dict[int, int] = {}  # refusals so far, by the message's content
         self._unmatched_return: Optional[tuple[int, str]] = None
+        self._return_log: dict[tuple[int, str, str], tuple[Optional[float], int]] = {}
 
     @property
     def unsettled(self) -> int:
@@ -290,12 +292,24 @@ class Forwarder:
 
     # ------------------------------------------------------------------ the destination's answers
 
-    def returned(self, routing_key: str, properties: Any, body: bytes, reply_code: int, reply_text: str) -> bool:
+    def returned(self, routing_key: str, properties: Any, body: bytes, reply_code: int, reply_text: str,
+                 now: float = 0.0) -> bool:
         """A basic.return from the destination.  on-confirm: marks the publish it returns
-        (its confirm follows); False when it matches no unconfirmed publish."""
+        (its confirm follows); False when it matches no unconfirmed publish.  Logged with
+        the broker's reason: the first of each reason and routing key, then once every
+        ``RETURN_LOG_INTERVAL`` seconds with the count since."""
         self.counters.returned += 1
-        log.warning("%s: the destination returned a message: %d %s (routing key %r)", self.label, reply_code,
-                    reply_text, routing_key)
+        reason = (reply_code, reply_text, routing_key)
+        last, since = self._return_log.get(reason, (None, 0))
+        if last is None or now - last >= RETURN_LOG_INTERVAL:
+            more = f" ({since} more since the last report)" if since else ""
+            log.warning("%s: the destination returned a message: %d %s (routing key %r)%s", self.label, reply_code,
+                        reply_text, routing_key, more)
+            if len(self._return_log) >= 1024:
+                self._return_log.clear()
+            self._return_log[reason] = (now, 0)
+        else:
+            self._return_log[reason] = (last, since + 1)
         if self.ack_mode is not AckMode.ON_CONFIRM:
             return False
         wire = getattr(properties, "wire", None)

@@ -348,7 +348,7 @@ class Direction:
         if kind == "return":
             returned = event[1]
             forwarder.returned(returned.routing_key, returned.properties, returned.body, returned.reply_code,
-                               returned.reply_text)
+                               returned.reply_text, time.monotonic())
             return []
         if kind == "lost":
             return forwarder.lost(event[1])

@@ -2,6 +2,7 @@
 received property bytes, the publish frames, the ack bookkeeping of each mode."""
 from __future__ import annotations
 
+import logging
 import struct
 from datetime import datetime, timezone
 
@@ -366,3 +367,14 @@ def test_command_urls_from_files_and_environment_password_replaced(tmp_path):
     args = parser().parse_args(["--src-queue", "q", "--dest-url-file", str(tmp_path / "none")])
     with pytest.raises(BadConfiguration, match="--dest-url-file: cannot read"):
         broker_url(args, "dest", {})
+
+
+def test_returns_are_logged_with_the_reason_without_flooding(caplog):
+    caplog.set_level(logging.WARNING, logger="amqwire.bridge")
+    f = forwarder(AckMode.ON_PUBLISH)
+    for i in range(100):
+        f.returned("dst", BasicProperties(), b"x", 312, "NO_ROUTE", NOW + i * 0.01)
+    f.returned("dst", BasicProperties(), b"x", 312, "NO_ROUTE", NOW + 10.0)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "312 NO_ROUTE" in lines[0] and "99 more" in lines[1]
+    assert f.counters.returned == 101
