@@ -209,16 +209,24 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         backoff=backoff,
         management_port=args.management_port or None,
     )
-    await bridge.start()
-    display.show(bridge)  # at once: the first interval can be long
-    for name in _QUIET_WHILE_STARTING:  # from here on, reconnects are worth a warning
-        logging.getLogger(name).setLevel(logging.NOTSET)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before start: a signal during start ends it cleanly
         loop.add_signal_handler(sig, stop.set)
-    waiter = loop.create_task(bridge.wait())
     stopper = loop.create_task(stop.wait())
+    starting = loop.create_task(bridge.start())
+    await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # start() closes what it opened; nothing was acked
+        starting.cancel()
+        await asyncio.wait({starting})
+        return 0
+    if starting.exception() is not None:
+        stopper.cancel()
+        starting.result()  # raises why it could not start
+    for name in _QUIET_WHILE_STARTING:  # from here on, reconnects are worth a warning
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    display.show(bridge)  # at once: the first interval can be long
+    waiter = loop.create_task(bridge.wait())
     try:
         await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
     finally:

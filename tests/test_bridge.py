@@ -870,3 +870,69 @@ def test_command_killed_mid_run_on_confirm_nothing_lost_duplicates_counted(nodes
     assert lost == 0 and set(ids) == set(range(n))
     assert duplicates <= redelivered <= 2 * prefetch + 1000
     assert asyncio.run(count(a.url, src)) == 0
+
+
+@pytest.mark.timeout(180)
+def test_a_loop_through_an_exchange_binding_is_read_from_the_management_api(broker_node):
+    """The source queue is bound to the destination exchange on the same broker (through
+    an exchange-to-exchange binding): the bindings come from the management API."""
+    port = closed_port()
+    node = broker_node(plugins=["rabbitmq_management"], config={"management.tcp.port": port,
+                                                                "management.tcp.ip": "127.0.0.1"})
+    src, entry, topic = unique("src"), unique("entry"), unique("topic")
+
+    async def setup():
+        async with aio.connect(node.url) as conn, conn.channel() as ch:
+            await ch.exchange_declare(entry, "direct")
+            await ch.exchange_declare(topic, "topic")
+            await ch.exchange_bind(topic, entry, "orders.eu")  # entry -> topic
+            await ch.queue_declare(src)
+            await ch.queue_bind(src, topic, "orders.#")
+    asyncio.run(within(setup(), 20, "the exchanges and bindings declared"))
+    asyncio.run(publish(node.url, src, 5))
+
+    async def management_up() -> bool:
+        return await asyncio.to_thread(_answers, port)
+    asyncio.run(until(management_up, "the management API to answer", 60))
+    commands = Deadline(60, "the bridge commands")
+    base = ["--src", node.url, "--src-queue", src, "--dest", node.url, "--dest-exchange", entry,
+            "--management-port", str(port), "--connection-timeout", "5"]
+    rc, _out, err = _run_command(*base, "--dest-routing-key", "orders.eu", deadline=commands)
+    lines = err.strip().splitlines()
+    assert (rc, len(lines)) == (2, 1), err
+    assert f"exchange {entry!r} is bound to exchange {topic!r}" in lines[0] and f"queue {src!r}" in lines[0], err
+    # another routing key does not come back: it starts (and the unroutable messages are held, not lost)
+    p = command(*base, "--dest-routing-key", "orders.us", "--stats-interval", "60")
+    try:
+        ready, _, _ = select.select([p.stdout], [], [], commands.left())
+        assert ready and p.stdout.readline().startswith("forwarded "), "the bridge did not start"
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = _communicate(p, Deadline(30, "the bridge to stop after SIGTERM"))
+    assert p.returncode == 0, err
+    assert asyncio.run(count(node.url, src)) == 5
+
+
+def _answers(port: int) -> bool:
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/overview", timeout=2):
+            return True
+    except OSError as exc:
+        return getattr(exc, "code", None) == 401  # up, and asks for credentials
+
+
+def test_command_a_signal_during_start_ends_it_at_once():
+    """A broker that accepts the connection and never answers: the start waits for its
+    connection timeout (30 s), unless SIGTERM or Ctrl-C ends it (exit 0, nothing acked)."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(5)
+        url = f"amqp://guest:guest@127.0.0.1:{silent.getsockname()[1]}/"
+        p = command("--src", url, "--src-queue", "q", "--dest", url, "--connection-timeout", "30")
+        time.sleep(1.5)  # connecting: the handshake waits for the silent broker
+        p.send_signal(signal.SIGINT)
+        out, err = _communicate(p, Deadline(10, "the bridge to end its start on SIGINT"))
+    assert p.returncode == 0 and err == "", err
