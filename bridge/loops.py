@@ -1,9 +1,13 @@
 """Whether a bridge's destination routes back into a queue it consumes: refused at start.
 
-Two endpoints are the same broker when their vhosts are equal and either the brokers
-report the same ``cluster_name`` (nodes of one cluster share their queues) or the URLs'
-hosts resolve to a common address with the same port.  On the same broker, a direction
-loops when it publishes:
+Whether source and destination are the same broker (or nodes of one cluster, which
+share their queues) and vhost is probed by ``runner.py``: a queue declared exclusive
+through the source connection is locked (405) to a passive declare through the
+destination connection there, and missing (404) anywhere else -- whatever the host
+names, aliases or load balancers in between.  When the probe cannot run (the source user
+may not declare a queue), :func:`same_broker` judges from equal vhosts and either the
+same ``cluster_name`` or a common resolved address with the same port.  On the same
+broker, a direction loops when it publishes:
 
 - to the default exchange with the source queue's name as routing key (a fixed one, or
   each message's own with ``keep_routing_key``: a message that reached the queue through

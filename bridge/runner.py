@@ -35,6 +35,7 @@ from amqwire.client.errors import (
     MessageReturned,
     NotFound,
     PublishNacked,
+    ResourceLocked,
 )
 from amqwire.client.lifecycle import ConnectionStatus
 from amqwire.client.recovery import RecoveryPolicy
@@ -104,8 +105,35 @@ def _resource_error(exc: AMQPError, what: str) -> BridgeError:
     return BridgeFailed(f"{what}: {exc}")
 
 
-async def _endpoint(url: str, connection: Any) -> Endpoint:
-    params = parse_url(url)
+async def _same_broker_probe(source: Any, destination: Any) -> Optional[bool]:
+    """Whether both connections reach the same broker (or cluster) and vhost: a queue
+    declared exclusive through the source is locked (405) to the destination there, and
+    missing (404) anywhere else.  None when the probe cannot run (say, the source user
+    may not declare a queue)."""
+    try:
+        async with source.channel() as channel:
+            name = (await channel.queue_declare("", exclusive=True, auto_delete=True)).queue
+            try:
+                probe = await destination.channel()
+                try:
+                    await probe.queue_declare(name, passive=True)
+                    return True
+                except ResourceLocked:
+                    return True
+                except NotFound:
+                    return False
+                finally:
+                    if probe.is_open:
+                        await probe.close()
+            finally:
+                await channel.queue_delete(name)
+    except AMQPError as exc:
+        log.info("same-broker probe not possible (%s): judging by address and cluster name", exc)
+        return None
+
+
+async def _endpoint(connection: Any) -> Endpoint:
+    params = connection.params  # where it is connected (the URL, or the one of a list that answered)
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(params.host, params.port, type=socket.SOCK_STREAM)
@@ -120,10 +148,9 @@ async def _endpoint(url: str, connection: Any) -> Endpoint:
     return Endpoint(addresses, vhost, name if isinstance(name, str) and name else None)
 
 
-def _exchange_graph(url: str, exchange: str, port: int) -> Optional[tuple[dict[str, str], dict[str, list[Binding]]]]:
+def _exchange_graph(params: Any, exchange: str, port: int) -> Optional[tuple[dict[str, str], dict[str, list[Binding]]]]:
     """The types and bindings of ``exchange`` and the exchanges it is bound to, from the
-    management API on the URL's host (its credentials); None when it does not answer."""
-    params = parse_url(url)
+    management API on the connection's host (its credentials); None when it does not answer."""
     scheme = "https" if params.ssl else "http"
     auth = base64.b64encode(f"{params.username}:{params.password}".encode()).decode()
     vhost = urllib.parse.quote(params.vhost, safe="")
@@ -495,10 +522,11 @@ class Bridge:
             raise ValueError(f"refused={self.refused.value!r} needs ack_mode 'on-confirm': only it learns of refusals "
                              "before acking")
         for name, url in (("src", src), ("dest", dest)):
-            try:
-                parse_url(url)
-            except (TypeError, ValueError) as exc:
-                raise BadConfiguration(f"bad {name} URL: {exc}") from None
+            if isinstance(url, str):
+                try:
+                    parse_url(url)
+                except ValueError as exc:
+                    raise BadConfiguration(f"bad {name} URL: {exc}") from None
         self.src, self.dest = src, dest
         self.src_queue = src_queue
         self.dest_exchange = dest_exchange
@@ -574,9 +602,10 @@ class Bridge:
     async def _refuse_loops(self) -> None:
         """ConfigurationLoop when a direction's destination routes back into its own
         source queue on the same broker and vhost (see ``loops.py``)."""
-        src = await _endpoint(self.src, self._src_conn)
-        dest = await _endpoint(self.dest, self._dest_conn)
-        if not same_broker(src, dest):
+        same = await _same_broker_probe(self._src_conn, self._dest_conn)
+        if same is None:  # could not probe: by address and cluster name
+            same = same_broker(await _endpoint(self._src_conn), await _endpoint(self._dest_conn))
+        if not same:
             return
         where = f"{_display(self.src)} and {_display(self.dest)} are the same broker and vhost"
         if self.duplex:
@@ -585,7 +614,7 @@ class Bridge:
         routing_key = self._routing_key(exchange, self.src_queue)
         bindings = types = None
         if exchange and self.management_port is not None:
-            found = await asyncio.to_thread(_exchange_graph, self.src, exchange, self.management_port)
+            found = await asyncio.to_thread(_exchange_graph, self._src_conn.params, exchange, self.management_port)
             if found is None:
                 log.warning("%s: could not read the bindings of exchange %r from the management API (port %d): "
                             "a loop through them is not detected", where, exchange, self.management_port)
