@@ -378,3 +378,15 @@ def test_returns_are_logged_with_the_reason_without_flooding(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and "312 NO_ROUTE" in lines[0] and "99 more" in lines[1]
     assert f.counters.returned == 101
+
+
+def test_the_amqwire_bridge_console_script_is_installed():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "amqwire-bridge"
+    assert script.exists(), f"{script}: pyproject.toml's [project.scripts] did not install it"
+    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.startswith("usage: amqwire-bridge"), done.stdout + done.stderr
+    assert "--src-password-file" in done.stdout and "--on-refused" in done.stdout
