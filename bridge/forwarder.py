@@ -192,7 +192,7 @@ class Forwarder:
         self._slot_head = 0
         self._base = 1  # the seqno of _slots[_slot_head]
         self._held: dict[int, _Held] = {}  # refused, waiting out their back-off, unacked at the source
-        self._dead_lettering: set[int] = set()
+        self._dead_lettering: dict[int, Any] = {}  # tag -> message, published to the dead-letter exchange
         self._attempts: dict[int, int] = {}  # refusals so far, by the message's content
         self._unmatched_return: Optional[tuple[int, str]] = None
         self._return_log: dict[tuple[int, str, str], tuple[Optional[float], int]] = {}
@@ -516,7 +516,7 @@ class Forwarder:
             else:
                 log.warning("%s: dead-lettering delivery %d to exchange %r at the source after %d refusals "
                             "(last: %s)", self.label, tag, self.dead_letter_exchange, attempts, reason)
-                self._dead_lettering.add(tag)
+                self._dead_lettering[tag] = message
                 actions.append((DEAD_LETTER, tag, message))
             return
         if len(self._attempts) >= _ATTEMPTS_KEPT:
@@ -545,21 +545,24 @@ class Forwarder:
 
     def dead_lettered(self, tag: int, ok: bool, now: float) -> list[Action]:
         """The publish of delivery ``tag`` to the dead-letter exchange was confirmed
-        (``ok``) or not (then it goes back to the source after a back-off)."""
-        if tag not in self._dead_lettering:
+        (``ok``) or not: then it goes back to the source after the longest back-off of
+        its attempts (it has used them all: without the wait, a dead-letter exchange
+        that refuses too would make a hot loop)."""
+        message = self._dead_lettering.pop(tag, None)
+        if message is None:
             return []
-        self._dead_lettering.discard(tag)
         counters = self.counters
         if ok:
             counters.dead_lettered += 1
             counters.acked += 1
             counters.settled += 1
             return [(ACK, tag, False)]
-        log.warning("%s: the dead-letter exchange %r did not take delivery %d: back to the source", self.label,
-                    self.dead_letter_exchange, tag)
-        counters.requeued += 1
-        counters.settled += 1
-        return [(NACK, tag, False)]
+        delay = self.backoff.delay(self.max_attempts)
+        log.warning("%s: the dead-letter exchange %r did not take delivery %d: back to the source in %.1f s",
+                    self.label, self.dead_letter_exchange, tag, delay)
+        self._held[tag] = _Held(now + delay, message)
+        counters.backed_off += 1
+        return []
 
 
 def _content_key(message: Any) -> int:

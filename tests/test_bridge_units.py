@@ -241,7 +241,9 @@ def test_dead_letter_exchange_acks_after_its_confirm_or_requeues():
     assert [(op, tag) for op, tag, _ in actions] == [("dead-letter", 1), ("dead-letter", 2)]
     assert actions[0][2].delivery_tag == 1
     assert f.dead_lettered(1, True, NOW) == [("ack", 1, False)]
-    assert f.dead_lettered(2, False, NOW) == [("nack", 2, False)]
+    assert f.dead_lettered(2, False, NOW) == []  # the exchange refused it too: a back-off, not a hot loop
+    assert f.next_due == NOW + f.backoff.delay(1) and f.held == 1
+    assert f.due(f.next_due) == [("nack", 2, False)]
     s = f.counters.snapshot()
     assert (s.dead_lettered, s.requeued, s.in_flight) == (1, 1, 0)
 
