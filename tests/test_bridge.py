@@ -746,6 +746,7 @@ async def _nacked(bridge, n) -> bool:
 # ---------------------------------------------------------------- loops refused at start
 
 
+@pytest.mark.timeout(240)  # the waits: 50 s of set-up, 60 s of commands, 60 s for the last bridge, 10 s count
 def test_a_loop_into_the_source_queue_exits_2_before_consuming(nodes):
     a, _b = nodes
     src, topic = unique("src"), unique("topic")
@@ -781,6 +782,7 @@ def test_a_loop_into_the_source_queue_exits_2_before_consuming(nodes):
 # ---------------------------------------------------------------- the command: secrets, SIGKILL
 
 
+@pytest.mark.timeout(200)  # the waits: 60 s of set-up, 30 s first line, 30 s forwarding, 30 s stop
 def test_command_secrets_off_the_command_line_first_stats_at_once(nodes, tmp_path):
     a, b = nodes
     src, dst = unique("src"), unique("dst")
@@ -831,6 +833,7 @@ def test_command_bad_url_and_secrets_exit_2(nodes, tmp_path):
         assert text in lines[0] and "secret" not in err, (args, err)
 
 
+@pytest.mark.timeout(300)  # the waits: 60 s of set-up, 40 + 10 + 10 s to the kill, 60 + 30 s after, 40 s checks
 def test_command_killed_mid_run_on_confirm_nothing_lost_duplicates_counted(nodes, request):
     """SIGKILL: no drain, no acks for what was in flight.  The source delivers those again
     to the next bridge process: duplicates at the destination (at most a prefetch's worth
@@ -872,7 +875,7 @@ def test_command_killed_mid_run_on_confirm_nothing_lost_duplicates_counted(nodes
     assert asyncio.run(count(a.url, src)) == 0
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)  # the waits: the node's start (60 s), 20 + 10 s set-up, 45 s API, 40 s commands, 20 s stop
 def test_a_loop_through_an_exchange_binding_is_read_from_the_management_api(broker_node):
     """The source queue is bound to the destination exchange on the same broker (through
     an exchange-to-exchange binding): the bindings come from the management API."""
@@ -893,8 +896,8 @@ def test_a_loop_through_an_exchange_binding_is_read_from_the_management_api(brok
 
     async def management_up() -> bool:
         return await asyncio.to_thread(_answers, port)
-    asyncio.run(until(management_up, "the management API to answer", 60))
-    commands = Deadline(60, "the bridge commands")
+    asyncio.run(until(management_up, "the management API to answer", 45))
+    commands = Deadline(40, "the bridge commands")
     base = ["--src", node.url, "--src-queue", src, "--dest", node.url, "--dest-exchange", entry,
             "--management-port", str(port), "--connection-timeout", "5"]
     rc, _out, err = _run_command(*base, "--dest-routing-key", "orders.eu", deadline=commands)
@@ -908,7 +911,7 @@ def test_a_loop_through_an_exchange_binding_is_read_from_the_management_api(brok
         assert ready and p.stdout.readline().startswith("forwarded "), "the bridge did not start"
     finally:
         p.send_signal(signal.SIGTERM)
-        out, err = _communicate(p, Deadline(30, "the bridge to stop after SIGTERM"))
+        out, err = _communicate(p, Deadline(20, "the bridge to stop after SIGTERM"))
     assert p.returncode == 0, err
     assert asyncio.run(count(node.url, src)) == 5
 
