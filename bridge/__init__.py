@@ -1,5 +1,6 @@
 """amqwire.bridge: forward messages from a queue on one RabbitMQ broker to an exchange on
-another, without losing one (Shovel's ack modes, a loop guard, hop limits, filters).
+another, without losing one (Shovel's ack modes, mandatory publishes with back-off and
+dead-lettering of refused messages, loops refused at start, hop limits, filters).
 
     python -m amqwire.bridge --src amqp://a/ --src-queue orders --dest amqp://b/
 
@@ -8,9 +9,17 @@ or from Python, on asyncio::
     async with Bridge("amqp://a/", "orders", "amqp://b/") as bridge:
         await bridge.wait()
 """
-from .errors import BridgeError, BridgeFailed, BrokerAccessRefused, BrokerUnreachable, MissingResource
+from .errors import (
+    BadConfiguration,
+    BridgeError,
+    BridgeFailed,
+    BrokerAccessRefused,
+    BrokerUnreachable,
+    ConfigurationLoop,
+    MissingResource,
+)
 from .filters import TopicFilter, topic_matches
-from .forwarder import AckMode, Forwarder
+from .forwarder import AckMode, BackOff, Forwarder, Refused
 from .path import PATH_HEADER, read_path
 from .runner import Bridge, Direction
 from .stats import BridgeStats
@@ -20,6 +29,8 @@ __all__ = [
     "Direction",
     "BridgeStats",
     "AckMode",
+    "Refused",
+    "BackOff",
     "Forwarder",
     "TopicFilter",
     "topic_matches",
@@ -30,4 +41,6 @@ __all__ = [
     "BrokerAccessRefused",
     "MissingResource",
     "BridgeFailed",
+    "BadConfiguration",
+    "ConfigurationLoop",
 ]

@@ -1,26 +1,37 @@
-"""``python -m amqwire.bridge``: run a bridge until interrupted (Ctrl-C or SIGTERM: it
-drains and exits 0).
+"""``amqwire-bridge`` (or ``python -m amqwire.bridge``): run a bridge until interrupted
+(Ctrl-C or SIGTERM: it drains and exits 0).
 
 Exit codes: 0 stopped on request; 1 failed while running (a recovery gave up, a channel
-was closed); 2 bad arguments; 3 a broker cannot be reached; 4 credentials, vhost or
-access refused; 5 the source queue or the destination exchange does not exist.  The
-reason is one line on stderr.  The statistics are redrawn on one line on a terminal,
-printed one line per ``--stats-interval`` otherwise (stdout).
+was closed); 2 bad arguments, a bad URL or secret, or a configuration that loops back
+into its source queue; 3 a broker cannot be reached; 4 credentials, vhost or access
+refused; 5 the source queue or the destination exchange does not exist.  The reason is
+one line on stderr.  The statistics are shown at once, then redrawn on one line on a
+terminal, or printed one line per ``--stats-interval`` otherwise (stdout).
+
+Secrets stay off the command line (where ``ps`` shows them to every user): each URL
+comes from ``--src``/``--dest``, else from a file (``--src-url-file``), else from the
+environment (``AMQWIRE_SRC_URL``/``AMQWIRE_DEST_URL``); a password alone can come from a
+file (``--src-password-file``) or the environment (``AMQWIRE_SRC_PASSWORD``) and
+replaces the URL's.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
-from typing import Callable, Optional, Sequence, TextIO
+import urllib.parse
+from typing import Callable, Mapping, Optional, Sequence, TextIO
 
-from .errors import BridgeError
-from .forwarder import AckMode
+from .errors import BadConfiguration, BridgeError
+from .forwarder import AckMode, BackOff, Refused
 from .runner import Bridge
 
-PROG = "python -m amqwire.bridge"
+PROG = "amqwire-bridge" if os.path.basename(sys.argv[0]).startswith("amqwire-bridge") else "python -m amqwire.bridge"
+ENV_URL = {"src": "AMQWIRE_SRC_URL", "dest": "AMQWIRE_DEST_URL"}
+ENV_PASSWORD = {"src": "AMQWIRE_SRC_PASSWORD", "dest": "AMQWIRE_DEST_PASSWORD"}
 _QUIET_WHILE_STARTING = ("amqwire.client", "amqwire.bridge")
 
 
@@ -53,9 +64,16 @@ def parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 stopped on request, 1 failed while running, 2 bad arguments, "
         "3 broker unreachable, 4 access refused, 5 queue or exchange missing",
     )
-    p.add_argument("--src", required=True, metavar="URL", help="source broker, amqp://user:pass@host:port/vhost")
+    p.add_argument("--src", metavar="URL", help="source broker, amqp://user:pass@host:port/vhost (default: "
+                   "--src-url-file, else $AMQWIRE_SRC_URL; a password here is visible in ps)")
+    p.add_argument("--src-url-file", metavar="PATH", help="read the source URL from this file (its first line)")
+    p.add_argument("--src-password-file", metavar="PATH",
+                   help="read the source password from this file (default: $AMQWIRE_SRC_PASSWORD, else the URL's)")
     p.add_argument("--src-queue", required=True, metavar="Q", help="queue to forward from (must exist)")
-    p.add_argument("--dest", required=True, metavar="URL", help="destination broker")
+    p.add_argument("--dest", metavar="URL", help="destination broker (default: --dest-url-file, else $AMQWIRE_DEST_URL)")
+    p.add_argument("--dest-url-file", metavar="PATH", help="read the destination URL from this file (its first line)")
+    p.add_argument("--dest-password-file", metavar="PATH",
+                   help="read the destination password from this file (default: $AMQWIRE_DEST_PASSWORD, else the URL's)")
     p.add_argument("--dest-exchange", default="", metavar="X",
                    help="exchange to publish to (must exist; default: the default exchange)")
     key = p.add_mutually_exclusive_group()
@@ -75,6 +93,20 @@ def parser() -> argparse.ArgumentParser:
                    help="forward only routing keys matching this topic pattern (repeatable)")
     p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                    help="do not forward routing keys matching this topic pattern (repeatable)")
+    p.add_argument("--on-refused", choices=[r.value for r in Refused], default=Refused.REQUEUE.value,
+                   help="a message the destination returns (no route) or nacks: requeue (default: back to the "
+                   "source after a growing back-off, for ever), dead-letter or drop after --max-attempts (on-confirm only)")
+    p.add_argument("--max-attempts", type=_int_range(1, 1_000_000), default=5, metavar="N",
+                   help="refusals of one message before --on-refused dead-letter / drop applies (5)")
+    p.add_argument("--dead-letter-exchange", metavar="X", default=None,
+                   help="with --on-refused dead-letter: publish to this exchange at the source (default: "
+                   "basic.nack without requeue, to the source queue's own dead-letter exchange)")
+    p.add_argument("--backoff", type=_positive_float, default=0.5, metavar="SECONDS",
+                   help="back-off after a refusal, doubling per refusal of the message and of the destination (0.5)")
+    p.add_argument("--max-backoff", type=_positive_float, default=30.0, metavar="SECONDS",
+                   help="longest back-off (30)")
+    p.add_argument("--management-port", type=_int_range(0, 65535), default=15672, metavar="PORT",
+                   help="the source's management API, to check exchange bindings for loops at start (15672; 0: do not)")
     p.add_argument("--stats-interval", type=_positive_float, default=5.0, metavar="SECONDS",
                    help="statistics every SECONDS (5)")
     p.add_argument("--connection-timeout", type=_positive_float, default=10.0, metavar="SECONDS")
@@ -106,9 +138,59 @@ class Display:
         self.out.flush()
 
 
-async def run(args: argparse.Namespace, display: Display) -> int:
+def _read_secret(path: str, option: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            line = f.readline().strip()
+    except OSError as exc:
+        raise BadConfiguration(f"{option}: cannot read {path!r}: {exc.strerror or exc}") from None
+    if not line:
+        raise BadConfiguration(f"{option}: {path!r} is empty")
+    return line
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` with its password replaced (percent-encoded as a URL needs)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    user = parts.netloc.rpartition("@")[0].partition(":")[0] if "@" in parts.netloc else urllib.parse.quote("guest")
+    netloc = f"{user}:{urllib.parse.quote(password, safe='')}@{host}"
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def broker_url(args: argparse.Namespace, side: str, environ: Mapping[str, str]) -> str:
+    """The URL of ``side`` ("src" or "dest") from the options, a file or the environment,
+    with the password from its file or the environment when given."""
+    option = f"--{side}"
+    url = getattr(args, side)
+    url_file = getattr(args, f"{side}_url_file")
+    if url is not None and url_file is not None:
+        raise BadConfiguration(f"{option} and {option}-url-file: give one")
+    if url is None and url_file is not None:
+        url = _read_secret(url_file, f"{option}-url-file")
+    if url is None:
+        url = environ.get(ENV_URL[side]) or None
+    if url is None:
+        raise BadConfiguration(f"no {'source' if side == 'src' else 'destination'} URL: give {option}, "
+                               f"{option}-url-file or ${ENV_URL[side]}")
+    password_file = getattr(args, f"{side}_password_file")
+    if password_file is not None:
+        return with_password(url, _read_secret(password_file, f"{option}-password-file"))
+    password = environ.get(ENV_PASSWORD[side])
+    return with_password(url, password) if password else url
+
+
+async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, str] = os.environ) -> int:
+    try:
+        backoff = BackOff(args.backoff, max(args.max_backoff, args.backoff))
+    except ValueError as exc:
+        raise BadConfiguration(f"--backoff / --max-backoff: {exc}") from None
+    if args.dead_letter_exchange is not None and args.on_refused != Refused.DEAD_LETTER.value:
+        raise BadConfiguration("--dead-letter-exchange needs --on-refused dead-letter")
+    if args.on_refused != Refused.REQUEUE.value and args.ack_mode != AckMode.ON_CONFIRM.value:
+        raise BadConfiguration(f"--on-refused {args.on_refused} needs --ack-mode on-confirm")
     bridge = Bridge(
-        args.src, args.src_queue, args.dest,
+        broker_url(args, "src", environ), args.src_queue, broker_url(args, "dest", environ),
         dest_exchange=args.dest_exchange,
         dest_routing_key=args.dest_routing_key,
         keep_routing_key=args.keep_routing_key,
@@ -121,16 +203,30 @@ async def run(args: argparse.Namespace, display: Display) -> int:
         stats_interval=args.stats_interval,
         on_stats=display.show,
         connection_timeout=args.connection_timeout,
+        refused=args.on_refused,
+        max_attempts=args.max_attempts,
+        dead_letter_exchange=args.dead_letter_exchange,
+        backoff=backoff,
+        management_port=args.management_port or None,
     )
-    await bridge.start()
-    for name in _QUIET_WHILE_STARTING:  # from here on, reconnects are worth a warning
-        logging.getLogger(name).setLevel(logging.NOTSET)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before start: a signal during start ends it cleanly
         loop.add_signal_handler(sig, stop.set)
-    waiter = loop.create_task(bridge.wait())
     stopper = loop.create_task(stop.wait())
+    starting = loop.create_task(bridge.start())
+    await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # start() closes what it opened; nothing was acked
+        starting.cancel()
+        await asyncio.wait({starting})
+        return 0
+    if starting.exception() is not None:
+        stopper.cancel()
+        starting.result()  # raises why it could not start
+    for name in _QUIET_WHILE_STARTING:  # from here on, reconnects are worth a warning
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    display.show(bridge)  # at once: the first interval can be long
+    waiter = loop.create_task(bridge.wait())
     try:
         await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from amqwire.client.errors import AmqwireError
 
-__all__ = ["BridgeError", "BrokerUnreachable", "BrokerAccessRefused", "MissingResource", "BridgeFailed"]
+__all__ = ["BridgeError", "BrokerUnreachable", "BrokerAccessRefused", "MissingResource", "BridgeFailed", "BadConfiguration",
+           "ConfigurationLoop"]
 
 
 class BridgeError(AmqwireError):
@@ -37,3 +38,17 @@ class BridgeFailed(BridgeError):
     """The bridge stopped while running (a recovery gave up, a channel was closed)."""
 
     exit_code = 1
+
+
+class BadConfiguration(BridgeError, ValueError):
+    """An option, a URL or a secret the bridge cannot use: the command exits 2, as for
+    bad arguments."""
+
+    exit_code = 2
+
+
+class ConfigurationLoop(BadConfiguration):
+    """The destination routes what the bridge publishes back into a queue it consumes
+    (same broker and vhost): refused at start, before anything is consumed."""
+
+    exit_code = 2

@@ -1,33 +1,59 @@
 """What a bridge does with each delivery, written once and free of I/O.
 
 A transport (``runner.py``) hands the :class:`Forwarder` the deliveries of one source
-consumer in the order they arrived and applies what it answers; the forwarder decides
-per message (filter, loop guard, hop limit), builds the frames to publish and keeps the
-ack bookkeeping of the ack mode:
+consumer in the order they arrived, and the destination's answers (confirms, returns) in
+the order they came, and applies the actions it answers; the forwarder decides per
+message (filter, loop guard, hop limit), builds the frames to publish and keeps the ack
+bookkeeping of the ack mode:
 
-- ``on-confirm``: a message is acked at the source only once the destination confirmed
-  it.  Deliveries are kept in a ledger in delivery-tag order, one entry per batch
-  published together; settled entries at its head are acked with one ``multiple`` ack
-  up to the last of them.  A batch the destination did not confirm (nacked, or its
-  connection was lost) is nacked back to the source with requeue: the source delivers it
-  again (flagged redelivered: it may be a duplicate at the destination), never lost.
+- ``on-confirm``: a message is acked at the source only once the destination stored it:
+  confirmed (basic.ack) and not returned.  Every publish is ``mandatory``, because a
+  broker confirms a message it could not route (it stores it nowhere) and says so only
+  with a basic.return.  The forwarder numbers the publishes as the destination's channel
+  does (confirm seqnos from 1, restarted with ``restart_seqnos`` when the channel is
+  reopened), matches each basic.return to the publish it returns (by routing key,
+  properties and body: a return names no seqno) and settles each delivery from the
+  verdict of its own publish.  Deliveries are kept in a ledger in delivery-tag order,
+  one entry per batch published together; settled entries at its head are acked with
+  one ``multiple`` ack up to the last of them.
 - ``on-publish``: acked (``multiple``) as soon as the batch is written to the
-  destination's connection.  A destination lost before it stored them loses them.
+  destination's connection.  A destination lost before it stored them, a refusal or a
+  return loses them (returns are still counted and logged).
 - ``no-ack``: the source acks on delivery; nothing to do.
+
+A message the destination refused (returned: no route; nacked: a full queue with
+``reject-publish``, or any other refusal) is a *refusal*; what follows is the
+:class:`Refused` policy: ``requeue`` (the default) sends it back to the source after a
+back-off that grows with the message's attempts, for ever; ``dead-letter`` and ``drop``
+do the same up to ``max_attempts`` attempts, then dead-letter it at the source (to a
+named exchange, or with ``basic.nack(requeue=False)`` to the source queue's own
+dead-letter exchange) or ack it without forwarding (counted ``dropped``).  While a
+message waits out its back-off it stays unacked at the source (it counts against the
+prefetch, which is what keeps a refusing destination from becoming a hot loop).
+Refusals also pause the whole direction: ``paused_until`` grows with the destination's
+consecutive refusals and is cleared by its next clean confirm.  A publish the destination
+never answered (its connection was lost) is not a refusal: it goes back to the source at
+once, as before.
 
 Messages that are not forwarded (filtered, suppressed by the loop guard, dropped by the
 hop limit) are acked with the others: they leave the source queue.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
-from typing import Any, Optional, Sequence
+import logging
+from itertools import repeat
+from typing import Any, Optional, Sequence, Union
+
+from amqwire.codec import BasicProperties
 
 from .filters import TopicFilter
 from .frames import PublishFrames
 from .path import PATH_HEADER, PathWriter, read_path
 from .stats import Counters
 
+log = logging.getLogger("amqwire.bridge")
 
 class AckMode(str, enum.Enum):
     """Shovel's ack modes."""
@@ -37,15 +63,51 @@ class AckMode(str, enum.Enum):
     NO_ACK = "no-ack"
 
 
-# Actions for the transport, applied in order on the source channel.
-ACK = "ack"  # (ACK, delivery_tag, multiple)
-NACK = "nack"  # (NACK, delivery_tag, False): requeue
+class Refused(str, enum.Enum):
+    """What happens to a message the destination refused (returned or nacked)."""
+
+    REQUEUE = "requeue"
+    DEAD_LETTER = "dead-letter"
+    DROP = "drop"
+
+
+@dataclasses.dataclass(frozen=True)
+class BackOff:
+    """Delays after refusals: ``initial`` seconds after the first, doubling, at most
+    ``maximum``."""
+
+    initial: float = 0.5
+    maximum: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not (self.initial > 0 and self.maximum >= self.initial):
+            raise ValueError(f"back-off needs 0 < initial <= maximum, not {self.initial!r} and {self.maximum!r}")
+
+    def delay(self, attempt: int) -> float:
+        """The wait after the ``attempt``-th refusal in a row (1, 2, ...)."""
+        if attempt > 62:
+            return self.maximum
+        return float(min(self.maximum, self.initial * (1 << max(attempt - 1, 0))))
+
+
+# Actions for the transport, applied in order on the source channel: (op, delivery tag, arg).
+ACK = "ack"  # arg: multiple
+NACK = "nack"  # requeue; arg False
+REJECT = "reject"  # basic.nack(requeue=False): to the source queue's dead-letter exchange; arg False
+DEAD_LETTER = "dead-letter"  # publish arg (the Message) to the dead-letter exchange at the source, then call
+# dead_lettered(tag, ok)
+Action = tuple[str, int, Any]
+
+RETURNED = "returned"
+NACKED = "nacked"
+LOST = "lost"  # the destination's connection went before it answered: not a refusal
 
 
 class Batch:
     """Deliveries handled together: ``frames`` publishes ``count`` of them."""
 
-    __slots__ = ("frames", "count", "forwarded_tags", "skipped_tags", "last_tag", "done", "failed")
+    __slots__ = ("frames", "count", "forwarded_tags", "skipped_tags", "last_tag", "done", "messages",
+                 "properties", "first_seqno", "unresolved", "refused")
 
     def __init__(self) -> None:
         self.frames: bytes = b""
@@ -54,17 +116,37 @@ class Batch:
         self.skipped_tags: list[int] = []
         self.last_tag = 0
         self.done = False
-        self.failed = False
+        self.messages: list[Any] = []  # the forwarded deliveries, in publish order
+        self.properties: list[bytes] = []  # the property bytes each was published with
+        self.first_seqno = 0
+        self.unresolved = 0
+        self.refused: dict[int, tuple[str, int, str]] = {}  # index -> (RETURNED/NACKED/LOST, reply code, text)
 
     def __repr__(self) -> str:
         return f"<Batch {self.count} to forward, {len(self.skipped_tags)} skipped, last tag {self.last_tag}>"
+
+
+class _Held:
+    __slots__ = ("due", "message")
+
+    def __init__(self, due: float, message: Any) -> None:
+        self.due = due
+        self.message = message
+
+
+_DONE = object()
+_ATTEMPTS_KEPT = 65536
+RETURN_LOG_INTERVAL = 10.0  # seconds between two warnings for the same kind of return
 
 
 class Forwarder:
     """One direction of a bridge: source queue -> destination exchange.
 
     ``routing_key`` None forwards with each message's own routing key.  ``source_name``
-    and ``destination_name`` name the two brokers in ``x-amqwire-path``.
+    and ``destination_name`` name the two brokers in ``x-amqwire-path``.  ``refused``,
+    ``max_attempts``, ``dead_letter_exchange`` and ``backoff``: what to do with a message
+    the destination refused (see the module's docstring); ``dead_letter_exchange`` None
+    dead-letters with ``basic.nack(requeue=False)``.
     """
 
     def __init__(
@@ -79,6 +161,11 @@ class Forwarder:
         topic_filter: Optional[TopicFilter] = None,
         channel_id: int = 1,
         frame_max: int = 131072,
+        refused: Union[Refused, str] = Refused.REQUEUE,
+        max_attempts: int = 5,
+        dead_letter_exchange: Optional[str] = None,
+        backoff: BackOff = BackOff(),
+        label: str = "bridge",
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
@@ -87,16 +174,43 @@ class Forwarder:
         self.ack_mode = AckMode(ack_mode)
         self.max_hops = max_hops
         self.filter = topic_filter if topic_filter is not None and topic_filter.active else None
-        self.frames = PublishFrames(channel_id, frame_max)
+        self.frames = PublishFrames(channel_id, frame_max, mandatory=True)
         self.paths = PathWriter(source_name)
         self.counters = Counters()
+        self.refused_policy = Refused(refused)
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be a positive int, not {max_attempts!r}")
+        self.max_attempts = max_attempts
+        self.dead_letter_exchange = dead_letter_exchange
+        self.backoff = backoff
+        self.label = label
+        self.paused_until = 0.0  # no publishing before (time.monotonic()): the destination refuses
+        self._refusal_streak = 0
         self._ledger: list[Batch] = []  # on-confirm: published, not yet settled, in tag order
         self._head = 0
+        self._slots: "list[Any]" = []  # on-confirm: the batch of each unresolved seqno, from _base
+        self._slot_head = 0
+        self._base = 1  # the seqno of _slots[_slot_head]
+        self._held: dict[int, _Held] = {}  # refused, waiting out their back-off, unacked at the source
+        self._dead_lettering: dict[int, Any] = {}  # tag -> message, published to the dead-letter exchange
+        self._attempts: dict[int, int] = {}  # refusals so far, by the message's content
+        self._unmatched_return: Optional[tuple[int, str]] = None
+        self._return_log: dict[tuple[int, str, str], tuple[Optional[float], int]] = {}
 
     @property
     def unsettled(self) -> int:
         """Deliveries received and not yet settled at the source."""
         return self.counters.received - self.counters.settled
+
+    @property
+    def held(self) -> int:
+        """Refused deliveries waiting out their back-off."""
+        return len(self._held)
+
+    @property
+    def next_due(self) -> Optional[float]:
+        """When the first held delivery is due to go back to the source."""
+        return min((h.due for h in self._held.values()), default=None)
 
     def prepare(self, messages: Sequence[Any]) -> Batch:
         """Decide for each delivery (in arrival order) and build the frames to publish."""
@@ -106,6 +220,8 @@ class Forwarder:
         parts: list[Any] = []
         forwarded = batch.forwarded_tags
         skipped = batch.skipped_tags
+        kept = batch.messages
+        kept_properties = batch.properties
         flt = self.filter
         destination = self.destination_name
         max_hops = self.max_hops
@@ -139,25 +255,34 @@ class Forwarder:
                 counters.hops_dropped += 1
                 skipped.append(tag)
                 continue
-            append(parts, exchange, key if fixed_key is None else fixed_key, add_hop(properties, path), message.body)
+            wire = add_hop(properties, path)
+            append(parts, exchange, key if fixed_key is None else fixed_key, wire, message.body)
             forwarded.append(tag)
+            kept.append(message)
+            kept_properties.append(wire)
         if messages:
             batch.last_tag = messages[-1].delivery_tag
         batch.count = len(forwarded)
         batch.frames = b"".join(parts)
         return batch
 
-    def sent(self, batch: Batch) -> list[tuple[str, int, bool]]:
+    def sent(self, batch: Batch) -> list[Action]:
         """The batch was written to the destination (or had nothing to write).
-        on-confirm: it waits in the ledger for ``confirmed``; the others settle now."""
+        on-confirm: it waits in the ledger for its confirms; the others settle now."""
         mode = self.ack_mode
         counters = self.counters
         if mode is AckMode.ON_CONFIRM:
-            if not batch.count:
+            if batch.count:
+                batch.first_seqno = self._base + len(self._slots) - self._slot_head
+                batch.unresolved = batch.count
+                self._slots.extend(repeat(batch, batch.count))
+            else:
                 batch.done = True
             self._ledger.append(batch)
-            return self._release() if batch.done else []
+            return self._release(0.0) if batch.done else []
         counters.forwarded += batch.count
+        batch.messages = []
+        batch.properties = []
         settled = batch.count + len(batch.skipped_tags)
         counters.settled += settled
         if mode is AckMode.NO_ACK or not settled:
@@ -165,44 +290,283 @@ class Forwarder:
         counters.acked += settled
         return [(ACK, batch.last_tag, True)]
 
-    def confirmed(self, batch: Batch, ok: bool) -> list[tuple[str, int, bool]]:
-        """on-confirm: the destination answered for the whole batch (``ok``: acked every
-        message; else a nack or a lost connection)."""
-        batch.done = True
-        batch.failed = not ok
-        if ok:
-            self.counters.forwarded += batch.count
-        return self._release()
+    # ------------------------------------------------------------------ the destination's answers
 
-    def _release(self) -> list[tuple[str, int, bool]]:
-        """Acks (and requeues) for the settled batches at the head of the ledger."""
+    def returned(self, routing_key: str, properties: Any, body: bytes, reply_code: int, reply_text: str,
+                 now: float = 0.0) -> bool:
+        """A basic.return from the destination.  on-confirm: marks the publish it returns
+        (its confirm follows); False when it matches no unconfirmed publish.  Logged with
+        the broker's reason: the first of each reason and routing key, then once every
+        ``RETURN_LOG_INTERVAL`` seconds with the count since."""
+        self.counters.returned += 1
+        reason = (reply_code, reply_text, routing_key)
+        last, since = self._return_log.get(reason, (None, 0))
+        if last is None or now - last >= RETURN_LOG_INTERVAL:
+            more = f" ({since} more since the last report)" if since else ""
+            log.warning("%s: the destination returned a message: %d %s (routing key %r)%s", self.label, reply_code,
+                        reply_text, routing_key, more)
+            if len(self._return_log) >= 1024:
+                self._return_log.clear()
+            self._return_log[reason] = (now, 0)
+        else:
+            self._return_log[reason] = (last, since + 1)
+        if self.ack_mode is not AckMode.ON_CONFIRM:
+            return False
+        wire = getattr(properties, "wire", None)
+        fixed_key = self.routing_key
+        slots = self._slots
+        seqno = self._base
+        for i in range(self._slot_head, len(slots)):
+            batch = slots[i]
+            if batch is not _DONE:
+                index = seqno - batch.first_seqno
+                message = batch.messages[index]
+                if (index not in batch.refused and message.body == body
+                        and (message.routing_key if fixed_key is None else fixed_key) == routing_key):
+                    sent = batch.properties[index]
+                    if sent == wire or BasicProperties.decode(sent) == properties:
+                        batch.refused[index] = (RETURNED, reply_code, reply_text)
+                        return True
+            seqno += 1
+        # RabbitMQ sends a message's basic.return just before its basic.ack: the next
+        # confirm's tag is that message.
+        self._unmatched_return = (reply_code, reply_text)
+        return False
+
+    def confirm(self, ack: bool, tag: int, multiple: bool, now: float) -> list[Action]:
+        """on-confirm: a basic.ack (``ack``) or basic.nack of the destination, as it came."""
+        slots = self._slots
+        head = self._slot_head
+        base = self._base
+        unmatched = self._unmatched_return
+        self._unmatched_return = None
+        clean = True
+        touched = False
+        if multiple:
+            upto = min(tag - base + head + 1, len(slots))
+            for i in range(head, upto):
+                batch = slots[i]
+                if batch is _DONE:
+                    continue
+                touched = True
+                seqno = base + i - head
+                clean &= self._resolve(batch, seqno, ack, unmatched if seqno == tag else None)
+            if upto > head:
+                self._base = base + upto - head
+                self._slot_head = head = upto
+        else:
+            i = head + tag - base
+            if head <= i < len(slots) and slots[i] is not _DONE:
+                touched = True
+                clean = self._resolve(slots[i], tag, ack, unmatched)
+                slots[i] = _DONE
+        while head < len(slots) and slots[head] is _DONE:
+            head += 1
+            self._base += 1
+        self._slot_head = head
+        if head > 4096 and head * 2 > len(slots):
+            del slots[:head]
+            self._slot_head = 0
+        if not touched:
+            return []
+        if clean:
+            self._refusal_streak = 0
+        elif now >= self.paused_until:  # refusals of what was published before the pause count once
+            self._refusal_streak += 1
+            self.paused_until = now + self.backoff.delay(self._refusal_streak)
+            self.counters.paused += 1
+        return self._release(now)
+
+    def _resolve(self, batch: Batch, seqno: int, ack: bool, unmatched: Optional[tuple[int, str]]) -> bool:
+        index = seqno - batch.first_seqno
+        clean = True
+        if unmatched is not None and index not in batch.refused:
+            batch.refused[index] = (RETURNED, unmatched[0], unmatched[1])
+        if not ack:
+            self.counters.nacked += 1
+            batch.refused.setdefault(index, (NACKED, 0, "nacked by the destination"))
+            clean = False
+        elif index in batch.refused:
+            clean = False
+        batch.unresolved -= 1
+        if not batch.unresolved:
+            batch.done = True
+        return clean
+
+    def lost(self, batch: Batch) -> list[Action]:
+        """on-confirm: the destination's channel or connection went before it answered
+        for the whole batch: what it did not answer goes back to the source at once."""
+        if batch.done or not batch.count:
+            return []
+        slots = self._slots
+        start = self._slot_head + batch.first_seqno - self._base
+        for i in range(max(start, self._slot_head), min(start + batch.count, len(slots))):
+            if slots[i] is batch:
+                batch.refused.setdefault(i - start, (LOST, 0, "the destination's connection was lost"))
+                slots[i] = _DONE
+        batch.unresolved = 0
+        batch.done = True
+        return self._release(0.0)
+
+    def restart_seqnos(self) -> list[Action]:
+        """The destination's channel was reopened: its seqnos start again at 1.  Whatever
+        it had not answered is lost (and goes back to the source)."""
+        actions: list[Action] = []
+        for batch in {id(b): b for b in self._slots[self._slot_head:] if b is not _DONE}.values():
+            actions += self.lost(batch)
+        self._slots = []
+        self._slot_head = 0
+        self._base = 1
+        self._unmatched_return = None
+        return actions
+
+    # ------------------------------------------------------------------ settling at the source
+
+    def _release(self, now: float) -> list[Action]:
+        """Acks (and requeues, holds, dead-letters) for the settled batches at the head of
+        the ledger, in delivery order."""
         ledger = self._ledger
         counters = self.counters
-        actions: list[tuple[str, int, bool]] = []
-        ack_upto = 0
+        actions: list[Action] = []
+        clean: list[Batch] = []
         i = self._head
         while i < len(ledger) and ledger[i].done:
             batch = ledger[i]
             i += 1
-            if not batch.failed:
-                ack_upto = batch.last_tag
-                counters.acked += batch.count + len(batch.skipped_tags)
-                counters.settled += batch.count + len(batch.skipped_tags)
+            if not batch.refused:
+                clean.append(batch)
+                counters.forwarded += batch.count
+                if self._attempts:
+                    for message in batch.messages:
+                        self._attempts.pop(_content_key(message), None)
+                batch.messages = []
+                batch.properties = []
                 continue
-            if ack_upto:
-                actions.append((ACK, ack_upto, True))
-                ack_upto = 0
-            for tag in batch.forwarded_tags:
-                actions.append((NACK, tag, False))
+            self._ack_clean(clean, actions)
+            clean = []
+            refused = batch.refused
+            for index, tag in enumerate(batch.forwarded_tags):
+                verdict = refused.get(index)
+                if verdict is None:
+                    counters.forwarded += 1
+                    actions.append((ACK, tag, False))
+                    counters.acked += 1
+                    counters.settled += 1
+                else:
+                    self._refused(tag, batch.messages[index], verdict, now, actions)
             for tag in batch.skipped_tags:
                 actions.append((ACK, tag, False))
-            counters.requeued += batch.count
             counters.acked += len(batch.skipped_tags)
-            counters.settled += batch.count + len(batch.skipped_tags)
-        if ack_upto:
-            actions.append((ACK, ack_upto, True))
+            counters.settled += len(batch.skipped_tags)
+            batch.messages = []
+            batch.properties = []
+        self._ack_clean(clean, actions)
         if i > 256 and i * 2 > len(ledger):
             del ledger[:i]
             i = 0
         self._head = i
         return actions
+
+    def _ack_clean(self, batches: list[Batch], actions: list[Action]) -> None:
+        """Ack batches settled without a refusal: one ``multiple`` ack, unless it would
+        also ack a held delivery (then one ack each)."""
+        if not batches:
+            return
+        counters = self.counters
+        settled = sum(b.count + len(b.skipped_tags) for b in batches)
+        counters.acked += settled
+        counters.settled += settled
+        upto = batches[-1].last_tag
+        if not self._held and not self._dead_lettering:
+            actions.append((ACK, upto, True))
+            return
+        lowest = min((*self._held, *self._dead_lettering))
+        if lowest > upto:
+            actions.append((ACK, upto, True))
+            return
+        for batch in batches:
+            for tag in sorted((*batch.forwarded_tags, *batch.skipped_tags)):
+                actions.append((ACK, tag, False))
+
+    def _refused(self, tag: int, message: Any, verdict: tuple[str, int, str], now: float, actions: list[Action]) -> None:
+        kind, code, text = verdict
+        counters = self.counters
+        if kind is LOST:
+            actions.append((NACK, tag, False))
+            counters.requeued += 1
+            counters.settled += 1
+            return
+        key = _content_key(message)
+        attempts = self._attempts.pop(key, 0) + 1
+        policy = self.refused_policy
+        reason = f"{code} {text}" if code else text
+        if policy is not Refused.REQUEUE and attempts >= self.max_attempts:
+            if policy is Refused.DROP:
+                log.warning("%s: dropping delivery %d after %d refusals (last: %s)", self.label, tag, attempts, reason)
+                actions.append((ACK, tag, False))
+                counters.dropped += 1
+                counters.acked += 1
+                counters.settled += 1
+            elif self.dead_letter_exchange is None:
+                log.warning("%s: dead-lettering delivery %d at the source (the queue's dead-letter exchange) after "
+                            "%d refusals (last: %s)", self.label, tag, attempts, reason)
+                actions.append((REJECT, tag, False))
+                counters.dead_lettered += 1
+                counters.settled += 1
+            else:
+                log.warning("%s: dead-lettering delivery %d to exchange %r at the source after %d refusals "
+                            "(last: %s)", self.label, tag, self.dead_letter_exchange, attempts, reason)
+                self._dead_lettering[tag] = message
+                actions.append((DEAD_LETTER, tag, message))
+            return
+        if len(self._attempts) >= _ATTEMPTS_KEPT:
+            del self._attempts[next(iter(self._attempts))]
+        self._attempts[key] = attempts
+        delay = self.backoff.delay(attempts)
+        log.info("%s: delivery %d refused (%s), attempt %d: back to the source in %.1f s", self.label, tag, reason,
+                 attempts, delay)
+        self._held[tag] = _Held(now + delay, message)
+        counters.backed_off += 1
+
+    def due(self, now: float) -> list[Action]:
+        """Requeues for the held deliveries whose back-off is over."""
+        if not self._held:
+            return []
+        ready = sorted(tag for tag, held in self._held.items() if held.due <= now)
+        for tag in ready:
+            del self._held[tag]
+        self.counters.requeued += len(ready)
+        self.counters.settled += len(ready)
+        return [(NACK, tag, False) for tag in ready]
+
+    def release_held(self) -> list[Action]:
+        """Requeue every held delivery now (the bridge is stopping)."""
+        return self.due(float("inf"))
+
+    def dead_lettered(self, tag: int, ok: bool, now: float) -> list[Action]:
+        """The publish of delivery ``tag`` to the dead-letter exchange was confirmed
+        (``ok``) or not: then it goes back to the source after the longest back-off of
+        its attempts (it has used them all: without the wait, a dead-letter exchange
+        that refuses too would make a hot loop)."""
+        message = self._dead_lettering.pop(tag, None)
+        if message is None:
+            return []
+        counters = self.counters
+        if ok:
+            counters.dead_lettered += 1
+            counters.acked += 1
+            counters.settled += 1
+            return [(ACK, tag, False)]
+        delay = self.backoff.delay(self.max_attempts)
+        log.warning("%s: the dead-letter exchange %r did not take delivery %d: back to the source in %.1f s",
+                    self.label, self.dead_letter_exchange, tag, delay)
+        self._held[tag] = _Held(now + delay, message)
+        counters.backed_off += 1
+        return []
+
+
+def _content_key(message: Any) -> int:
+    """A delivery's identity across its redeliveries (the source gives it a new tag)."""
+    properties = message.properties
+    wire = getattr(properties, "wire", None)
+    return hash((message.routing_key, wire if wire is not None else repr(properties), message.body))

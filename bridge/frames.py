@@ -20,16 +20,17 @@ _FRAME_OVERHEAD = 8  # type, channel, size, end octet
 class PublishFrames:
     """Frames of basic.publish on one channel of the destination."""
 
-    def __init__(self, channel_id: int, frame_max: int) -> None:
+    def __init__(self, channel_id: int, frame_max: int, *, mandatory: bool = False) -> None:
         self.channel_id = channel_id
         self.frame_max = frame_max
+        self.mandatory = mandatory
         self._methods: dict[tuple[str, str], bytes] = {}
 
     def method(self, exchange: str, routing_key: str) -> bytes:
         key = (exchange, routing_key)
         frame = self._methods.get(key)
         if frame is None:
-            frame = BasicPublish(0, exchange, routing_key, False, False).encode(self.channel_id)
+            frame = BasicPublish(0, exchange, routing_key, self.mandatory, False).encode(self.channel_id)
             if len(self._methods) >= 4096:
                 self._methods.clear()
             self._methods[key] = frame

@@ -16,8 +16,13 @@ batch's confirm settles it at the source (``forwarder.py``).
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import logging
+import socket
 import time
+import urllib.parse
+import urllib.request
 from typing import Any, Callable, Iterable, Optional, Union
 
 from amqwire.client import aio
@@ -27,21 +32,35 @@ from amqwire.client.errors import (
     AMQPError,
     AuthenticationError,
     ConnectionClosed,
+    MessageReturned,
     NotFound,
+    PublishNacked,
+    ResourceLocked,
 )
 from amqwire.client.lifecycle import ConnectionStatus
 from amqwire.client.recovery import RecoveryPolicy
 from amqwire.client.url import parse_url
 
-from .errors import BridgeError, BridgeFailed, BrokerAccessRefused, BrokerUnreachable, MissingResource
+from .errors import (
+    BadConfiguration,
+    BridgeError,
+    BridgeFailed,
+    BrokerAccessRefused,
+    BrokerUnreachable,
+    ConfigurationLoop,
+    MissingResource,
+)
 from .filters import TopicFilter
-from .forwarder import ACK, AckMode, Batch, Forwarder
+from .forwarder import ACK, DEAD_LETTER, NACK, REJECT, Action, AckMode, BackOff, Batch, Forwarder, Refused
+from .frames import PublishFrames
+from .loops import Binding, Endpoint, find_loop, same_broker
 from .stats import BridgeStats
 
 log = logging.getLogger("amqwire.bridge")
 _CLOSED_BY_USER = (ConnectionStatus.CLOSING, ConnectionStatus.CLOSED)
 
 DEFAULT_RECOVERY = RecoveryPolicy(initial_delay=0.5, max_delay=10.0)
+DEFAULT_BACKOFF = BackOff()
 
 
 def _display(url: str) -> str:
@@ -75,7 +94,7 @@ async def _connect(url: str, role: str, recovery: RecoveryPolicy, connection_tim
     except (AMQPConnectionError, OSError, TimeoutError) as exc:
         raise BrokerUnreachable(f"cannot reach the {role} broker {_display(url)}: {exc}") from exc
     except ValueError as exc:
-        raise BridgeError(f"bad {role} URL: {exc}") from exc
+        raise BadConfiguration(f"bad {role} URL: {exc}") from exc
 
 
 def _resource_error(exc: AMQPError, what: str) -> BridgeError:
@@ -84,6 +103,82 @@ def _resource_error(exc: AMQPError, what: str) -> BridgeError:
     if isinstance(exc, AccessRefused):
         return BrokerAccessRefused(f"access to {what} refused ({exc})")
     return BridgeFailed(f"{what}: {exc}")
+
+
+async def _same_broker_probe(source: Any, destination: Any) -> Optional[bool]:
+    """Whether both connections reach the same broker (or cluster) and vhost: a queue
+    declared exclusive through the source is locked (405) to the destination there, and
+    missing (404) anywhere else.  None when the probe cannot run (say, the source user
+    may not declare a queue)."""
+    try:
+        async with source.channel() as channel:
+            name = (await channel.queue_declare("", exclusive=True, auto_delete=True)).queue
+            try:
+                probe = await destination.channel()
+                try:
+                    await probe.queue_declare(name, passive=True)
+                    return True
+                except ResourceLocked:
+                    return True
+                except NotFound:
+                    return False
+                finally:
+                    if probe.is_open:
+                        await probe.close()
+            finally:
+                await channel.queue_delete(name)
+    except AMQPError as exc:
+        log.info("same-broker probe not possible (%s): judging by address and cluster name", exc)
+        return None
+
+
+async def _endpoint(connection: Any) -> Endpoint:
+    params = connection.params  # where it is connected (the URL, or the one of a list that answered)
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(params.host, params.port, type=socket.SOCK_STREAM)
+        addresses = frozenset((str(info[4][0]), params.port) for info in infos)
+    except OSError:
+        addresses = frozenset({(params.host, params.port)})
+    props = connection.server_properties or {}
+    name = props.get("cluster_name")
+    if isinstance(name, bytes):
+        name = name.decode("utf-8", "replace")
+    vhost = params.vhost
+    return Endpoint(addresses, vhost, name if isinstance(name, str) and name else None)
+
+
+def _exchange_graph(params: Any, exchange: str, port: int) -> Optional[tuple[dict[str, str], dict[str, list[Binding]]]]:
+    """The types and bindings of ``exchange`` and the exchanges it is bound to, from the
+    management API on the connection's host (its credentials); None when it does not answer."""
+    scheme = "https" if params.ssl else "http"
+    auth = base64.b64encode(f"{params.username}:{params.password}".encode()).decode()
+    vhost = urllib.parse.quote(params.vhost, safe="")
+    types: dict[str, str] = {}
+    bindings: dict[str, list[Binding]] = {}
+    todo = [exchange]
+    try:
+        while todo and len(types) < 64:
+            name = todo.pop()
+            if name in types:
+                continue
+            base = f"{scheme}://{params.host}:{port}/api/exchanges/{vhost}/{urllib.parse.quote(name, safe='')}"
+            info = _get_json(base, auth)
+            types[name] = str(info.get("type", "direct"))
+            found = [Binding(str(b["destination"]), str(b["destination_type"]), str(b["routing_key"]))
+                     for b in _get_json(base + "/bindings/source", auth)]
+            bindings[name] = found
+            todo += [b.destination for b in found if b.destination_type == "exchange"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.debug("management API: %s", exc)
+        return None
+    return types, bindings
+
+
+def _get_json(url: str, auth: str) -> Any:
+    request = urllib.request.Request(url, headers={"Authorization": f"Basic {auth}"})
+    with urllib.request.urlopen(request, timeout=3) as response:
+        return json.load(response)
 
 
 class Direction:
@@ -103,7 +198,12 @@ class Direction:
         self._dest_ch: Any = None
         self._consumer: Any = None
         self._pending: list[Any] = []
-        self._confirmed: list[tuple[Batch, bool]] = []
+        # The destination's answers and what else settles deliveries, in the order they came:
+        # ("confirm", ack, tag, multiple), ("return", ReturnedMessage), ("lost", batch),
+        # ("restart",), ("dead-lettered", tag, ok)
+        self._events: list[tuple[Any, ...]] = []
+        self._dead_letter_ch: Any = None
+        self._dead_letter_frames: Optional[PublishFrames] = None
         self._wake = asyncio.Event()
         self._stopping = False
         self.task: Optional["asyncio.Task[None]"] = None
@@ -125,8 +225,21 @@ class Direction:
         mode = bridge.ack_mode
         if mode is AckMode.ON_CONFIRM:
             await self._dest_ch.confirm_select(max_in_flight=max(2 * bridge.prefetch, 1000))
+            self._dest_ch.add_confirm_listener(self._on_confirm_event)
+            self._dest_ch.add_close_listener(self._on_dest_closed)
+            destination.add_recovery_succeeded_listener(self._on_dest_recovered)
+        self._dest_ch.add_on_return_callback(self._on_return)
         if mode is not AckMode.NO_ACK:
             await self._src_ch.basic_qos(bridge.prefetch)
+        if bridge.dead_letter_exchange is not None and mode is AckMode.ON_CONFIRM:
+            self._dead_letter_ch = await source.channel()
+            try:
+                await self._dead_letter_ch.exchange_declare(bridge.dead_letter_exchange, passive=True)
+            except AMQPError as exc:
+                raise _resource_error(exc, f"dead-letter exchange {bridge.dead_letter_exchange!r} on the "
+                                      f"{self.label.split(' ')[0]} broker") from exc
+            await self._dead_letter_ch.confirm_select()
+            self._dead_letter_frames = PublishFrames(self._dead_letter_ch.channel_id, source.frame_max, mandatory=True)
         self.forwarder = Forwarder(
             exchange=self.exchange,
             routing_key=self.routing_key,
@@ -137,6 +250,11 @@ class Direction:
             topic_filter=bridge.topic_filter,
             channel_id=self._dest_ch.channel_id,
             frame_max=destination.frame_max,
+            refused=bridge.refused,
+            max_attempts=bridge.max_attempts,
+            dead_letter_exchange=bridge.dead_letter_exchange,
+            backoff=bridge.backoff,
+            label=self.label,
         )
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"amqwire.bridge {self.label}")
         try:
@@ -149,10 +267,36 @@ class Direction:
         if not self._wake.is_set():
             self._wake.set()
 
-    def _on_confirm(self, batch: Batch, future: "asyncio.Future[None]") -> None:
-        self._confirmed.append((batch, not future.cancelled() and future.exception() is None))
+    def _notify(self, event: tuple[Any, ...]) -> None:
+        self._events.append(event)
         if not self._wake.is_set():
             self._wake.set()
+
+    def _on_confirm_event(self, event: Any) -> None:
+        self._notify(("confirm", event.ack, event.delivery_tag, event.multiple))
+
+    def _on_return(self, returned: Any) -> None:
+        self._notify(("return", returned))
+
+    def _on_dest_closed(self, event: Any) -> None:
+        self._notify(("restart",))
+
+    def _on_dest_recovered(self, event: Any) -> None:
+        self._notify(("restart",))
+
+    def _on_batch_settled(self, batch: Batch, future: "asyncio.Future[None]") -> None:
+        # Acks, nacks and returns arrive through the confirm listener and the return
+        # callback, per publish; the batch's future matters only when the destination
+        # never answered.
+        if future.cancelled():
+            self._notify(("lost", batch))
+            return
+        error = future.exception()
+        if error is not None and not isinstance(error, (MessageReturned, PublishNacked)):
+            self._notify(("lost", batch))
+
+    def _on_dead_lettered(self, tag: int, future: "asyncio.Future[None]") -> None:
+        self._notify(("dead-lettered", tag, not future.cancelled() and future.exception() is None))
 
     @property
     def consumer_ended(self) -> Optional[BaseException]:
@@ -178,26 +322,66 @@ class Direction:
         if forwarder is None:
             raise BridgeError(f"{self.label}: not opened")
         wake = self._wake
+        loop = asyncio.get_running_loop()
         while True:
-            if self._confirmed:
-                done, self._confirmed = self._confirmed, []
-                for batch, ok in done:
-                    await self._apply(forwarder.confirmed(batch, ok))
-            if self._pending:
+            if self._events:
+                await self._apply(self._settle_events(forwarder))
+            now = time.monotonic()
+            if forwarder.held:
+                await self._apply(forwarder.release_held() if self._stopping else forwarder.due(now))
+            if self._pending and (self._stopping or now >= forwarder.paused_until):
                 messages, self._pending = self._pending, []
                 step = self.bridge.max_batch
                 for start in range(0, len(messages), step):
                     batch = forwarder.prepare(messages[start:start + step] if len(messages) > step else messages)
                     if batch.count:
                         await self._publish(batch)
-                    await self._apply(forwarder.sent(batch))
+                    # Synchronously from the publish on: the forwarder numbers the batch's
+                    # publishes after everything that happened before it (a channel reopened
+                    # while the publish waited restarts the seqnos) and before anything after.
+                    actions = self._settle_events(forwarder) if self._events else []
+                    actions += forwarder.sent(batch)
+                    await self._apply(actions)
                 continue
-            if self._confirmed:
+            if self._events:
                 continue
             if self._stopping and forwarder.unsettled == 0:
                 return
             wake.clear()
-            await wake.wait()
+            wait_until = forwarder.next_due
+            if self._pending and not self._stopping:
+                wait_until = forwarder.paused_until if wait_until is None else min(wait_until, forwarder.paused_until)
+            if wait_until is None:
+                await wake.wait()
+                continue
+            timer = loop.call_at(loop.time() + max(wait_until - time.monotonic(), 0.0), wake.set)
+            try:
+                await wake.wait()
+            finally:
+                timer.cancel()
+
+    def _settle_events(self, forwarder: Forwarder) -> list[Action]:
+        events, self._events = self._events, []
+        actions: list[Action] = []
+        for event in events:
+            actions += self._settle(forwarder, event)
+        return actions
+
+    @staticmethod
+    def _settle(forwarder: Forwarder, event: tuple[Any, ...]) -> list[Action]:
+        kind = event[0]
+        if kind == "confirm":
+            return forwarder.confirm(event[1], event[2], event[3], time.monotonic())
+        if kind == "return":
+            returned = event[1]
+            forwarder.returned(returned.routing_key, returned.properties, returned.body, returned.reply_code,
+                               returned.reply_text, time.monotonic())
+            return []
+        if kind == "lost":
+            return forwarder.lost(event[1])
+        if kind == "restart":
+            return forwarder.restart_seqnos()
+        return forwarder.dead_lettered(event[1], event[2], time.monotonic())
 
     async def _publish(self, batch: Batch) -> None:
         channel = self._dest_ch
@@ -212,19 +396,41 @@ class Direction:
                 if not await self.destination.wait_recovered():
                     raise
         if future is not None:
-            future.add_done_callback(lambda f, b=batch: self._on_confirm(b, f))
+            future.add_done_callback(lambda f, b=batch: self._on_batch_settled(b, f))
 
-    async def _apply(self, actions: list[tuple[str, int, bool]]) -> None:
+    async def _apply(self, actions: list[Action]) -> None:
         channel = self._src_ch
-        for op, tag, multiple in actions:
+        for op, tag, arg in actions:
             try:
                 if op is ACK:
-                    await channel.basic_ack(tag, multiple)
-                else:
+                    await channel.basic_ack(tag, arg)
+                elif op is NACK:
                     await channel.basic_nack(tag, False, True)
+                elif op is REJECT:
+                    await channel.basic_nack(tag, False, False)
+                elif op is DEAD_LETTER:
+                    await self._dead_letter(tag, arg)
             except AMQPError as exc:
                 # The source is gone: it requeues what was not acked and delivers it again.
                 log.info("%s: %s of delivery %d not sent: %s", self.label, op, tag, exc)
+
+    async def _dead_letter(self, tag: int, message: Any) -> None:
+        """Publish a refused message, as it came from the source, to the dead-letter
+        exchange at the source; its confirm decides (``Forwarder.dead_lettered``)."""
+        frames = self._dead_letter_frames
+        if frames is None:
+            raise BridgeError(f"{self.label}: no dead-letter exchange")
+        parts: list[Any] = []
+        properties = message.properties
+        wire = properties.wire if properties.wire is not None else properties.encode()
+        frames.append(parts, self.bridge.dead_letter_exchange or "", message.routing_key, wire, message.body)
+        try:
+            future = await self._dead_letter_ch.publish_encoded(b"".join(parts), 1)
+        except AMQPError as exc:
+            log.warning("%s: dead-lettering delivery %d failed: %s", self.label, tag, exc)
+            self._notify(("dead-lettered", tag, False))
+            return
+        future.add_done_callback(lambda f, t=tag: self._on_dead_lettered(t, f))
 
     def stats(self) -> BridgeStats:
         return self.forwarder.counters.snapshot() if self.forwarder is not None else BridgeStats()
@@ -244,6 +450,17 @@ class Bridge:
     (and call ``on_stats(bridge)``).  ``max_batch``: deliveries published together
     under one confirm (on-confirm acks them at the source together: smaller batches are
     acked sooner).
+
+    Every publish is ``mandatory``.  A message the destination refuses (returns it: no
+    route; or nacks it: ``reject-publish``) is never acked at the source in on-confirm
+    mode: ``refused`` says what follows (``"requeue"``, the default: back to the source
+    after a ``backoff`` that doubles per refusal of that message, for ever;
+    ``"dead-letter"``: the same, and after ``max_attempts`` refusals to
+    ``dead_letter_exchange`` at the source, or without one with ``basic.nack(requeue=False)``
+    to the source queue's own dead-letter exchange; ``"drop"``: acked after
+    ``max_attempts``, counted).  ``start`` refuses a configuration that routes back into
+    its source queue (``ConfigurationLoop``, see ``loops.py``; exchange bindings are read
+    from the management API at ``management_port`` on the source's host, None: not read).
 
         async with Bridge(src, "orders", dest, dest_exchange="orders") as bridge:
             ...                      # runs until the block ends; stop() drains
@@ -273,6 +490,11 @@ class Bridge:
         connection_timeout: float = 10.0,
         heartbeat: Optional[int] = None,
         max_batch: int = 512,
+        refused: Union[Refused, str] = Refused.REQUEUE,
+        max_attempts: int = 5,
+        dead_letter_exchange: Optional[str] = None,
+        backoff: BackOff = DEFAULT_BACKOFF,
+        management_port: Optional[int] = 15672,
     ) -> None:
         try:
             self.ack_mode = AckMode(ack_mode)
@@ -288,6 +510,23 @@ class Bridge:
             raise ValueError("src_queue must name a queue")
         if not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive int, not {max_batch!r}")
+        try:
+            self.refused = Refused(refused)
+        except ValueError:
+            raise ValueError(f"refused must be one of {', '.join(r.value for r in Refused)}, not {refused!r}") from None
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be a positive int, not {max_attempts!r}")
+        if dead_letter_exchange is not None and self.refused is not Refused.DEAD_LETTER:
+            raise ValueError("dead_letter_exchange needs refused='dead-letter'")
+        if self.refused is not Refused.REQUEUE and AckMode(ack_mode) is not AckMode.ON_CONFIRM:
+            raise ValueError(f"refused={self.refused.value!r} needs ack_mode 'on-confirm': only it learns of refusals "
+                             "before acking")
+        for name, url in (("src", src), ("dest", dest)):
+            if isinstance(url, str):
+                try:
+                    parse_url(url)
+                except ValueError as exc:
+                    raise BadConfiguration(f"bad {name} URL: {exc}") from None
         self.src, self.dest = src, dest
         self.src_queue = src_queue
         self.dest_exchange = dest_exchange
@@ -305,6 +544,10 @@ class Bridge:
         self.connection_timeout = connection_timeout
         self.heartbeat = heartbeat
         self.max_batch = max_batch
+        self.max_attempts = max_attempts
+        self.dead_letter_exchange = dead_letter_exchange
+        self.backoff = backoff
+        self.management_port = management_port
         self.directions: list[Direction] = []
         self._src_conn: Any = None
         self._dest_conn: Any = None
@@ -330,9 +573,7 @@ class Bridge:
             self._src_conn = await _connect(self.src, "source", self.recovery, self.connection_timeout, self.heartbeat)
             self._dest_conn = await _connect(self.dest, "destination", self.recovery, self.connection_timeout,
                                              self.heartbeat)
-            if broker_name(self._src_conn) == broker_name(self._dest_conn):
-                log.warning("source and destination are the same broker (%s): the loop guard suppresses everything",
-                            broker_name(self._src_conn))
+            await self._refuse_loops()
             self.directions.append(Direction(
                 self, self._src_conn, self._dest_conn, self.src_queue, self.dest_exchange,
                 self._routing_key(self.dest_exchange, self.src_queue), "source -> destination"))
@@ -357,6 +598,32 @@ class Bridge:
                  self.src_queue, _display(self.dest), self.dest_exchange, self.ack_mode.value, self.prefetch,
                  ", duplex" if self.duplex else "")
         return self
+
+    async def _refuse_loops(self) -> None:
+        """ConfigurationLoop when a direction's destination routes back into its own
+        source queue on the same broker and vhost (see ``loops.py``)."""
+        same = await _same_broker_probe(self._src_conn, self._dest_conn)
+        if same is None:  # could not probe: by address and cluster name
+            same = same_broker(await _endpoint(self._src_conn), await _endpoint(self._dest_conn))
+        if not same:
+            return
+        where = f"{_display(self.src)} and {_display(self.dest)} are the same broker and vhost"
+        if self.duplex:
+            raise ConfigurationLoop(f"loop: {where}, and --duplex forwards queue {self.reverse_queue!r} back onto it")
+        exchange = self.dest_exchange
+        routing_key = self._routing_key(exchange, self.src_queue)
+        bindings = types = None
+        if exchange and self.management_port is not None:
+            found = await asyncio.to_thread(_exchange_graph, self._src_conn.params, exchange, self.management_port)
+            if found is None:
+                log.warning("%s: could not read the bindings of exchange %r from the management API (port %d): "
+                            "a loop through them is not detected", where, exchange, self.management_port)
+            else:
+                types, bindings = found
+        loop = find_loop(queue=self.src_queue, exchange=exchange, routing_key=routing_key,
+                         exchange_types=types or {}, bindings=bindings)
+        if loop is not None:
+            raise ConfigurationLoop(f"loop: {where}: {loop}")
 
     def _direction_done(self, task: "asyncio.Task[None]") -> None:
         if task.cancelled():

@@ -23,8 +23,15 @@ class BridgeStats:
     because of include/exclude; ``redelivered``: deliveries the source flagged as
     redelivered (a message that may be at the destination already: a possible
     duplicate); ``requeued``: sent back to the source because the destination did not
-    confirm them (it nacked, or its connection was lost); ``in_flight``: received, not yet
-    settled at the source; ``msg_per_s``: forwarded per second over the last seconds.
+    confirm them (a refusal after its back-off, or its connection was lost);
+    ``returned``: basic.returns from the destination (unroutable: stored nowhere);
+    ``nacked``: publishes the destination refused with basic.nack (``reject-publish``);
+    ``dead_lettered``: refused too often, dead-lettered at the source; ``dropped``:
+    refused too often, acked without forwarding (only with ``refused="drop"``);
+    ``backed_off``: refused deliveries held back before going back to the source;
+    ``paused``: times the direction stopped publishing for a while after a refusal;
+    ``in_flight``: received, not yet settled at the source (held ones included);
+    ``msg_per_s``: forwarded per second over the last seconds.
     """
 
     received: int = 0
@@ -35,6 +42,12 @@ class BridgeStats:
     filtered: int = 0
     redelivered: int = 0
     requeued: int = 0
+    returned: int = 0
+    nacked: int = 0
+    dead_lettered: int = 0
+    dropped: int = 0
+    backed_off: int = 0
+    paused: int = 0
     in_flight: int = 0
     msg_per_s: float = 0.0
 
@@ -46,7 +59,9 @@ class BridgeStats:
         return (
             f"forwarded {self.forwarded}  acked {self.acked}  in flight {self.in_flight}  "
             f"suppressed {self.suppressed}  hops-dropped {self.hops_dropped}  filtered {self.filtered}  "
-            f"redelivered {self.redelivered}  requeued {self.requeued}  {self.msg_per_s:,.0f} msg/s"
+            f"redelivered {self.redelivered}  requeued {self.requeued}  returned {self.returned}  "
+            f"nacked {self.nacked}  dead-lettered {self.dead_lettered}  dropped {self.dropped}  "
+            f"backed-off {self.backed_off}  {self.msg_per_s:,.0f} msg/s"
         )
 
 
@@ -54,12 +69,14 @@ class Counters:
     """Mutable counters of one direction, updated by the forwarder."""
 
     __slots__ = ("received", "forwarded", "acked", "suppressed", "hops_dropped", "filtered", "redelivered",
-                 "requeued", "settled", "_samples")
+                 "requeued", "returned", "nacked", "dead_lettered", "dropped", "backed_off", "paused", "settled",
+                 "_samples")
 
     def __init__(self) -> None:
         self.received = self.forwarded = self.acked = 0
         self.suppressed = self.hops_dropped = self.filtered = 0
         self.redelivered = self.requeued = self.settled = 0
+        self.returned = self.nacked = self.dead_lettered = self.dropped = self.backed_off = self.paused = 0
         self._samples: deque[tuple[float, int]] = deque()
 
     def rate(self, now: Optional[float] = None) -> float:
@@ -83,6 +100,12 @@ class Counters:
             filtered=self.filtered,
             redelivered=self.redelivered,
             requeued=self.requeued,
+            returned=self.returned,
+            nacked=self.nacked,
+            dead_lettered=self.dead_lettered,
+            dropped=self.dropped,
+            backed_off=self.backed_off,
+            paused=self.paused,
             in_flight=self.received - self.settled,
             msg_per_s=self.rate(),
         )

@@ -26,9 +26,19 @@ from decimal import Decimal
 import pytest
 
 from broker_node import BrokerNode, BrokerNodeError
-from conftest import Deadline, TCPProxy, WaitTimedOut, closed_port, timeout_of_test, with_netloc, within
+from conftest import (
+    Deadline,
+    TCPProxy,
+    WaitTimedOut,
+    closed_port,
+    timeout_of_test,
+    url_credentials,
+    with_netloc,
+    within,
+)
 
 from amqwire.bridge import PATH_HEADER, Bridge, BridgeStats, MissingResource
+from amqwire.bridge.forwarder import BackOff
 from amqwire.bridge.frames import PublishFrames
 from amqwire.bridge.runner import broker_name
 from amqwire.client import BasicProperties, aio
@@ -443,7 +453,7 @@ def test_include_exclude_topic_patterns(nodes, request):
 def test_ack_modes_when_the_destination_refuses(nodes, mode, request):
     """The destination queue takes 30 and refuses the rest (x-overflow reject-publish: a
     nack in confirm mode).  on-confirm never acks a refused message at the source, so the
-    source keeps every one; on-publish and no-ack do not wait for the verdict: the refused
+    source keeps every one (after a back-off each); on-publish and no-ack do not wait for the verdict: the refused
     ones are gone (the documented trade-off)."""
     a, b = nodes
     src, dst = unique("src"), unique("dst")
@@ -453,7 +463,8 @@ def test_ack_modes_when_the_destination_refuses(nodes, mode, request):
 
     async def main():
         await publish(a.url, src, n)
-        async with Bridge(a.url, src, b.url, dest_routing_key=dst, ack_mode=mode, prefetch=10) as bridge:
+        async with Bridge(a.url, src, b.url, dest_routing_key=dst, ack_mode=mode, prefetch=10,
+                          backoff=FAST_BACKOFF) as bridge:
             if mode == "on-confirm":
                 await until(lambda: _requeued(bridge, n - room), "the refused messages requeued")
             else:
@@ -464,6 +475,7 @@ def test_ack_modes_when_the_destination_refuses(nodes, mode, request):
         if mode == "on-confirm":
             assert at_src == n - room  # nothing lost: acked only what the destination confirmed
             assert stats.forwarded == stats.acked == room and stats.requeued >= n - room
+            assert stats.nacked >= n - room and stats.backed_off >= n - room  # each refusal waited before going back
         else:
             assert at_src == 0  # acked on write / on delivery: the refused ones are lost
             assert stats.forwarded == n and stats.acked == (n if mode == "on-publish" else 0)
@@ -630,3 +642,300 @@ def test_command_redraws_the_statistics_on_a_terminal(nodes):
     drawn = seen.split(b"stopped: ")[0]
     assert b"\n" not in drawn.replace(b"\r\n", b"").rstrip(b"\r\n"), drawn
     assert b"stopped: forwarded 50 " in seen
+
+
+# ---------------------------------------------------------------- refusals: returns, nacks, back-off, dead-letters
+
+FAST_BACKOFF = BackOff(0.05, 0.4)
+
+
+def test_unroutable_destination_nothing_lost_every_message_somewhere(nodes, request):
+    """No queue is bound for the destination's routing key: each publish is confirmed
+    *and* returned.  Nothing may be acked at the source: the messages wait (back-off) and
+    go back; once a queue is bound they all arrive.  At every point each message is at
+    the source, at the destination, or held unacked by the bridge."""
+    a, b = nodes
+    src, dst = unique("src"), unique("dst")
+    n = 300
+    asyncio.run(declare(a.url, src, durable=True))
+
+    async def main():
+        await publish(a.url, src, n)
+        async with Bridge(a.url, src, b.url, dest_routing_key=dst, prefetch=100, backoff=FAST_BACKOFF) as bridge:
+            await until(lambda: _returned(bridge, n), f"{n} returns counted", 30)
+            stats = bridge.stats()
+            assert stats.forwarded == 0 and stats.acked == 0 and stats.backed_off >= n
+            await declare(b.url, dst, durable=True)  # the route appears
+            await until(lambda: _done(a.url, src, b.url, dst, n), "every message forwarded once routable", 45)
+            await until(lambda: _settled(bridge), "the bridge settled", 20)
+        stats = bridge.stats()
+        ids = sorted(int(m.properties.message_id) for m in await drain(b.url, dst))
+        duplicates = len(ids) - len(set(ids))
+        lost = n - len(set(ids) & set(range(n)))
+        print(f"\nunroutable: sent {n}, forwarded {stats.forwarded}, returned {stats.returned}, "
+              f"requeued {stats.requeued}, dead-lettered {stats.dead_lettered}, duplicates {duplicates}, lost {lost}")
+        assert lost == 0 and duplicates == 0
+        assert stats.forwarded == stats.acked == n and stats.in_flight == 0
+        assert await count(a.url, src) == 0
+
+    bounded(request, main)
+
+
+async def _returned(bridge, n) -> bool:
+    return bridge.stats().returned >= n
+
+
+@pytest.mark.parametrize("where", ["queue's own DLX", "named exchange"])
+def test_refused_too_often_dead_lettered_at_the_source(nodes, where, request):
+    a, b = nodes
+    src, dlq, dlx, dst = unique("src"), unique("dlq"), unique("dlx"), unique("dst")
+    n = 50
+
+    async def main():
+        async with aio.connect(a.url) as conn, conn.channel() as ch:
+            await ch.exchange_declare(dlx, "fanout")
+            await ch.queue_declare(dlq)
+            await ch.queue_bind(dlq, dlx)
+            own = where == "queue's own DLX"
+            await ch.queue_declare(src, arguments={"x-dead-letter-exchange": dlx} if own else None)
+        await publish(a.url, src, n)
+        async with Bridge(a.url, src, b.url, dest_routing_key=dst, backoff=FAST_BACKOFF, refused="dead-letter",
+                          max_attempts=2, dead_letter_exchange=None if own else dlx) as bridge:
+            await until(lambda: _at_least(a.url, dlq, n), "every message dead-lettered", 30)
+            await until(lambda: _settled(bridge), "the bridge settled", 20)
+        stats = bridge.stats()
+        assert (stats.dead_lettered, stats.forwarded, stats.in_flight) == (n, 0, 0)
+        assert stats.returned == 2 * n  # two attempts each
+        got = await drain(a.url, dlq)
+        assert sorted(int(m.properties.message_id) for m in got) == list(range(n))
+        assert await count(a.url, src) == 0
+
+    bounded(request, main)
+
+
+def test_a_refusing_destination_is_backed_off_not_hammered(nodes, request):
+    """The destination's queue refuses everything (x-max-length 0, reject-publish: a nack
+    per publish).  The old bridge sent each refused message straight back and took it
+    again: thousands of attempts a second.  With back-off each message is tried a few
+    times in the window, and none leaves the source."""
+    a, b = nodes
+    src, dst = unique("src"), unique("dst")
+    n, window = 20, 3.0
+    asyncio.run(declare(a.url, src))
+    asyncio.run(declare(b.url, dst, arguments={"x-max-length": 0, "x-overflow": "reject-publish"}))
+
+    async def main():
+        await publish(a.url, src, n)
+        async with Bridge(a.url, src, b.url, dest_routing_key=dst, backoff=BackOff(0.2, 1.0)) as bridge:
+            await until(lambda: _nacked(bridge, n), "the first refusals", 20)
+            await asyncio.sleep(window)
+            stats = bridge.stats()
+        # attempts at 0, 0.2, 0.6, 1.4, 2.4, 3.4 s at the most: 6 per message in the window, with slack
+        assert stats.received <= n * 8, stats.line()
+        assert stats.backed_off >= n and stats.paused >= 1 and stats.forwarded == 0
+        assert bridge.stats().in_flight == 0
+        assert await count(a.url, src) == n and await count(b.url, dst) == 0
+
+    bounded(request, main)
+
+
+async def _nacked(bridge, n) -> bool:
+    return bridge.stats().nacked >= n
+
+
+# ---------------------------------------------------------------- loops refused at start
+
+
+@pytest.mark.timeout(240)  # the waits: 50 s of set-up, 60 s of commands, 60 s for the last bridge, 10 s count
+def test_a_loop_into_the_source_queue_exits_2_before_consuming(nodes):
+    a, _b = nodes
+    src, topic = unique("src"), unique("topic")
+    asyncio.run(declare(a.url, src))
+    asyncio.run(publish(a.url, src, 10))
+    alias = with_netloc(a.url, "localhost", a.port)  # another name for the same broker
+    commands = Deadline(60, "the loop commands")
+    cases = [
+        (["--src", a.url, "--dest", alias], "routes routing key"),  # default exchange, the queue's own name
+        (["--src", a.url, "--dest", a.url, "--dest-routing-key", src], "routes routing key"),
+        (["--src", a.url, "--dest", a.url, "--dest-routing-key", unique("other"), "--duplex"], "--duplex"),
+        (["--src", a.url, "--dest", a.url, "--keep-routing-key"], "own routing key"),
+    ]
+    for args, text in cases:
+        rc, out, err = _run_command("--src-queue", src, "--connection-timeout", "5", *args, deadline=commands)
+        lines = err.strip().splitlines()
+        assert (rc, len(lines)) == (2, 1), (args, rc, err)
+        assert "loop:" in lines[0] and text in lines[0] and src in lines[0], (args, err)
+    assert asyncio.run(count(a.url, src)) == 10  # nothing consumed
+
+    async def not_a_loop():  # same broker, an exchange bound to nothing: allowed (each message is returned)
+        async with aio.connect(a.url) as conn, conn.channel() as ch:
+            await ch.exchange_declare(topic, "topic")
+        async with Bridge(a.url, src, a.url, dest_exchange=topic, management_port=None,
+                          backoff=FAST_BACKOFF) as bridge:
+            await until(lambda: _returned(bridge, 10), "the 10 returned by the unbound exchange", 20)
+        assert bridge.stats().in_flight == 0 and bridge.stats().acked == 0
+
+    asyncio.run(within(not_a_loop(), 60, "a bridge on the same broker without a loop to run and stop"))
+    assert asyncio.run(count(a.url, src)) == 10  # returned: back at the source, not lost
+
+
+# ---------------------------------------------------------------- the command: secrets, SIGKILL
+
+
+@pytest.mark.timeout(200)  # the waits: 60 s of set-up, 30 s first line, 30 s forwarding, 30 s stop
+def test_command_secrets_off_the_command_line_first_stats_at_once(nodes, tmp_path):
+    a, b = nodes
+    src, dst = unique("src"), unique("dst")
+    asyncio.run(declare(a.url, src))
+    asyncio.run(declare(b.url, dst))
+    asyncio.run(publish(a.url, src, 20))
+    _user, password = url_credentials(a.url)
+    no_password = with_netloc(a.url, "127.0.0.1", a.port, password="")
+    (tmp_path / "src-password").write_text(password + "\n")
+    (tmp_path / "dest-url").write_text(b.url + "\n")
+    env = {**os.environ, "AMQWIRE_SRC_URL": no_password}
+    p = command("--src-queue", src, "--src-password-file", str(tmp_path / "src-password"),
+                "--dest-url-file", str(tmp_path / "dest-url"), "--dest-routing-key", dst,
+                "--stats-interval", "3600", env=env)
+    try:
+        waiting = Deadline(30, "the first statistics line (the interval is an hour: it must come at once)")
+        ready, _, _ = select.select([p.stdout], [], [], waiting.left())
+        if not ready:
+            raise waiting.fail()
+        first = p.stdout.readline()
+        assert first.startswith("forwarded "), first
+        cmdline = open(f"/proc/{p.pid}/cmdline", "rb").read()
+        assert password.encode() not in cmdline and b"@" not in cmdline
+        asyncio.run(until(lambda: _done(a.url, src, b.url, dst, 20), "the forwarding", 30))
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = _communicate(p, Deadline(30, "the bridge to stop after SIGTERM"))
+    assert p.returncode == 0, err
+    assert "stopped: forwarded 20 " in out
+
+
+def test_command_bad_url_and_secrets_exit_2(nodes, tmp_path):
+    a, b = nodes
+    commands = Deadline(60, "the bad-URL commands")
+    env_without = {k: v for k, v in os.environ.items() if not k.startswith("AMQWIRE_")}
+    cases = [
+        (["--src", "amqp://u:secret@host:notaport/", "--dest", b.url], "bad src URL"),
+        (["--src", "http://u:secret@host/", "--dest", b.url], "bad src URL"),
+        (["--dest", b.url], "AMQWIRE_SRC_URL"),
+        (["--src", a.url, "--dest-url-file", str(tmp_path / "missing")], "--dest-url-file"),
+        (["--src", a.url, "--dest", b.url, "--dead-letter-exchange", "x"], "--on-refused dead-letter"),
+    ]
+    for args, text in cases:
+        p = command("--src-queue", "q", "--connection-timeout", "5", *args, env=env_without)
+        out, err = _communicate(p, Deadline(min(20, commands.left(0.1)), f"the bridge command {args} to exit"))
+        lines = err.strip().splitlines()
+        assert (p.returncode, len(lines)) == (2, 1), (args, p.returncode, err)
+        assert text in lines[0] and "secret" not in err, (args, err)
+
+
+@pytest.mark.timeout(300)  # the waits: 60 s of set-up, 40 + 10 + 10 s to the kill, 60 + 30 s after, 40 s checks
+def test_command_killed_mid_run_on_confirm_nothing_lost_duplicates_counted(nodes, request):
+    """SIGKILL: no drain, no acks for what was in flight.  The source delivers those again
+    to the next bridge process: duplicates at the destination (at most a prefetch's worth
+    plus what was confirmed but not acked yet), nothing lost."""
+    a, b = nodes
+    src, dst = unique("src"), unique("dst")
+    n, prefetch = FAULT_COUNT, 200
+    asyncio.run(declare(a.url, src, durable=True))
+    asyncio.run(declare(b.url, dst, durable=True))
+    asyncio.run(publish(a.url, src, n))
+    args = ["--src", a.url, "--src-queue", src, "--dest", b.url, "--dest-routing-key", dst, "--ack-mode",
+            "on-confirm", "--prefetch", str(prefetch), "--stats-interval", "0.2"]
+    first = command(*args)
+    second = None
+    try:
+        asyncio.run(until(lambda: _at_least(b.url, dst, n // 5), "a fifth forwarded by the first process", 40))
+        first.kill()
+        _communicate(first, Deadline(10, "the killed bridge to be reaped"))
+        killed_at = asyncio.run(count(b.url, dst))
+        assert killed_at < n, "the bridge finished before it was killed: nothing tested"
+        second = command(*args)
+        asyncio.run(until(lambda: _done(a.url, src, b.url, dst, n), "every message forwarded by the second process",
+                          60))
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        out, _err = _communicate(second, Deadline(30, "the second bridge to stop")) if second is not None else ("", "")
+    assert second is not None and second.returncode == 0
+    ids = [int(m.properties.message_id) for m in asyncio.run(drain(b.url, dst))]
+    duplicates = len(ids) - len(set(ids))
+    lost = n - len(set(ids) & set(range(n)))
+    final = next(line for line in out.splitlines() if line.startswith("stopped: "))
+    redelivered = int(final.split("redelivered ")[1].split()[0])
+    print(f"\nSIGKILL: sent {n}, at the destination {len(ids)} (at the kill {killed_at}), duplicates {duplicates}, "
+          f"lost {lost}, redelivered to the second process {redelivered}")
+    assert lost == 0 and set(ids) == set(range(n))
+    assert duplicates <= redelivered <= 2 * prefetch + 1000
+    assert asyncio.run(count(a.url, src)) == 0
+
+
+@pytest.mark.timeout(240)  # the waits: the node's start (60 s), 20 + 10 s set-up, 45 s API, 40 s commands, 20 s stop
+def test_a_loop_through_an_exchange_binding_is_read_from_the_management_api(broker_node):
+    """The source queue is bound to the destination exchange on the same broker (through
+    an exchange-to-exchange binding): the bindings come from the management API."""
+    port = closed_port()
+    node = broker_node(plugins=["rabbitmq_management"], config={"management.tcp.port": port,
+                                                                "management.tcp.ip": "127.0.0.1"})
+    src, entry, topic = unique("src"), unique("entry"), unique("topic")
+
+    async def setup():
+        async with aio.connect(node.url) as conn, conn.channel() as ch:
+            await ch.exchange_declare(entry, "direct")
+            await ch.exchange_declare(topic, "topic")
+            await ch.exchange_bind(topic, entry, "orders.eu")  # entry -> topic
+            await ch.queue_declare(src)
+            await ch.queue_bind(src, topic, "orders.#")
+    asyncio.run(within(setup(), 20, "the exchanges and bindings declared"))
+    asyncio.run(publish(node.url, src, 5))
+
+    async def management_up() -> bool:
+        return await asyncio.to_thread(_answers, port)
+    asyncio.run(until(management_up, "the management API to answer", 45))
+    commands = Deadline(40, "the bridge commands")
+    base = ["--src", node.url, "--src-queue", src, "--dest", node.url, "--dest-exchange", entry,
+            "--management-port", str(port), "--connection-timeout", "5"]
+    rc, _out, err = _run_command(*base, "--dest-routing-key", "orders.eu", deadline=commands)
+    lines = err.strip().splitlines()
+    assert (rc, len(lines)) == (2, 1), err
+    assert f"exchange {entry!r} is bound to exchange {topic!r}" in lines[0] and f"queue {src!r}" in lines[0], err
+    # another routing key does not come back: it starts (and the unroutable messages are held, not lost)
+    p = command(*base, "--dest-routing-key", "orders.us", "--stats-interval", "60")
+    try:
+        ready, _, _ = select.select([p.stdout], [], [], commands.left())
+        assert ready and p.stdout.readline().startswith("forwarded "), "the bridge did not start"
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = _communicate(p, Deadline(20, "the bridge to stop after SIGTERM"))
+    assert p.returncode == 0, err
+    assert asyncio.run(count(node.url, src)) == 5
+
+
+def _answers(port: int) -> bool:
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/overview", timeout=2):
+            return True
+    except OSError as exc:
+        return getattr(exc, "code", None) == 401  # up, and asks for credentials
+
+
+def test_command_a_signal_during_start_ends_it_at_once():
+    """A broker that accepts the connection and never answers: the start waits for its
+    connection timeout (30 s), unless SIGTERM or Ctrl-C ends it (exit 0, nothing acked)."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(5)
+        url = f"amqp://guest:guest@127.0.0.1:{silent.getsockname()[1]}/"
+        p = command("--src", url, "--src-queue", "q", "--dest", url, "--connection-timeout", "30")
+        time.sleep(1.5)  # connecting: the handshake waits for the silent broker
+        p.send_signal(signal.SIGINT)
+        out, err = _communicate(p, Deadline(10, "the bridge to end its start on SIGINT"))
+    assert p.returncode == 0 and err == "", err

@@ -2,12 +2,14 @@
 received property bytes, the publish frames, the ack bookkeeping of each mode."""
 from __future__ import annotations
 
+import logging
 import struct
 from datetime import datetime, timezone
 
 import pytest
 
 from amqwire.bridge import PATH_HEADER, AckMode, Forwarder, TopicFilter, read_path, topic_matches
+from amqwire.bridge.forwarder import BackOff
 from amqwire.bridge.frames import PublishFrames
 from amqwire.bridge.path import PathError, PathWriter, _entry_span
 from amqwire.client import Message
@@ -137,28 +139,135 @@ def test_publish_frames_parse_as_the_codec_encodes(frame_max, size):
     assert command.method == BasicPublish(0, "ex", "rk", False, False) and command.body == body
 
 
-def message(tag, key="k", headers=None, redelivered=False):
-    props = BasicProperties.decode(BasicProperties(headers=headers).encode())
-    return Message(1, tag, redelivered, "", key, props, b"body")
+def message(tag, key="k", headers=None, redelivered=False, body=b"body", message_id=None):
+    props = BasicProperties.decode(BasicProperties(headers=headers, message_id=message_id or str(tag)).encode())
+    return Message(1, tag, redelivered, "", key, props, body)
 
 
 def forwarder(mode, **kw):
     return Forwarder(exchange="", routing_key="dst", source_name="A/", destination_name="B/", ack_mode=mode, **kw)
 
 
-def test_on_confirm_acks_in_tag_order_with_multiple_and_requeues_failures():
+def test_on_confirm_acks_in_tag_order_with_multiple_and_requeues_what_was_lost():
     f = forwarder(AckMode.ON_CONFIRM)
     b1 = f.prepare([message(1), message(2)])
     b2 = f.prepare([message(3)])
     b3 = f.prepare([message(4), message(5, headers={PATH_HEADER: ["B/"]})])
     assert (b1.count, b2.count, b3.count) == (2, 1, 1) and b3.skipped_tags == [5]
     assert f.sent(b1) == f.sent(b2) == f.sent(b3) == []
-    assert f.confirmed(b2, True) == []  # b1 is still unconfirmed: nothing may be acked past it
+    assert (b1.first_seqno, b2.first_seqno, b3.first_seqno) == (1, 3, 4)
+    assert f.confirm(True, 3, False, NOW) == []  # b1 is still unconfirmed: nothing may be acked past it
     assert f.unsettled == 5
-    assert f.confirmed(b1, True) == [("ack", 3, True)]
-    assert f.confirmed(b3, False) == [("nack", 4, False), ("ack", 5, False)]
+    assert f.confirm(True, 2, True, NOW) == [("ack", 3, True)]
+    assert f.lost(b3) == [("nack", 4, False), ("ack", 5, False)]  # never answered: back at once
     s = f.counters.snapshot()
-    assert (s.forwarded, s.acked, s.requeued, s.suppressed, s.in_flight) == (3, 4, 1, 1, 0)
+    assert (s.forwarded, s.acked, s.requeued, s.suppressed, s.in_flight, s.backed_off) == (3, 4, 1, 1, 0, 0)
+
+
+NOW = 1000.0
+
+
+def test_a_returned_message_is_never_acked_it_waits_then_goes_back_to_the_source():
+    f = forwarder(AckMode.ON_CONFIRM, backoff=BackOff(1.0, 8.0))
+    batch = f.prepare([message(1, body=b"a"), message(2, body=b"b"), message(3, body=b"c")])
+    f.sent(batch)
+    returned = BasicProperties.decode(batch.properties[1])
+    assert f.returned("dst", returned, b"b", 312, "NO_ROUTE") is True
+    # RabbitMQ: the return, then the (multiple) ack that covers it
+    actions = f.confirm(True, 3, True, NOW)
+    assert actions == [("ack", 1, False), ("ack", 3, False)]  # not a multiple ack: it would ack 2 too
+    s = f.counters.snapshot()
+    assert (s.forwarded, s.returned, s.backed_off, s.requeued, s.in_flight) == (2, 1, 1, 0, 1)
+    assert f.paused_until == NOW + 1.0 and f.next_due == NOW + 1.0
+    assert f.due(NOW + 0.5) == []
+    assert f.due(NOW + 1.0) == [("nack", 2, False)]
+    assert f.unsettled == 0 and f.counters.requeued == 1
+
+
+def test_a_multiple_ack_never_covers_a_held_delivery():
+    f = forwarder(AckMode.ON_CONFIRM)
+    b1 = f.prepare([message(1, body=b"x")])
+    b2 = f.prepare([message(2), message(3)])
+    f.sent(b1), f.sent(b2)
+    assert f.confirm(False, 1, False, NOW) == []  # nacked: held
+    assert f.held == 1 and f.counters.nacked == 1
+    assert f.confirm(True, 3, True, NOW) == [("ack", 2, False), ("ack", 3, False)]
+    assert f.due(NOW + 60) == [("nack", 1, False)]
+    b3 = f.prepare([message(4)])
+    f.sent(b3)
+    assert f.confirm(True, 4, False, NOW) == [("ack", 4, True)]  # nothing held any more
+
+
+def test_back_off_grows_per_message_and_per_destination_bounded():
+    backoff = BackOff(0.5, 4.0)
+    assert [backoff.delay(n) for n in (1, 2, 3, 4, 5, 100)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    f = forwarder(AckMode.ON_CONFIRM, backoff=backoff)
+    now = NOW
+    for attempt in range(1, 6):  # the same message refused again and again (a new tag each time)
+        batch = f.prepare([message(attempt, body=b"same", redelivered=attempt > 1, message_id="m")])
+        f.sent(batch)
+        f.confirm(False, attempt, False, now)
+        assert f.next_due == now + backoff.delay(attempt)
+        assert f.paused_until == now + backoff.delay(attempt)
+        now = f.next_due
+        assert f.due(now) == [("nack", attempt, False)]
+    clean = f.prepare([message(9, body=b"other")])
+    f.sent(clean)
+    f.confirm(True, 6, False, now)
+    assert f._refusal_streak == 0 and f.counters.backed_off == 5 and f.counters.paused == 5
+
+
+@pytest.mark.parametrize("policy,dlx,last", [("dead-letter", None, ("reject", 3, False)),
+                                             ("drop", None, ("ack", 3, False))])
+def test_after_max_attempts_dead_letter_or_drop(policy, dlx, last):
+    f = forwarder(AckMode.ON_CONFIRM, refused=policy, max_attempts=3, dead_letter_exchange=dlx)
+    for attempt in (1, 2, 3):
+        batch = f.prepare([message(attempt, body=b"poison", message_id="m")])
+        f.sent(batch)
+        f.returned("dst", BasicProperties.decode(batch.properties[0]), b"poison", 312, "NO_ROUTE")
+        actions = f.confirm(True, attempt, False, NOW)
+        if attempt < 3:
+            assert actions == [] and f.due(NOW + 60) == [("nack", attempt, False)]
+    assert actions == [last]
+    s = f.counters.snapshot()
+    assert (s.returned, s.dead_lettered, s.dropped, s.in_flight) == (3, policy == "dead-letter", policy == "drop", 0)
+
+
+def test_dead_letter_exchange_acks_after_its_confirm_or_requeues():
+    f = forwarder(AckMode.ON_CONFIRM, refused="dead-letter", max_attempts=1, dead_letter_exchange="dlx")
+    batch = f.prepare([message(1), message(2)])
+    f.sent(batch)
+    actions = f.confirm(False, 2, True, NOW)
+    assert [(op, tag) for op, tag, _ in actions] == [("dead-letter", 1), ("dead-letter", 2)]
+    assert actions[0][2].delivery_tag == 1
+    assert f.dead_lettered(1, True, NOW) == [("ack", 1, False)]
+    assert f.dead_lettered(2, False, NOW) == []  # the exchange refused it too: a back-off, not a hot loop
+    assert f.next_due == NOW + f.backoff.delay(1) and f.held == 1
+    assert f.due(f.next_due) == [("nack", 2, False)]
+    s = f.counters.snapshot()
+    assert (s.dead_lettered, s.requeued, s.in_flight) == (1, 1, 0)
+
+
+def test_a_return_matching_nothing_belongs_to_the_next_confirm():
+    f = forwarder(AckMode.ON_CONFIRM)
+    batch = f.prepare([message(1), message(2)])
+    f.sent(batch)
+    assert f.returned("other-key", BasicProperties(), b"?", 312, "NO_ROUTE") is False
+    assert f.confirm(True, 2, False, NOW) == []
+    assert f.confirm(True, 1, False, NOW) == [("ack", 1, False)]
+    assert f.held == 1
+
+
+def test_restart_seqnos_sends_back_what_was_unanswered_and_numbers_from_one():
+    f = forwarder(AckMode.ON_CONFIRM)
+    b1 = f.prepare([message(1), message(2)])
+    f.sent(b1)
+    f.confirm(True, 1, False, NOW)
+    assert f.restart_seqnos() == [("ack", 1, False), ("nack", 2, False)]
+    b2 = f.prepare([message(3)])
+    f.sent(b2)
+    assert b2.first_seqno == 1
+    assert f.confirm(True, 1, False, NOW) == [("ack", 3, True)]
 
 
 def test_on_confirm_a_batch_with_nothing_to_forward_settles_in_order():
@@ -167,7 +276,7 @@ def test_on_confirm_a_batch_with_nothing_to_forward_settles_in_order():
     b2 = f.prepare([message(2, headers={PATH_HEADER: ["X/"]})])
     assert b2.count == 0
     assert f.sent(b1) == [] and f.sent(b2) == []
-    assert f.confirmed(b1, True) == [("ack", 2, True)]
+    assert f.confirm(True, 1, False, NOW) == [("ack", 2, True)]
     assert f.counters.hops_dropped == 1
 
 
@@ -205,3 +314,81 @@ def test_the_api_type_checks_strictly_and_a_missing_await_is_an_error(tmp_path):
                             capture_output=True, text=True, cwd=tmp_path)
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 1 and "user.py:11:" in errors[0] and "Coroutine" in errors[0], result.stdout
+
+
+def endpoint(*addresses, vhost="/", cluster=None):
+    from amqwire.bridge.loops import Endpoint
+
+    return Endpoint(frozenset(addresses), vhost, cluster)
+
+
+def test_same_broker_by_address_and_port_or_cluster_name_and_always_the_vhost():
+    from amqwire.bridge.loops import same_broker
+
+    local = endpoint(("127.0.0.1", 5672))
+    assert same_broker(local, endpoint(("127.0.0.1", 5672), ("::1", 5672)))  # localhost resolves to both
+    assert not same_broker(local, endpoint(("127.0.0.1", 5673)))  # another node on this machine
+    assert not same_broker(local, endpoint(("127.0.0.1", 5672), vhost="other"))
+    assert same_broker(endpoint(("10.0.0.1", 5672), cluster="c1"), endpoint(("10.0.0.2", 5672), cluster="c1"))
+    assert not same_broker(endpoint(("10.0.0.1", 5672), cluster="c1"), endpoint(("10.0.0.2", 5672), cluster="c2"))
+
+
+def test_find_loop_default_exchange_and_bindings():
+    from amqwire.bridge.loops import Binding, find_loop
+
+    assert "routes routing key 'q'" in find_loop(queue="q", exchange="", routing_key="q")
+    assert find_loop(queue="q", exchange="", routing_key="other") is None
+    assert "own routing key" in find_loop(queue="q", exchange="", routing_key=None)
+    assert find_loop(queue="q", exchange="x", routing_key="k") is None  # bindings unknown: not detected
+    bindings = {
+        "orders": [Binding("q", "queue", "orders.#"), Binding("audit", "exchange", "#")],
+        "audit": [Binding("q2", "queue", "")],
+    }
+    types = {"orders": "topic", "audit": "fanout"}
+    assert "bound to queue 'q'" in find_loop(queue="q", exchange="orders", routing_key="orders.eu",
+                                             exchange_types=types, bindings=bindings)
+    assert find_loop(queue="q", exchange="orders", routing_key="billing", exchange_types=types, bindings=bindings) is None
+    via = find_loop(queue="q2", exchange="orders", routing_key="billing", exchange_types=types, bindings=bindings)
+    assert "bound to exchange 'audit'" in via and "queue 'q2'" in via
+    assert find_loop(queue="q", exchange="direct", routing_key="a", bindings={"direct": [Binding("q", "queue", "b")]}) is None
+
+
+def test_command_urls_from_files_and_environment_password_replaced(tmp_path):
+    from amqwire.bridge.__main__ import broker_url, parser
+    from amqwire.bridge.errors import BadConfiguration
+
+    (tmp_path / "url").write_text("amqp://app:old@dest:5673/v\n")
+    (tmp_path / "pw").write_text("n3w/p@ss\n")
+    args = parser().parse_args(["--src-queue", "q", "--dest-url-file", str(tmp_path / "url"),
+                                "--dest-password-file", str(tmp_path / "pw")])
+    env = {"AMQWIRE_SRC_URL": "amqp://app@src/", "AMQWIRE_SRC_PASSWORD": "s3cret"}
+    assert broker_url(args, "dest", env) == "amqp://app:n3w%2Fp%40ss@dest:5673/v"
+    assert broker_url(args, "src", env) == "amqp://app:s3cret@src/"
+    with pytest.raises(BadConfiguration, match="AMQWIRE_SRC_URL"):
+        broker_url(args, "src", {})
+    args = parser().parse_args(["--src-queue", "q", "--dest-url-file", str(tmp_path / "none")])
+    with pytest.raises(BadConfiguration, match="--dest-url-file: cannot read"):
+        broker_url(args, "dest", {})
+
+
+def test_returns_are_logged_with_the_reason_without_flooding(caplog):
+    caplog.set_level(logging.WARNING, logger="amqwire.bridge")
+    f = forwarder(AckMode.ON_PUBLISH)
+    for i in range(100):
+        f.returned("dst", BasicProperties(), b"x", 312, "NO_ROUTE", NOW + i * 0.01)
+    f.returned("dst", BasicProperties(), b"x", 312, "NO_ROUTE", NOW + 10.0)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "312 NO_ROUTE" in lines[0] and "99 more" in lines[1]
+    assert f.counters.returned == 101
+
+
+def test_the_amqwire_bridge_console_script_is_installed():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "amqwire-bridge"
+    assert script.exists(), f"{script}: pyproject.toml's [project.scripts] did not install it"
+    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.startswith("usage: amqwire-bridge"), done.stdout + done.stderr
+    assert "--src-password-file" in done.stdout and "--on-refused" in done.stdout
