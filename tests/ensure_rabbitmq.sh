@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Make sure a RabbitMQ broker listens at AMQP_URL's host:port (default 127.0.0.1:5672):
-# start the local one, or install Debian's rabbitmq-server first when it is missing.
+# Make sure a RabbitMQ broker listens at AMQP_URL's host:port (default 127.0.0.1:5672).
+# Only a broker on this machine's default port is ever started (Debian's rabbitmq-server,
+# installed first when it is missing): for another host or port this says what is wrong
+# and exits 1, and starts nothing.
 set -euo pipefail
 
 url="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
@@ -11,14 +13,25 @@ host="${hostport%%:*}"; port="5672"
 
 listening() { (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; }
 
+host="${host#[}"; host="${host%]}"  # [::1]
+
 if listening; then
   echo "rabbitmq: listening on $host:$port"
   exit 0
 fi
+if [[ ! "$host" =~ ^[0-9.]+$ && "$host" != *:* ]] && ! getent hosts "$host" >/dev/null 2>&1; then
+  echo "rabbitmq: the host name $host does not resolve (from $url, password hidden)" | sed -E 's#//[^:/@]*:[^@]*@#//***@#' >&2
+  exit 1
+fi
 case "$host" in
   127.*|localhost|::1) ;;
-  *) echo "rabbitmq: nothing listens on $host:$port and it is not local; start it there" >&2; exit 1 ;;
+  *) echo "rabbitmq: nothing listens on $host:$port, which is not this machine: start the broker there" >&2; exit 1 ;;
 esac
+if [[ "$port" != 5672 ]]; then
+  echo "rabbitmq: nothing listens on $host:$port; a local broker is started only for the default port 5672" \
+       "(start yours on $port, or use amqp://127.0.0.1:5672/)" >&2
+  exit 1
+fi
 
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
 
