@@ -24,7 +24,7 @@ PACKAGES = (amqwire.codec, amqwire.client, amqwire.bridge, amqwire.spark)
 # caller can see): each with the reason.
 INTERNAL = {
     # blocking.py's socket reader raises it on EOF and turns it into ConnectionLost itself
-    "amqwire.client.blocking._EndOfStream",
+    "amqwire.client.io_threads._EndOfStream",
 }
 
 
