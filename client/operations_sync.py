@@ -609,16 +609,18 @@ class SyncChannel(ChannelBase):
             if left is not None:
                 limit = left if limit is None else min(limit, left)
             if not connection._io.wait_flag(connection._unblocked, limit):
-                raise ConnectionBlockedError(f"{connection._core.blocked or 'blocked'} (still blocked after {limit} s)")
+                raise ConnectionBlockedError(connection._core.blocked or "blocked", waited=limit)
             self._check()
         if not connection._writable.is_set():
-            if not connection._io.wait_flag(connection._writable, _left(deadline)):
-                raise OperationTimeout("room in the socket's write buffer", _left(deadline), self.channel_id)
+            limit = _left(deadline)
+            if not connection._io.wait_flag(connection._writable, limit):
+                raise OperationTimeout("room in the socket's write buffer", limit, self.channel_id)
             self._check()
         if self._flow_paused:
             connection._io.flush()
-            if not connection._io.wait_flag(self._flow, _left(deadline)):
-                raise OperationTimeout("channel.flow to resume publishing", _left(deadline), self.channel_id)
+            limit = _left(deadline)
+            if not connection._io.wait_flag(self._flow, limit):
+                raise OperationTimeout("channel.flow to resume publishing", limit, self.channel_id)
             self._check()
 
     def _wait_for_room(self, count: int, deadline: Optional[float]) -> None:
