@@ -778,7 +778,7 @@ class ChannelBase:
         "_connection", "channel_id", "_waiter", "_stale", "_lifecycle", "_consumers",
         "_pending_consumer", "_return_callbacks", "_confirm", "_max_in_flight", "_unsettled",
         "_failures", "_flow_paused", "_flow", "_tag_base", "_qos",
-        "_default_consumer", "_unknown_logged", "_no_ack_orphans", "_stale_method",
+        "_default_consumer", "_default_cancel", "_unknown_logged", "_no_ack_orphans", "_stale_method",
         "_listeners",
         "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
         "_stamp_low", "_stamp_pending", "_settled_upto", "_settled", "_no_ack_tags",
@@ -807,6 +807,7 @@ class ChannelBase:
         self._tag_base = 0  # the delivery tags of a reopened channel go on after this one
         self._qos: Optional[tuple[Any, ...]] = None
         self._default_consumer: Optional[Callable[[Message], Any]] = None
+        self._default_cancel: Optional[Callable[[str], Any]] = None
         self._unknown_logged = False
         # consumer tags whose deliveries must not be nacked: no_ack consumers abandoned
         # before their consume-ok (a nack of an unacked-mode tag would close the channel)
@@ -914,8 +915,15 @@ class ChannelBase:
         are nacked back to their queue, and logged once)."""
         return self._default_consumer
 
-    def set_default_consumer(self, callback: Optional[Callable[[Message], Any]]) -> None:
+    def set_default_consumer(self, callback: Optional[Callable[[Message], Any]], *,
+                             on_cancel: Optional[Callable[[str], Any]] = None) -> None:
+        """``callback(message)`` for deliveries to consumer tags this channel does not know;
+        ``on_cancel(consumer_tag)`` for the broker's basic.cancel of such a tag (the Java
+        client's DefaultConsumer.handleDelivery / handleCancel).  Both run like consumer
+        callbacks; either may be None (deliveries are then nacked back to their queue, and
+        such cancels only logged)."""
         self._default_consumer = callback
+        self._default_cancel = on_cancel
 
     def _close_soon(self, reply_code: int, reply_text: str) -> None:
         """Queue channel.close without waiting for close-ok (from the connection's threads)."""
@@ -1233,6 +1241,8 @@ class ChannelBase:
             error = ConsumerCancelled(consumer_tag)
             consumer._finish(error)
             self._consumer_event(ConsumerEventKind.CANCELLED, consumer, error)
+        elif self._default_cancel is not None:
+            self._connection._io.run_callback(self._default_cancel, consumer_tag, "default_consumer", self)
 
     # the end ---------------------------------------------------------------------------
 
