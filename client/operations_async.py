@@ -189,9 +189,6 @@ class AsyncConnection(ConnectionBase):
         self.frame_max = opened.frame_max
         self.heartbeat = opened.heartbeat
         self._io.started()
-        metrics = self._metrics
-        if metrics is not None:
-            metrics.connection_opened()
         log.info("connected to %s (frame_max %d, heartbeat %d)", params, self.frame_max, self.heartbeat)
 
     # channels ----------------------------------------------------------------------------
@@ -836,6 +833,7 @@ class AsyncChannel(ChannelBase):
             self._pending_consumer = None
         consumer.consumer_tag = reply.consumer_tag
         self._consumers[reply.consumer_tag] = consumer
+        consumer._count_subscribed()
         self._consumer_event(ConsumerEventKind.CONSUME_OK, consumer)
 
     # closing -------------------------------------------------------------------------------

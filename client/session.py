@@ -222,6 +222,8 @@ class ConnectionBase:
         self.exception_handler: ExceptionHandler = exception_handler or log_callback_error
         # Listeners and metrics; None while nothing watches: the hot paths check this alone.
         self._observer: Optional[Observer] = None if metrics is None else Observer(metrics)
+        if metrics is not None:
+            self._lifecycle.watch = _ConnectionGauge(metrics)
         self._seen_published = 0  # the core's count of queued publishes, reported to the metrics
         self._to_stamp: list[Any] = []  # channels with confirm-mode publishes not written yet
         self._stamped: list[Any] = []  # channels with written confirm-mode publishes unsettled
@@ -794,6 +796,9 @@ class ChannelBase:
         self._stale: Any = None  # the waiter of an RPC given up on (timeout, cancel)
         # Its one state (opening, open, down, closed) and, once closed, why.
         self._lifecycle = Machine(CHANNEL_PHASES, ChannelPhase.OPENING, ChannelPhase.CLOSED, f"channel {channel_id}")
+        metrics = connection._metrics
+        if metrics is not None:
+            self._lifecycle.watch = _ChannelGauge(metrics)
         self._consumers: dict[str, Any] = {}
         self._pending_consumer: Any = None
         self._return_callbacks: list[Any] = []
@@ -1285,10 +1290,16 @@ class ChannelBase:
             self._waiter = None
             self._stale = None
         _fail(waiter, error)
+        failed = 0
         for seqno, token in unconfirmed:
             if not token.done():
                 token.set_exception(PublishUnconfirmed(seqno, error))
                 self._failures.append(token)
+                failed += 1
+        if failed:
+            metrics = self._connection._metrics
+            if metrics is not None:
+                metrics.publish_unconfirmed(failed)
         with self._connection._lock:
             self._unsettled -= len(unconfirmed)
             if not recovering:
@@ -1300,6 +1311,39 @@ class ChannelBase:
             self._consumers.clear()
         self._set_flow(True)
         self._waits.notify_progress()
+
+
+class _ConnectionGauge:
+    """Tells a collector when a connection's socket opens (handshake done, also a
+    recovery's) and when it closes or is lost: the open-connections gauge."""
+
+    __slots__ = ("metrics",)
+
+    def __init__(self, metrics: MetricsCollector) -> None:
+        self.metrics = metrics
+
+    def __call__(self, old: Any, new: Any) -> None:
+        was, now = old in OPENED_STATES, new in OPENED_STATES
+        if now and not was:
+            self.metrics.connection_opened()
+        elif was and not now:
+            self.metrics.connection_closed()
+
+
+class _ChannelGauge:
+    """Tells a collector when a channel opens (also reopened by a recovery) and when it
+    closes or goes down with its connection: the open-channels gauge."""
+
+    __slots__ = ("metrics",)
+
+    def __init__(self, metrics: MetricsCollector) -> None:
+        self.metrics = metrics
+
+    def __call__(self, old: Any, new: Any) -> None:
+        if new is ChannelPhase.OPEN:
+            self.metrics.channel_opened()
+        elif old is ChannelPhase.OPEN:
+            self.metrics.channel_closed()
 
 
 class ConsumerBase:
@@ -1315,6 +1359,17 @@ class ConsumerBase:
         self._lifecycle = Machine(CONSUMER_PHASES, ConsumerPhase.ACTIVE, ConsumerPhase.ENDED,
                                   f"consumer on {queue_name!r}")
         self._inbox = channel._connection._io.inbox(self)  # its deliveries, or its callback's calls
+        # The collector told of this consumer (from its consume-ok to its end), to be told
+        # of its end; None: not counted (no metrics, or never subscribed).
+        self._gauged: Optional[MetricsCollector] = None
+
+    def _count_subscribed(self) -> None:
+        """consume-ok: one more open consumer (once: a recovery's re-subscription is the same one)."""
+        if self._gauged is None:
+            metrics = self.channel._connection._metrics
+            if metrics is not None:
+                self._gauged = metrics
+                metrics.consumer_opened()
 
     @property
     def active(self) -> bool:
@@ -1328,6 +1383,9 @@ class ConsumerBase:
     def _finish(self, reason: Any) -> None:
         if self._lifecycle.fire(ConsumerSignal.END, reason) is ConsumerPhase.ACTIVE:
             self._inbox.wake()
+            metrics, self._gauged = self._gauged, None
+            if metrics is not None:
+                metrics.consumer_closed()
 
     def __repr__(self) -> str:
         return f"<Consumer {self.consumer_tag!r} on {self.queue!r}{'' if self.active else ' (ended)'}>"
