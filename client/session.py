@@ -95,7 +95,9 @@ class ConnectOptions(TypedDict, total=False):
 
     ``heartbeat``, ``frame_max``, ``channel_max`` and ``connection_timeout`` override the
     URL's query; ``rpc_timeout`` is the default ``timeout=`` of every request (the Java
-    client's 10 minutes; None: wait forever); ``recovery``: True or a RecoveryPolicy;
+    client's 10 minutes; None: wait forever); ``recovery``: on by default, as the Java
+    client's (True: the default RecoveryPolicy; a RecoveryPolicy; False: a lost connection
+    fails for good);
     ``exception_handler``: called with a CallbackError for exceptions of user callbacks
     (default: log them); ``metrics``: a MetricsCollector (default: none, nothing counted);
     ``consumer_workers`` (blocking only): run consumer and return callbacks on that many
@@ -162,7 +164,7 @@ class ConnectionBase:
         client_properties: Optional[dict[str, Any]] = None,
         blocked_action: str = "wait",
         blocked_timeout: Optional[float] = None,
-        recovery: Union[bool, RecoveryPolicy] = False,
+        recovery: Union[bool, RecoveryPolicy] = True,
         on_secure: Optional[Callable[[bytes], bytes]] = None,
         rpc_timeout: Optional[float] = DEFAULT_RPC_TIMEOUT,
         exception_handler: Optional[ExceptionHandler] = None,
