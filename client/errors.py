@@ -235,11 +235,11 @@ def _unconfirmed_by(close_class: type) -> type:
 
 
 def format_seconds(seconds: Optional[float]) -> str:
-    """A duration for an error text: 0.49998088 -> "0.5", 30.0 -> "30" (the exact value
-    stays in the exception's attribute)."""
+    """A duration for an error text, to the millisecond: 0.49998088 -> "0.5", 1.0 -> "1.0"
+    (the exact value stays in the exception's attribute)."""
     if seconds is None:
         return "unbounded"
-    return f"{round(seconds, 3):g}"
+    return str(round(seconds, 3))
 
 
 class OperationTimeout(AMQPError, TimeoutError):
