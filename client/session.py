@@ -1316,19 +1316,24 @@ class ChannelBase:
 
 
 class _ConnectionGauge:
-    """Tells a collector when a connection's socket opens (handshake done, also a
-    recovery's) and when it closes or is lost: the open-connections gauge."""
+    """Tells a collector when a connection's socket finished its handshake (also a
+    recovery's) and when that socket closes or is lost: the open-connections gauge.  A
+    close() during a recovery's handshake passes through CLOSING without the socket ever
+    having opened: hence the flag, not the states alone."""
 
-    __slots__ = ("metrics",)
+    __slots__ = ("metrics", "open")
 
     def __init__(self, metrics: MetricsCollector) -> None:
         self.metrics = metrics
+        self.open = False
 
     def __call__(self, old: Any, new: Any) -> None:
-        was, now = old in OPENED_STATES, new in OPENED_STATES
-        if now and not was:
-            self.metrics.connection_opened()
-        elif was and not now:
+        if new is ConnectionStatus.OPEN or new is ConnectionStatus.RESTORING:
+            if not self.open:
+                self.open = True
+                self.metrics.connection_opened()
+        elif self.open and new not in OPENED_STATES:
+            self.open = False
             self.metrics.connection_closed()
 
 

@@ -304,3 +304,22 @@ def test_bucketing_runs_of_one_write_equals_one_by_one():
         spread.confirm_latencies = seen.extend  # type: ignore[method-assign]
         spread.confirm_times(now, sent)
         assert sorted(seen) == sorted(now - t for t, count in sent for _ in range(count))
+
+
+def test_the_connection_gauge_counts_each_socket_that_finished_its_handshake_once():
+    """Driven by the lifecycle's transitions: a recovery closes and opens it again; a
+    close() while a recovery's handshake is under way passes CLOSING without ever opening."""
+    from amqwire.client.lifecycle import ConnectionSignal as E, Lifecycle
+    from amqwire.client.session import _ConnectionGauge
+
+    metrics = InMemoryMetrics()
+    lifecycle = Lifecycle()
+    lifecycle.watch = _ConnectionGauge(metrics)
+    seen = []
+    for event in (E.SOCKET_UP, E.HANDSHAKE_DONE, E.BLOCK, E.UNBLOCK, E.LOST_RECOVERABLE, E.SOCKET_UP,
+                  E.HANDSHAKE_DONE, E.RESTORED, E.LOST_RECOVERABLE, E.SOCKET_UP, E.CLOSE, E.LOST):
+        lifecycle.fire(event)
+        seen.append(metrics.connections_open)
+    assert seen == [0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0]
+    assert metrics.connections_opened == 2 and str(lifecycle.state) == "closed"
+
