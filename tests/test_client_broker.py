@@ -1045,7 +1045,8 @@ def test_connection_lost_reports_unconfirmed(run):
     async def scenario(api):
         E = api.errors
         proxy = api.proxy()
-        conn = await api.connect(api.proxy_url(proxy))
+        # no recovery: the later calls must find the connection lost, not recovered through the proxy
+        conn = await api.connect(api.proxy_url(proxy), recovery=False)
         ch = await conn.channel()
         await ch.confirm_select()
         q = (await ch.queue_declare("", exclusive=True)).queue
