@@ -51,7 +51,7 @@ from .metrics import InMemoryMetrics, MetricsCollector, PrometheusMetrics
 from .producer.blocking import Producer, SendFuture
 from .producer.errors import BufferFullError, SendFailed, SendTimeout
 from .producer.message import OutgoingMessage, SendResult
-from .producer.policy import Attempt
+from .producer.policy import Attempt, BrokerStats
 from .producer.stats import ProducerStats
 from .url import ConnectionParameters, parse_url
 
@@ -110,6 +110,7 @@ __all__ = [
     "SendTimeout",
     "BufferFullError",
     "ProducerStats",
+    "BrokerStats",
     "OutgoingMessage",
     "Attempt",
     "decode_body",

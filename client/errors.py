@@ -234,6 +234,14 @@ def _unconfirmed_by(close_class: type) -> type:
     return kind
 
 
+def format_seconds(seconds: Optional[float]) -> str:
+    """A duration for an error text, to the millisecond: 0.49998088 -> "0.5", 1.0 -> "1.0"
+    (the exact value stays in the exception's attribute)."""
+    if seconds is None:
+        return "unbounded"
+    return str(round(seconds, 3))
+
+
 class OperationTimeout(AMQPError, TimeoutError):
     """A wait with a ``timeout`` ran out: the reply to a request, a confirm, room in the
     confirm window, channel.flow.  The channel stays usable (see the README)."""
@@ -250,10 +258,10 @@ class OperationTimeout(AMQPError, TimeoutError):
         where = f" on channel {self.channel}" if self.channel is not None else ""
         if self.earlier:
             return (f"{self.operation}{where} not sent: the reply to an earlier request that timed "
-                    f"out or was cancelled did not arrive within {self.timeout} s")
+                    f"out or was cancelled did not arrive within {format_seconds(self.timeout)} s")
         if " " in self.operation:  # a wait, not a request
-            return f"waited {self.timeout} s{where} for {self.operation}"
-        return f"no reply to {self.operation}{where} within {self.timeout} s"
+            return f"waited {format_seconds(self.timeout)} s{where} for {self.operation}"
+        return f"no reply to {self.operation}{where} within {format_seconds(self.timeout)} s"
 
     def __reduce__(self) -> Any:
         return (_rebuild_timeout, (self.operation, self.timeout, self.channel, self.earlier))
@@ -275,14 +283,20 @@ class ConsumerCancelled(AMQPError):
 
 
 class ConnectionBlockedError(AMQPError):
-    """Publishing while the broker blocks the connection, with blocked_action='raise'."""
+    """Publishing while the broker blocks the connection: at once with
+    blocked_action='raise', or after ``waited`` seconds (blocked_timeout or the publish's
+    timeout) with blocked_action='wait'.  ``reason`` is the broker's."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, waited: Optional[float] = None) -> None:
         self.reason = reason
-        super().__init__(reason)
+        self.waited = waited
+        super().__init__(reason, waited)
 
     def __str__(self) -> str:
-        return f"the broker blocked the connection: {self.reason}"
+        text = f"the broker blocked the connection: {self.reason}"
+        if self.waited is not None:
+            text += f" (still blocked after {format_seconds(self.waited)} s)"
+        return text
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .errors import InvalidStateError
 
@@ -163,11 +163,13 @@ class Lifecycle:
     ``state``, written by ``fire`` alone, so a hot path reads one attribute."""
 
     __slots__ = ("state", "error", "name", "usable", "answerable", "has_socket", "opened", "recovering",
-                 "closed_by_user")
+                 "closed_by_user", "watch")
 
     def __init__(self, name: str = "connection") -> None:
         self.name = name
         self.error: Optional[BaseException] = None
+        #: ``watch(old, new)`` after every change of state (the metrics' gauges); None: nobody
+        self.watch: Optional[Callable[[ConnectionStatus, ConnectionStatus], None]] = None
         self._enter(S.NEW)
 
     def _enter(self, state: ConnectionStatus) -> None:
@@ -193,6 +195,8 @@ class Lifecycle:
             self.error = error  # the first reason stays: a loss is not hidden by the close after it
         if new is not old:
             log.debug("%s: %s -> %s (%s)", self.name, old, new, event)
+            if self.watch is not None:
+                self.watch(old, new)
         return old
 
     def __repr__(self) -> str:
@@ -270,7 +274,7 @@ class Machine:
     """A channel's or a consumer's state, its table, and why it ended (``reason``: given
     with the event that takes it to its ``final`` state)."""
 
-    __slots__ = ("state", "reason", "name", "_table", "_final")
+    __slots__ = ("state", "reason", "name", "_table", "_final", "watch")
 
     def __init__(self, table: dict[Any, Any], initial: Any, final: Any, name: str) -> None:
         self.state = initial
@@ -278,6 +282,8 @@ class Machine:
         self.name = name
         self._table = table
         self._final = final
+        #: ``watch(old, new)`` after every change of state (the metrics' gauges); None: nobody
+        self.watch: Optional[Callable[[Any, Any], None]] = None
 
     def fire(self, event: Any, reason: Any = None) -> Any:
         """Take the transition of ``event``; returns the state it left."""
@@ -290,6 +296,8 @@ class Machine:
             self.reason = reason
         if new is not old:
             log.debug("%s: %s -> %s (%s)", self.name, old, new, event)
+            if self.watch is not None:
+                self.watch(old, new)
         return old
 
     def __repr__(self) -> str:

@@ -9,6 +9,15 @@ per ack frame; so a collector sees few calls even at high rates.
 The collector is called from the connection's threads (blocking: the I/O thread and the
 threads that publish or ack; asyncio: the loop), concurrently when several connections
 share it: a collector must be thread-safe.  Both collectors here are.
+
+Gauges (the Java client's connections, channels and consumers) come from pairs of calls:
+``connection_opened``/``connection_closed`` (a socket that finished its handshake, until it
+closes or is lost: a recovery closes and opens it again), ``channel_opened``/
+``channel_closed`` (likewise, through a recovery) and ``consumer_opened``/
+``consumer_closed`` (from consume-ok to the consumer's end; a recovery's re-subscription
+is the same consumer).  Failed publishes are counted by why: ``publish_nacked``,
+``publish_returned`` and ``publish_unconfirmed`` (in flight when its channel or connection
+was lost or closed).
 """
 from __future__ import annotations
 
@@ -31,8 +40,23 @@ class MetricsCollector:
     def connection_opened(self) -> None:
         """A connection finished its handshake (also each reconnection of a recovery)."""
 
+    def connection_closed(self) -> None:
+        """An opened connection closed or lost its socket (a recovery may open it again)."""
+
     def connection_recovered(self) -> None:
         """A recovery restored a connection (channels, topology and consumers)."""
+
+    def channel_opened(self) -> None:
+        """A channel opened (also reopened by a recovery)."""
+
+    def channel_closed(self) -> None:
+        """An open channel closed, or went down with its connection."""
+
+    def consumer_opened(self) -> None:
+        """A consumer's basic.consume-ok arrived."""
+
+    def consumer_closed(self) -> None:
+        """A consumer (counted by consumer_opened) ended: cancelled, or its channel or connection gone."""
 
     def bytes_sent(self, count: int) -> None:
         """Bytes handed to the socket."""
@@ -51,6 +75,10 @@ class MetricsCollector:
 
     def publish_returned(self, count: int) -> None:
         """Mandatory publishes the broker returned (basic.return)."""
+
+    def publish_unconfirmed(self, count: int) -> None:
+        """Confirm-mode publishes whose channel or connection was lost or closed before the
+        broker's verdict came (their futures fail with PublishUnconfirmed)."""
 
     def delivered(self, count: int) -> None:
         """Messages received: consumer deliveries and basic.get results."""
@@ -148,13 +176,15 @@ class _Histogram:
 class InMemoryMetrics(MetricsCollector):
     """Counts in memory, for tests, logs or your own export: read the attributes
     (``published``... are methods, the counts are ``published_count``...), or
-    ``snapshot()`` for all of them as a dict."""
+    ``snapshot()`` for all of them as a dict.  The gauges: ``connections_open``,
+    ``channels_open``, ``consumers_open``."""
 
     _COUNTERS = (
         "connections_opened", "connections_recovered", "bytes_sent_total", "bytes_received_total",
-        "published_count", "confirmed_count", "nacked_count", "returned_count", "delivered_count",
-        "acked_count", "rejected_count",
+        "published_count", "confirmed_count", "nacked_count", "returned_count", "unconfirmed_count",
+        "delivered_count", "acked_count", "rejected_count",
     )
+    _GAUGES = ("connections_open", "channels_open", "consumers_open")
 
     def __init__(self, latency_buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
         self._lock = threading.Lock()
@@ -166,18 +196,43 @@ class InMemoryMetrics(MetricsCollector):
         self.confirmed_count = 0
         self.nacked_count = 0
         self.returned_count = 0
+        self.unconfirmed_count = 0
         self.delivered_count = 0
         self.acked_count = 0
         self.rejected_count = 0
+        self.connections_open = 0
+        self.channels_open = 0
+        self.consumers_open = 0
         self.confirm_latency = _Histogram(latency_buckets)
 
     def connection_opened(self) -> None:
         with self._lock:
             self.connections_opened += 1
+            self.connections_open += 1
+
+    def connection_closed(self) -> None:
+        with self._lock:
+            self.connections_open -= 1
 
     def connection_recovered(self) -> None:
         with self._lock:
             self.connections_recovered += 1
+
+    def channel_opened(self) -> None:
+        with self._lock:
+            self.channels_open += 1
+
+    def channel_closed(self) -> None:
+        with self._lock:
+            self.channels_open -= 1
+
+    def consumer_opened(self) -> None:
+        with self._lock:
+            self.consumers_open += 1
+
+    def consumer_closed(self) -> None:
+        with self._lock:
+            self.consumers_open -= 1
 
     def bytes_sent(self, count: int) -> None:
         with self._lock:
@@ -202,6 +257,10 @@ class InMemoryMetrics(MetricsCollector):
     def publish_returned(self, count: int) -> None:
         with self._lock:
             self.returned_count += count
+
+    def publish_unconfirmed(self, count: int) -> None:
+        with self._lock:
+            self.unconfirmed_count += count
 
     def delivered(self, count: int) -> None:
         with self._lock:
@@ -244,7 +303,7 @@ class InMemoryMetrics(MetricsCollector):
         """Every count, and the latency histogram as ``confirm_latency_count``/``_sum``/
         ``_buckets`` ({upper bound: cumulative count}, the last bound ``inf``)."""
         with self._lock:
-            result: dict[str, Any] = {name: getattr(self, name) for name in self._COUNTERS}
+            result: dict[str, Any] = {name: getattr(self, name) for name in self._COUNTERS + self._GAUGES}
             histogram = self.confirm_latency
             cumulative = 0
             buckets = {}
@@ -260,8 +319,11 @@ class InMemoryMetrics(MetricsCollector):
 class PrometheusMetrics(MetricsCollector):
     """Exports to Prometheus through ``prometheus_client`` (``pip install 'amqwire[prometheus]'``).
 
-    Counters ``<prefix>_published_total`` ..., ``<prefix>_bytes_sent_total`` ... and the
-    histogram ``<prefix>_confirm_latency_seconds``, in ``registry`` (default: the global
+    Counters ``<prefix>_published_total`` ..., ``<prefix>_bytes_sent_total`` ..., failed
+    publishes ``<prefix>_nacked_total``, ``<prefix>_returned_total`` and
+    ``<prefix>_unconfirmed_total``; gauges ``<prefix>_connections``, ``<prefix>_channels``
+    and ``<prefix>_consumers`` (open now); the histogram
+    ``<prefix>_confirm_latency_seconds``, in ``registry`` (default: the global
     one); serve them with ``prometheus_client.start_http_server`` as usual.  ``labels``
     are constant labels of every metric (e.g. ``{"app": "billing"}``); one instance per
     label set and registry.
@@ -287,7 +349,14 @@ class PrometheusMetrics(MetricsCollector):
             metric = prom.Counter(f"{prefix}_{name}", doc, names, registry=registry)
             return metric.labels(*values) if names else metric
 
+        def gauge(name: str, doc: str) -> Any:
+            metric = prom.Gauge(f"{prefix}_{name}", doc, names, registry=registry)
+            return metric.labels(*values) if names else metric
+
         self._opened = counter("connections_opened", "AMQP connections opened (reconnections included)")
+        self._connections = gauge("connections", "AMQP connections open")
+        self._channels = gauge("channels", "AMQP channels open")
+        self._consumers = gauge("consumers", "AMQP consumers subscribed")
         self._recovered = counter("connections_recovered", "AMQP connections restored by a recovery")
         self._bytes_sent = counter("bytes_sent", "Bytes written to AMQP sockets")
         self._bytes_received = counter("bytes_received", "Bytes read from AMQP sockets")
@@ -295,6 +364,7 @@ class PrometheusMetrics(MetricsCollector):
         self._confirmed = counter("confirmed", "Publishes acked by the broker")
         self._nacked = counter("nacked", "Publishes nacked by the broker")
         self._returned = counter("returned", "Mandatory publishes returned by the broker")
+        self._unconfirmed = counter("unconfirmed", "Confirm-mode publishes lost with their channel or connection")
         self._delivered = counter("delivered", "Messages received by consumers and basic.get")
         self._acked = counter("acked", "Deliveries acknowledged")
         self._rejected = counter("rejected", "Deliveries nacked or rejected")
@@ -306,9 +376,25 @@ class PrometheusMetrics(MetricsCollector):
 
     def connection_opened(self) -> None:
         self._opened.inc()
+        self._connections.inc()
+
+    def connection_closed(self) -> None:
+        self._connections.dec()
 
     def connection_recovered(self) -> None:
         self._recovered.inc()
+
+    def channel_opened(self) -> None:
+        self._channels.inc()
+
+    def channel_closed(self) -> None:
+        self._channels.dec()
+
+    def consumer_opened(self) -> None:
+        self._consumers.inc()
+
+    def consumer_closed(self) -> None:
+        self._consumers.dec()
 
     def bytes_sent(self, count: int) -> None:
         self._bytes_sent.inc(count)
@@ -327,6 +413,9 @@ class PrometheusMetrics(MetricsCollector):
 
     def publish_returned(self, count: int) -> None:
         self._returned.inc(count)
+
+    def publish_unconfirmed(self, count: int) -> None:
+        self._unconfirmed.inc(count)
 
     def delivered(self, count: int) -> None:
         self._delivered.inc(count)

@@ -190,9 +190,6 @@ class SyncConnection(ConnectionBase):
         self.frame_max = opened.frame_max
         self.heartbeat = opened.heartbeat
         self._io.started()
-        metrics = self._metrics
-        if metrics is not None:
-            metrics.connection_opened()
         log.info("connected to %s (frame_max %d, heartbeat %d)", params, self.frame_max, self.heartbeat)
 
     # channels ----------------------------------------------------------------------------
@@ -609,16 +606,18 @@ class SyncChannel(ChannelBase):
             if left is not None:
                 limit = left if limit is None else min(limit, left)
             if not connection._io.wait_flag(connection._unblocked, limit):
-                raise ConnectionBlockedError(f"{connection._core.blocked or 'blocked'} (still blocked after {limit} s)")
+                raise ConnectionBlockedError(connection._core.blocked or "blocked", waited=limit)
             self._check()
         if not connection._writable.is_set():
-            if not connection._io.wait_flag(connection._writable, _left(deadline)):
-                raise OperationTimeout("room in the socket's write buffer", _left(deadline), self.channel_id)
+            limit = _left(deadline)
+            if not connection._io.wait_flag(connection._writable, limit):
+                raise OperationTimeout("room in the socket's write buffer", limit, self.channel_id)
             self._check()
         if self._flow_paused:
             connection._io.flush()
-            if not connection._io.wait_flag(self._flow, _left(deadline)):
-                raise OperationTimeout("channel.flow to resume publishing", _left(deadline), self.channel_id)
+            limit = _left(deadline)
+            if not connection._io.wait_flag(self._flow, limit):
+                raise OperationTimeout("channel.flow to resume publishing", limit, self.channel_id)
             self._check()
 
     def _wait_for_room(self, count: int, deadline: Optional[float]) -> None:
@@ -834,6 +833,7 @@ class SyncChannel(ChannelBase):
             self._pending_consumer = None
         consumer.consumer_tag = reply.consumer_tag
         self._consumers[reply.consumer_tag] = consumer
+        consumer._count_subscribed()
         self._consumer_event(ConsumerEventKind.CONSUME_OK, consumer)
 
     # closing -------------------------------------------------------------------------------

@@ -95,7 +95,9 @@ class ConnectOptions(TypedDict, total=False):
 
     ``heartbeat``, ``frame_max``, ``channel_max`` and ``connection_timeout`` override the
     URL's query; ``rpc_timeout`` is the default ``timeout=`` of every request (the Java
-    client's 10 minutes; None: wait forever); ``recovery``: True or a RecoveryPolicy;
+    client's 10 minutes; None: wait forever); ``recovery``: on by default, as the Java
+    client's (True: the default RecoveryPolicy; a RecoveryPolicy; False: a lost connection
+    fails for good);
     ``exception_handler``: called with a CallbackError for exceptions of user callbacks
     (default: log them); ``metrics``: a MetricsCollector (default: none, nothing counted);
     ``consumer_workers`` (blocking only): run consumer and return callbacks on that many
@@ -162,7 +164,7 @@ class ConnectionBase:
         client_properties: Optional[dict[str, Any]] = None,
         blocked_action: str = "wait",
         blocked_timeout: Optional[float] = None,
-        recovery: Union[bool, RecoveryPolicy] = False,
+        recovery: Union[bool, RecoveryPolicy] = True,
         on_secure: Optional[Callable[[bytes], bytes]] = None,
         rpc_timeout: Optional[float] = DEFAULT_RPC_TIMEOUT,
         exception_handler: Optional[ExceptionHandler] = None,
@@ -222,6 +224,8 @@ class ConnectionBase:
         self.exception_handler: ExceptionHandler = exception_handler or log_callback_error
         # Listeners and metrics; None while nothing watches: the hot paths check this alone.
         self._observer: Optional[Observer] = None if metrics is None else Observer(metrics)
+        if metrics is not None:
+            self._lifecycle.watch = _ConnectionGauge(metrics)
         self._seen_published = 0  # the core's count of queued publishes, reported to the metrics
         self._to_stamp: list[Any] = []  # channels with confirm-mode publishes not written yet
         self._stamped: list[Any] = []  # channels with written confirm-mode publishes unsettled
@@ -778,7 +782,7 @@ class ChannelBase:
         "_connection", "channel_id", "_waiter", "_stale", "_lifecycle", "_consumers",
         "_pending_consumer", "_return_callbacks", "_confirm", "_max_in_flight", "_unsettled",
         "_failures", "_flow_paused", "_flow", "_tag_base", "_qos",
-        "_default_consumer", "_unknown_logged", "_no_ack_orphans", "_stale_method",
+        "_default_consumer", "_default_cancel", "_unknown_logged", "_no_ack_orphans", "_stale_method",
         "_listeners",
         "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
         "_stamp_low", "_stamp_pending", "_settled_upto", "_settled", "_no_ack_tags",
@@ -794,6 +798,9 @@ class ChannelBase:
         self._stale: Any = None  # the waiter of an RPC given up on (timeout, cancel)
         # Its one state (opening, open, down, closed) and, once closed, why.
         self._lifecycle = Machine(CHANNEL_PHASES, ChannelPhase.OPENING, ChannelPhase.CLOSED, f"channel {channel_id}")
+        metrics = connection._metrics
+        if metrics is not None:
+            self._lifecycle.watch = _ChannelGauge(metrics)
         self._consumers: dict[str, Any] = {}
         self._pending_consumer: Any = None
         self._return_callbacks: list[Any] = []
@@ -807,6 +814,7 @@ class ChannelBase:
         self._tag_base = 0  # the delivery tags of a reopened channel go on after this one
         self._qos: Optional[tuple[Any, ...]] = None
         self._default_consumer: Optional[Callable[[Message], Any]] = None
+        self._default_cancel: Optional[Callable[[str], Any]] = None
         self._unknown_logged = False
         # consumer tags whose deliveries must not be nacked: no_ack consumers abandoned
         # before their consume-ok (a nack of an unacked-mode tag would close the channel)
@@ -914,8 +922,15 @@ class ChannelBase:
         are nacked back to their queue, and logged once)."""
         return self._default_consumer
 
-    def set_default_consumer(self, callback: Optional[Callable[[Message], Any]]) -> None:
+    def set_default_consumer(self, callback: Optional[Callable[[Message], Any]], *,
+                             on_cancel: Optional[Callable[[str], Any]] = None) -> None:
+        """``callback(message)`` for deliveries to consumer tags this channel does not know;
+        ``on_cancel(consumer_tag)`` for the broker's basic.cancel of such a tag (the Java
+        client's DefaultConsumer.handleDelivery / handleCancel).  Both run like consumer
+        callbacks; either may be None (deliveries are then nacked back to their queue, and
+        such cancels only logged)."""
         self._default_consumer = callback
+        self._default_cancel = on_cancel
 
     def _close_soon(self, reply_code: int, reply_text: str) -> None:
         """Queue channel.close without waiting for close-ok (from the connection's threads)."""
@@ -1233,6 +1248,8 @@ class ChannelBase:
             error = ConsumerCancelled(consumer_tag)
             consumer._finish(error)
             self._consumer_event(ConsumerEventKind.CANCELLED, consumer, error)
+        elif self._default_cancel is not None:
+            self._connection._io.run_callback(self._default_cancel, consumer_tag, "default_consumer", self)
 
     # the end ---------------------------------------------------------------------------
 
@@ -1275,10 +1292,16 @@ class ChannelBase:
             self._waiter = None
             self._stale = None
         _fail(waiter, error)
+        failed = 0
         for seqno, token in unconfirmed:
             if not token.done():
                 token.set_exception(PublishUnconfirmed(seqno, error))
                 self._failures.append(token)
+                failed += 1
+        if failed:
+            metrics = self._connection._metrics
+            if metrics is not None:
+                metrics.publish_unconfirmed(failed)
         with self._connection._lock:
             self._unsettled -= len(unconfirmed)
             if not recovering:
@@ -1290,6 +1313,44 @@ class ChannelBase:
             self._consumers.clear()
         self._set_flow(True)
         self._waits.notify_progress()
+
+
+class _ConnectionGauge:
+    """Tells a collector when a connection's socket finished its handshake (also a
+    recovery's) and when that socket closes or is lost: the open-connections gauge.  A
+    close() during a recovery's handshake passes through CLOSING without the socket ever
+    having opened: hence the flag, not the states alone."""
+
+    __slots__ = ("metrics", "open")
+
+    def __init__(self, metrics: MetricsCollector) -> None:
+        self.metrics = metrics
+        self.open = False
+
+    def __call__(self, old: Any, new: Any) -> None:
+        if new is ConnectionStatus.OPEN or new is ConnectionStatus.RESTORING:
+            if not self.open:
+                self.open = True
+                self.metrics.connection_opened()
+        elif self.open and new not in OPENED_STATES:
+            self.open = False
+            self.metrics.connection_closed()
+
+
+class _ChannelGauge:
+    """Tells a collector when a channel opens (also reopened by a recovery) and when it
+    closes or goes down with its connection: the open-channels gauge."""
+
+    __slots__ = ("metrics",)
+
+    def __init__(self, metrics: MetricsCollector) -> None:
+        self.metrics = metrics
+
+    def __call__(self, old: Any, new: Any) -> None:
+        if new is ChannelPhase.OPEN:
+            self.metrics.channel_opened()
+        elif old is ChannelPhase.OPEN:
+            self.metrics.channel_closed()
 
 
 class ConsumerBase:
@@ -1305,6 +1366,17 @@ class ConsumerBase:
         self._lifecycle = Machine(CONSUMER_PHASES, ConsumerPhase.ACTIVE, ConsumerPhase.ENDED,
                                   f"consumer on {queue_name!r}")
         self._inbox = channel._connection._io.inbox(self)  # its deliveries, or its callback's calls
+        # The collector told of this consumer (from its consume-ok to its end), to be told
+        # of its end; None: not counted (no metrics, or never subscribed).
+        self._gauged: Optional[MetricsCollector] = None
+
+    def _count_subscribed(self) -> None:
+        """consume-ok: one more open consumer (once: a recovery's re-subscription is the same one)."""
+        if self._gauged is None:
+            metrics = self.channel._connection._metrics
+            if metrics is not None:
+                self._gauged = metrics
+                metrics.consumer_opened()
 
     @property
     def active(self) -> bool:
@@ -1318,6 +1390,9 @@ class ConsumerBase:
     def _finish(self, reason: Any) -> None:
         if self._lifecycle.fire(ConsumerSignal.END, reason) is ConsumerPhase.ACTIVE:
             self._inbox.wake()
+            metrics, self._gauged = self._gauged, None
+            if metrics is not None:
+                metrics.consumer_closed()
 
     def __repr__(self) -> str:
         return f"<Consumer {self.consumer_tag!r} on {self.queue!r}{'' if self.active else ' (ended)'}>"

@@ -13,7 +13,7 @@ from amqwire.codec.table cimport (
     datetime_to_epoch, epoch_to_datetime, read_named_table, write_named_table,
 )
 
-from amqwire.codec.errors import AMQPSyntaxError, UnsupportedValueError
+from amqwire.codec.errors import AMQPSyntaxError, FrameError, UnsupportedValueError
 
 cdef extern from "Python.h":
     bint PyLong_Check(object o)
@@ -267,8 +267,14 @@ cdef int write_header_frame(WriteBuffer buf, uint16_t channel, uint16_t class_id
                             Py_ssize_t frame_max) except -1:
     # On error the caller rolls the buffer back (write_publish, FrameWriter.content).
     cdef Py_ssize_t start = buf.begin_frame(FRAME_HEADER, channel)
+    cdef Py_ssize_t size
     buf.write_u16(class_id)
     buf.write_u16(0)          # weight, unused
     buf.write_u64(body_size)
     write_properties(buf, _EMPTY if props is None else props)
+    size = buf._len - start + 1  # with the frame end octet still to come
+    if frame_max > 0 and size > frame_max:
+        # Unlike the body, a content header cannot be split over frames: say which part is too big.
+        raise FrameError(f"content header (basic properties) frame of {size} bytes exceeds frame_max "
+                         f"{frame_max}: a header cannot be split over frames; make the headers smaller")
     return buf.end_frame(start, frame_max)

@@ -234,7 +234,9 @@ def publish_batches(settings: SinkSettings, batches: Iterator[Any]) -> AMQPCommi
             if not count:
                 continue
             if conn is None or channel is None or encoder is None:
-                conn = connect(list(settings.parameters), **dict(settings.connect_kwargs))
+                # No recovery: a lost connection fails the task (its unconfirmed rows with
+                # it) and Spark runs the task again, rather than the task waiting here.
+                conn = connect(list(settings.parameters), **{"recovery": False, **dict(settings.connect_kwargs)})
                 channel = conn.channel()
                 channel.confirm_select(max_in_flight=settings.confirm_window)
                 encoder = settings.encoder(channel.channel_id, conn.frame_max)

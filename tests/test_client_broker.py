@@ -23,6 +23,8 @@ from decimal import Decimal
 
 import pytest
 
+from conftest import within
+
 UTC = datetime.timezone.utc
 
 
@@ -217,8 +219,9 @@ def test_client_properties_seen_by_broker(run, rabbitmqctl):
         await api.connect(client_properties={"connection_name": tag})
         out = await asyncio.to_thread(rabbitmqctl, "-q", "list_connections", "pid",
                                       "client_properties", "--formatter", "json")
+        # other clients share this broker: their entries may not be (key, type, value) triples
         mine = [c for c in json.loads(out)
-                if any(k == "connection_name" and v == tag for k, _t, v in c["client_properties"])]
+                if any(len(p) == 3 and p[0] == "connection_name" and p[2] == tag for p in c["client_properties"])]
         assert len(mine) == 1, out
         props = {k: v for k, _t, v in mine[0]["client_properties"]}
         caps = {k: v for k, _t, v in props["capabilities"]}
@@ -1043,7 +1046,8 @@ def test_connection_lost_reports_unconfirmed(run):
     async def scenario(api):
         E = api.errors
         proxy = api.proxy()
-        conn = await api.connect(api.proxy_url(proxy))
+        # no recovery: the later calls must find the connection lost, not recovered through the proxy
+        conn = await api.connect(api.proxy_url(proxy), recovery=False)
         ch = await conn.channel()
         await ch.confirm_select()
         q = (await ch.queue_declare("", exclusive=True)).queue
@@ -1292,6 +1296,10 @@ def test_connection_blocked(run, broker_node):
             with pytest.raises(E.ConnectionBlockedError) as ei:
                 await ch_raise.basic_publish("", q, b"refused")
             assert "memory" in ei.value.reason
+            with pytest.raises(E.ConnectionBlockedError) as ei:       # the publish's own timeout
+                await ch_wait.basic_publish("", q, b"timed out too", timeout=0.5)
+            assert "still blocked after 0.5 s" in str(ei.value)       # not 0.49998...
+            assert 0.4 < ei.value.waited <= 0.5 and "memory" in ei.value.reason
             pending = asyncio.ensure_future(ch_wait.basic_publish("", q, b"waited"))
             await asyncio.sleep(0.5)
             assert not pending.done()                                 # waits while blocked
@@ -1303,6 +1311,97 @@ def test_connection_blocked(run, broker_node):
         got = sorted([(await get_one(ch_raise, q, timeout=10, no_ack=True)).body for _ in range(4)])
         assert got == [b"first", b"second", b"third", b"waited"]
         assert await ch_raise.basic_get(q) is None
+
+    run(scenario)
+
+
+# --------------------------------------------------------------------------- channel.flow, oversized header
+
+
+async def eventually(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def _held_bytes(proxy) -> bytes:
+    """What a held TCPProxy keeps back, both ways, in order."""
+    with proxy.lock:
+        pairs = list(proxy.pairs)
+    return b"".join(data for pair in pairs for _, data in (pair["held"] or []))
+
+
+def test_publish_held_while_channel_flow_is_off(run):
+    """channel.flow(active=false) holds publishes until flow(active=true); a publish's
+    timeout says how long it waited; a channel closed meanwhile refuses the held publish.
+    RabbitMQ no longer sends channel.flow (it blocks connections instead): the frames are
+    fed to the real connection as if the broker had sent them, behind a held proxy (the
+    broker must not see our flow-ok to a flow it never sent)."""
+    from amqwire.codec import ChannelClose, ChannelFlow
+
+    async def scenario(api):
+        E = api.errors
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy), recovery=False)
+        ch = await conn.channel()
+        raw = conn._obj if api.name == "blocking" else conn
+        proxy.hold()
+        raw._data_received(ChannelFlow(False).encode(ch.channel_id))
+        pending = asyncio.ensure_future(ch.basic_publish("", "nowhere", b"held-by-flow"))
+        await asyncio.sleep(0.3)
+        assert not pending.done(), "a publish went on while channel.flow was off"
+        assert b"held-by-flow" not in _held_bytes(proxy)
+        raw._data_received(ChannelFlow(True).encode(ch.channel_id))
+        await within(pending, 10, "the held publish to go on after channel.flow(active=true)")
+        await eventually(lambda: b"held-by-flow" in _held_bytes(proxy), 10, "the publish to reach the socket")
+
+        raw._data_received(ChannelFlow(False).encode(ch.channel_id))
+        with pytest.raises(E.OperationTimeout) as ei:
+            await ch.basic_publish("", "nowhere", b"timed-out", timeout=0.3)
+        assert f"waited 0.3 s on channel {ch.channel_id} for channel.flow" in str(ei.value)  # not "0.0 s"
+        assert 0.25 < ei.value.timeout <= 0.3
+
+        refused = asyncio.ensure_future(ch.basic_publish("", "nowhere", b"refused"))
+        await asyncio.sleep(0.2)
+        assert not refused.done()
+        raw._data_received(ChannelClose(406, "PRECONDITION_FAILED - closed under a held publish", 0, 0)
+                           .encode(ch.channel_id))
+        with pytest.raises(E.ChannelClosed) as ei:
+            await within(refused, 10, "the held publish to be refused by the channel's close")
+        assert ei.value.reply_code == 406
+        assert b"refused" not in _held_bytes(proxy) and b"timed-out" not in _held_bytes(proxy)
+        proxy.kill()
+
+    run(scenario)
+
+
+def test_content_header_over_frame_max_is_refused_whole(run):
+    """A content header cannot be split over frames: properties whose header frame exceeds
+    frame_max raise a FrameError naming the header, before anything of that publish is
+    written; the channel and connection go on (in confirm mode too: no delivery tag is
+    used up)."""
+
+    async def scenario(api):
+        from amqwire.codec import BasicProperties, FrameError
+
+        conn = await api.connect(api.with_query(api.url, frame_max=4096))
+        ch = await conn.channel()
+        q = (await ch.queue_declare("", exclusive=True)).queue
+        too_big = BasicProperties(headers={"big": "y" * 5000})
+        for confirm in (False, True):
+            if confirm:
+                await ch.confirm_select()
+            with pytest.raises(FrameError) as ei:
+                await ch.basic_publish("", q, b"never", too_big)
+            assert "content header" in str(ei.value) and "exceeds frame_max 4096" in str(ei.value)
+            await ch.basic_publish("", q, b"after", BasicProperties(headers={"small": "y" * 100}))
+            if confirm:
+                await within(ch.wait_for_confirms(timeout=10), 15, "the confirm of the publish after the refused one")
+            got = await get_one(ch, q, timeout=10, no_ack=True)
+            assert got is not None and got.body == b"after" and got.properties.headers == {"small": "y" * 100}
+            assert await ch.basic_get(q) is None  # nothing of the refused publish arrived
+        assert ch.is_open and conn.is_open
 
     run(scenario)
 

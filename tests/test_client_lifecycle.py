@@ -114,7 +114,7 @@ def test_states_across_open_close_and_a_loss_without_recovery(run):
         assert conn.state == S.CLOSED
 
         proxy = api.proxy()
-        conn = await api.connect(api.proxy_url(proxy))
+        conn = await api.connect(api.proxy_url(proxy), recovery=False)
         ch = await conn.channel()
         proxy.kill()
         with pytest.raises(E_.AMQPConnectionError):

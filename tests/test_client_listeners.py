@@ -258,6 +258,36 @@ def test_deliveries_for_an_unknown_consumer_go_to_the_default_consumer(run):
     run(scenario)
 
 
+def test_broker_cancel_of_an_unknown_tag_goes_to_the_default_cancel_handler(run):
+    """basic.cancel from the broker for a tag no consumer of the channel holds goes to
+    ``on_cancel`` (the Java client's DefaultConsumer.handleCancel); a known consumer's
+    cancel does not.  No broker sends that on purpose: the frame is fed to the connection
+    behind a held proxy, as if the broker had cancelled a consumer the client gave up on."""
+    from amqwire.codec import BasicCancel
+
+    async def scenario(api):
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy), recovery=False)
+        ch = await conn.channel()
+        other = await conn.channel()
+        cancelled: list = []
+        ch.set_default_consumer(None, on_cancel=cancelled.append)
+        assert ch.default_consumer is None
+        q = api.names.queue()
+        await ch.queue_declare(q)
+        known = await ch.consume(q, consumer_tag="known")
+        await other.queue_delete(q)  # the broker cancels the known consumer: not a default-consumer matter
+        await until(api, conn, lambda: not known.active, what="the broker's cancel of the known consumer")
+        proxy.hold()
+        raw = conn._obj if api.name == "blocking" else conn
+        raw._data_received(BasicCancel("ghost", True).encode(ch.channel_id))
+        await until(api, conn, lambda: cancelled == ["ghost"], what="on_cancel with the unknown tag")
+        assert ch.is_open
+        proxy.kill()
+
+    run(scenario)
+
+
 def test_deliveries_for_an_unknown_consumer_are_nacked_back(run, caplog):
     caplog.set_level(logging.WARNING, logger="amqwire.client")
 

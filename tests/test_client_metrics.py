@@ -8,7 +8,10 @@ import time
 
 import pytest
 
+from conftest import within
+
 from amqwire.client.metrics import InMemoryMetrics, MetricsCollector, PrometheusMetrics
+from amqwire.client.recovery import RecoveryPolicy
 
 
 async def flushed(ch, q):
@@ -121,10 +124,11 @@ def test_metrics_are_off_by_default(run):
 
 def test_the_collector_interface_is_all_no_ops():
     collector = MetricsCollector()
-    for name in ("connection_opened", "connection_recovered"):
+    for name in ("connection_opened", "connection_closed", "connection_recovered", "channel_opened",
+                 "channel_closed", "consumer_opened", "consumer_closed"):
         assert getattr(collector, name)() is None
     for name in ("bytes_sent", "bytes_received", "published", "publish_confirmed", "publish_nacked",
-                 "publish_returned", "delivered", "acked", "rejected"):
+                 "publish_returned", "publish_unconfirmed", "delivered", "acked", "rejected"):
         assert getattr(collector, name)(3) is None
     assert collector.confirm_latencies([0.1]) is None
     assert collector.socket_write(100, 2) is None
@@ -171,6 +175,84 @@ def test_prometheus_exporter(run):
         assert registry.get_sample_value("amqwire_bytes_sent_total", labels) > 0
         text = prometheus_client.generate_latest(registry).decode()
         assert 'amqwire_delivered_total{app="%s"} 0.0' % api.name in text
+        consumer = await ch.consume(q)
+        gauges = ("amqwire_connections", "amqwire_channels", "amqwire_consumers")
+        assert [registry.get_sample_value(name, labels) for name in gauges] == [1, 1, 1]
+        await consumer.cancel()
+        assert registry.get_sample_value("amqwire_consumers", labels) == 0
+        assert registry.get_sample_value("amqwire_unconfirmed_total", labels) == 0
+        await conn.close()
+        assert [registry.get_sample_value(name, labels) for name in gauges] == [0, 0, 0]
+
+    run(scenario)
+
+
+def _gauges(metrics: InMemoryMetrics) -> tuple[int, int, int]:
+    return metrics.connections_open, metrics.channels_open, metrics.consumers_open
+
+
+async def _until(predicate, timeout: float, what) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what()}"
+        await asyncio.sleep(0.02)
+
+
+def test_gauges_of_open_connections_channels_and_consumers(run):
+    """Each connection, channel and consumer counts from its open (consume-ok) to its end,
+    whichever way it ends: closed, cancelled, closed by the broker, or lost."""
+    async def scenario(api):
+        metrics = InMemoryMetrics()
+        conn = await api.connect(metrics=metrics)
+        other = await api.connect(metrics=metrics)
+        assert _gauges(metrics) == (2, 0, 0)
+        ch, ch2 = await conn.channel(), await conn.channel()
+        q = api.names.queue()
+        await ch.queue_declare(q)
+        first, second = await ch.consume(q), await ch.consume(q)
+        await ch2.consume(q)
+        assert _gauges(metrics) == (2, 2, 3)
+        await first.cancel()
+        assert _gauges(metrics) == (2, 2, 2)
+        with pytest.raises(api.errors.NotFound):
+            await ch2.consume(api.names.queue())  # the broker closes ch2: its consumer ends, the failed one never counted
+        assert _gauges(metrics) == (2, 1, 1)
+        await ch.close()
+        assert _gauges(metrics) == (2, 0, 0) and not second.active
+        await other.close()
+        await conn.close()
+        assert _gauges(metrics) == (0, 0, 0)
+        assert metrics.snapshot()["channels_open"] == 0
+
+    run(scenario)
+
+
+def test_unconfirmed_publishes_and_gauges_through_a_loss_and_a_recovery(run):
+    """Publishes in flight when the connection is lost are counted as unconfirmed; the
+    gauges drop with the loss and come back with the recovery."""
+    async def scenario(api):
+        metrics = InMemoryMetrics()
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy), metrics=metrics,
+                                  recovery=RecoveryPolicy(initial_delay=0.1, max_delay=0.5))
+        ch = await conn.channel()
+        q = api.names.queue()
+        await ch.queue_declare(q)
+        await ch.consume(q)
+        await ch.confirm_select()
+        assert _gauges(metrics) == (1, 1, 1)
+        proxy.hold()  # the broker never sees them: no verdict can come
+        futures = [await ch.publish_async("", q, b"lost") for _ in range(5)]
+        proxy.kill()
+        for future in futures:
+            with pytest.raises(api.errors.PublishUnconfirmed):
+                await within(future, 15, "the lost publish's future to fail")
+        assert metrics.unconfirmed_count == 5
+        assert await within(conn.wait_recovered(timeout=20), 25, "the recovery")
+        await _until(lambda: _gauges(metrics) == (1, 1, 1), 10, lambda: f"the gauges back at (1, 1, 1): {_gauges(metrics)}")
+        assert metrics.connections_opened == 2 and metrics.connections_recovered == 1
+        await conn.close()
+        assert _gauges(metrics) == (0, 0, 0)
 
     run(scenario)
 
@@ -222,3 +304,22 @@ def test_bucketing_runs_of_one_write_equals_one_by_one():
         spread.confirm_latencies = seen.extend  # type: ignore[method-assign]
         spread.confirm_times(now, sent)
         assert sorted(seen) == sorted(now - t for t, count in sent for _ in range(count))
+
+
+def test_the_connection_gauge_counts_each_socket_that_finished_its_handshake_once():
+    """Driven by the lifecycle's transitions: a recovery closes and opens it again; a
+    close() while a recovery's handshake is under way passes CLOSING without ever opening."""
+    from amqwire.client.lifecycle import ConnectionSignal as E, Lifecycle
+    from amqwire.client.session import _ConnectionGauge
+
+    metrics = InMemoryMetrics()
+    lifecycle = Lifecycle()
+    lifecycle.watch = _ConnectionGauge(metrics)
+    seen = []
+    for event in (E.SOCKET_UP, E.HANDSHAKE_DONE, E.BLOCK, E.UNBLOCK, E.LOST_RECOVERABLE, E.SOCKET_UP,
+                  E.HANDSHAKE_DONE, E.RESTORED, E.LOST_RECOVERABLE, E.SOCKET_UP, E.CLOSE, E.LOST):
+        lifecycle.fire(event)
+        seen.append(metrics.connections_open)
+    assert seen == [0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0]
+    assert metrics.connections_opened == 2 and str(lifecycle.state) == "closed"
+

@@ -222,7 +222,7 @@ def test_an_iterator_that_is_reading_raises_when_the_broker_closes_the_connectio
     node = broker_node()
     rabbitmqctl = node.rabbitmqctl
     name = f"reading-{time.monotonic_ns()}"
-    conn = connect(node.url, client_properties={"connection_name": name})
+    conn = connect(node.url, client_properties={"connection_name": name}, recovery=False)
     try:
         ch = conn.channel()
         queue = ch.queue_declare("", exclusive=True).queue

@@ -28,7 +28,16 @@ from amqwire.client.producer.core import ProducerCore
 from amqwire.client.producer.errors import BufferFullError, SendFailed, SendTimeout
 from amqwire.client.producer.ids import MessageIds
 from amqwire.client.producer.message import OutgoingMessage
-from amqwire.client.producer.policy import PINNED, ROUND_ROBIN, Broker, BrokerSelector, retryable
+from amqwire.client.producer.policy import (
+    LATENCY_PENALTIES,
+    LATENCY_THRESHOLDS,
+    PINNED,
+    ROUND_ROBIN,
+    Broker,
+    BrokerSelector,
+    LatencyTable,
+    retryable,
+)
 from amqwire.client.producer.stats import Latencies
 from amqwire.client.url import ConnectionParameters
 
@@ -224,6 +233,129 @@ def test_a_blocked_broker_is_used_only_when_no_other_is_there():
     assert s.choose(0.0, lambda b: True)[0].index == 0
     with pytest.raises(ValueError, match="policy"):
         BrokerSelector(brokers, "random", 1.0, 1.0)
+
+
+# --------------------------------------------------------------------------- latency avoidance
+
+
+def test_the_latency_table_is_rocketmqs_by_default():
+    table = LatencyTable()
+    assert (table.thresholds, table.penalties) == (LATENCY_THRESHOLDS, LATENCY_PENALTIES)
+    # RocketMQ's computeNotAvailableDuration: the penalty of the highest threshold reached
+    cases = {0.0: 0, 0.049: 0, 0.05: 0, 0.3: 0, 0.55: 30, 0.9: 30, 1.0: 60, 2.5: 120, 3.0: 180, 14.0: 180,
+             15.0: 600, 100.0: 600}
+    assert {latency: table.penalty(latency) for latency in cases} == cases
+    assert table.first_penalized == 0.55
+
+
+@pytest.mark.parametrize("thresholds, penalties, field", [
+    ((0.1, 0.2), (1.0,), "as long as each other"),
+    ((), (), "as long as each other"),
+    ((0.2, 0.1), (1.0, 2.0), "latency_thresholds must be >= 0 and increasing"),
+    ((0.1, 0.2), (1.0, -2.0), "latency_penalties must be >= 0"),
+])
+def test_a_bad_latency_table_is_refused_naming_the_option(thresholds, penalties, field):
+    with pytest.raises(ValueError, match=field):
+        LatencyTable(thresholds, penalties)
+    with pytest.raises(ValueError, match=field):
+        make_core("amqp://127.0.0.1:1/", latency_thresholds=thresholds, latency_penalties=penalties)
+
+
+def _slow_selector(n: int, policy: str = ROUND_ROBIN) -> tuple[list[Broker], BrokerSelector]:
+    brokers = _brokers(n)
+    # scaled down: from 0.2 s a broker is passed over for 2 s, from 1 s for 5 s
+    table = LatencyTable((0.05, 0.2, 1.0), (0.0, 2.0, 5.0))
+    return brokers, BrokerSelector(brokers, policy, 1.0, 8.0, table)
+
+
+def _verdict(s: BrokerSelector, broker: Broker, written_at: float, now: float, error: bool = False) -> None:
+    s.observe(broker, broker.written(1, written_at), now, True, 1, not error)
+
+
+def test_a_slow_broker_is_passed_over_for_its_penalty_then_comes_back():
+    brokers, s = _slow_selector(2)
+    never = lambda b: False  # noqa: E731
+    _verdict(s, brokers[1], 0.0, 0.5)  # 0.5 s from write to confirm: 2 s off
+    assert brokers[1].latency == 0.5 and s.is_slow(brokers[1], 0.5)
+    assert [s.choose(t, never)[0].index for t in (0.6, 0.7, 1.0, 2.4)] == [0, 0, 0, 0]
+    assert [s.choose(2.5, never)[0].index for _ in range(4)] == [1, 0, 1, 0]  # back in turn
+    _verdict(s, brokers[1], 3.0, 4.5)  # slower: 5 s off
+    assert s.choose(9.4, never)[0].index == 0 and s.choose(9.5, never)[0].index == 1
+    _verdict(s, brokers[1], 9.5, 9.51)  # a fast verdict ends the penalty at once (RocketMQ's rule)
+    assert not s.is_slow(brokers[1], 9.51)
+    assert s.broker_stats(9.51, never)[1].state == "available"
+
+
+def test_a_send_unconfirmed_past_the_first_penalized_latency_makes_its_broker_slow_at_once():
+    brokers, s = _slow_selector(2)
+    never = lambda b: False  # noqa: E731
+    write = brokers[1].written(10, 0.0)
+    assert not s.is_slow(brokers[1], 0.19)
+    assert s.is_slow(brokers[1], 0.2)  # no verdict yet: the wait itself is the latency
+    assert [s.choose(0.3, never)[0].index for _ in range(3)] == [0, 0, 0]
+    s.observe(brokers[1], write, 0.35, False, 10, False)  # lost: not a latency, not slow any more
+    assert brokers[1].latency is None and brokers[1].failed == 10 and not s.is_slow(brokers[1], 0.35)
+    brokers[0].written(1, 1.0)
+    brokers[0].forget_unsettled()  # its connection failed: no verdict will come
+    assert not s.is_slow(brokers[0], 5.0)
+
+
+def test_every_broker_slow_uses_the_one_back_soonest_never_none():
+    brokers, s = _slow_selector(3)
+    never = lambda b: False  # noqa: E731
+    _verdict(s, brokers[0], 0.0, 2.0)   # 5 s: until 7.0
+    _verdict(s, brokers[1], 0.0, 0.5)   # 2 s: until 2.5
+    _verdict(s, brokers[2], 1.0, 2.0)   # 5 s: until 7.0
+    assert [s.choose(2.1, never)[0].index for _ in range(3)] == [1, 1, 1]
+    # a failed broker is still avoided, a blocked one used only when nothing else is left
+    s.avoid(brokers[1], ConnectionLost("x"), 2.2)
+    assert s.choose(2.3, never)[0].index in (0, 2)
+    assert s.choose(2.3, lambda b: b.index == 0)[0].index == 2
+    stats = {b.url: b for b in s.broker_stats(2.3, never)}
+    assert [stats[b.url].state for b in brokers] == ["slow", "failed", "slow"]
+    assert stats[brokers[0].url].avoided_for == pytest.approx(4.7)
+
+
+def test_a_retry_goes_to_another_broker_when_there_is_one():
+    brokers, s = _slow_selector(3)
+    never = lambda b: False  # noqa: E731
+    for _ in range(6):
+        assert s.choose(0.0, never, retry_of={brokers[1]})[0].index != 1
+    assert s.choose(0.0, never, retry_of=set(brokers))[0] in brokers  # nowhere else: any
+    s.avoid(brokers[0], ConnectionLost("x"), 0.0)
+    s.avoid(brokers[2], ConnectionLost("x"), 0.0)
+    assert s.choose(0.5, never, retry_of={brokers[1]})[0].index == 1  # the only one left
+
+
+def test_pinned_ignores_slowness_and_retries_stay_on_the_pinned_broker():
+    brokers, s = _slow_selector(2, PINNED)
+    never = lambda b: False  # noqa: E731
+    assert s.latency is None
+    _verdict(s, brokers[0], 0.0, 3.0)
+    assert not s.is_slow(brokers[0], 3.0)
+    assert {s.choose(3.0, never, retry_of={brokers[0]})[0].index for _ in range(3)} == {0}
+    assert brokers[0].latency == 3.0  # still recorded for the statistics
+
+
+def test_without_latency_avoidance_round_robin_ignores_slowness():
+    brokers = _brokers(2)
+    s = BrokerSelector(brokers, ROUND_ROBIN, 1.0, 8.0, None)
+    _verdict(s, brokers[1], 0.0, 100.0)
+    assert [s.choose(100.0, lambda b: False)[0].index for _ in range(4)] == [0, 1, 0, 1]
+
+
+def test_broker_counts_add_up_and_a_verdict_counts_once():
+    brokers, s = _slow_selector(1)
+    broker = brokers[0]
+    first, second = broker.written(5, 0.0), broker.written(3, 0.0)
+    s.observe(broker, first, 0.01, True, 5, True)
+    s.observe(broker, first, 0.02, True, 5, True)  # a future's callback run twice
+    s.observe(broker, second, 0.03, True, 3, False)  # nacked
+    dropped = broker.written(2, 0.04)
+    broker.unwritten(dropped, 2)  # the publish raised: never written
+    assert (broker.sent, broker.confirmed, broker.failed) == (8, 5, 3)
+    assert broker.latency == pytest.approx(0.03)
+    assert broker.latency_avg == pytest.approx(0.01 + 0.2 * 0.02)
 
 
 # --------------------------------------------------------------------------- retries

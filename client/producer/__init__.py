@@ -5,8 +5,9 @@ errors, ``ProducerStats``, ...) and ``amqwire.client.aio`` (``Producer``); the m
 are internal.  The decisions never wait; the Producer, with the flows that wait, is written
 once; it owns a backend that supplies the I/O and the waiting, for threads or for asyncio:
 
-- ``policy.py``: retries, back-off, the choice of a broker and its avoidance (``Broker``,
-  ``BrokerSelector``, ``Attempt``);
+- ``policy.py``: retries, back-off, the choice of a broker and its avoidance after a
+  failure or for slowness (``Broker``, ``BrokerSelector``, ``LatencyTable``, ``Attempt``,
+  ``BrokerStats``);
 - ``compression.py``: which bodies are compressed, and how (``Compressor``; the encodings
   themselves are the client's, ``client/encoding.py``);
 - ``ids.py``: unique, time-ordered message ids (``MessageIds``);

@@ -19,13 +19,23 @@ from typing import Any, Callable, Deque, Optional, Protocol, Sequence, Union
 
 from amqwire.codec import AMQPSyntaxError, BasicProperties, FrameWriter, encode_publish
 
-from ..errors import InvalidStateError
+from ..errors import InvalidStateError, MessageReturned, PublishNacked
 from ..url import ParametersLike, parameters_list
 from .compression import Compressor
 from .errors import BufferFullError, SendFailed, SendTimeout
 from .ids import MessageIds
 from .message import FOREVER, Body, OutgoingMessage, SendResult
-from .policy import ROUND_ROBIN, Attempt, Broker, BrokerSelector, backoff, retryable
+from .policy import (
+    LATENCY_PENALTIES,
+    LATENCY_THRESHOLDS,
+    ROUND_ROBIN,
+    Attempt,
+    Broker,
+    BrokerSelector,
+    LatencyTable,
+    backoff,
+    retryable,
+)
 from .stats import Latencies, ProducerStats
 
 log = logging.getLogger("amqwire.client.producer")
@@ -93,6 +103,9 @@ class ProducerCore:
         retry_on_return: bool = False,
         avoid_backoff: float = 1.0,
         avoid_backoff_max: float = 30.0,
+        latency_avoidance: bool = True,
+        latency_thresholds: Sequence[float] = LATENCY_THRESHOLDS,
+        latency_penalties: Sequence[float] = LATENCY_PENALTIES,
         batch_size: int = 1000,
         batch_bytes: int = 1024 * 1024,
         linger: float = 0.0,
@@ -136,7 +149,9 @@ class ProducerCore:
         self._notify: Callable[[], None] = backend.notify
         params = parameters_list(urls, connection_timeout=connection_timeout, heartbeat=heartbeat)
         self.brokers = [Broker(i, p) for i, p in enumerate(params)]
-        self.selector = BrokerSelector(self.brokers, policy, avoid_backoff, avoid_backoff_max)
+        table = LatencyTable(latency_thresholds, latency_penalties)  # checked even when not used
+        self.selector = BrokerSelector(self.brokers, policy, avoid_backoff, avoid_backoff_max,
+                                       table if latency_avoidance else None)
         self.timeout = timeout
         self.retries = retries
         self.retry_backoff = retry_backoff
@@ -482,8 +497,15 @@ class ProducerCore:
             publish(channel_id, m.exchange, m.routing_key, m.body, m.wire_properties())
         return writer.take()
 
-    def _batch_cb(self, messages: Sequence[OutgoingMessage], broker: Broker) -> Callable[[Any], None]:
-        """The callback of a batch's confirm future (it may be called twice: once only counts)."""
+    def _observe(self, broker: Broker, write: int, count: int, error: Optional[BaseException]) -> None:
+        """The broker's verdict on a write (or its loss), for its latency and counts."""
+        answered = error is None or isinstance(error, (PublishNacked, MessageReturned))
+        with self._lock:
+            self.selector.observe(broker, write, time.monotonic(), answered, count, error is None)
+
+    def _batch_cb(self, messages: Sequence[OutgoingMessage], broker: Broker, write: int) -> Callable[[Any], None]:
+        """The callback of a batch's confirm future (it may be called twice: once only counts).
+        ``write``: the batch's number in the broker's record."""
         handled: list[bool] = []
 
         def done(token: Any) -> None:
@@ -492,6 +514,7 @@ class ProducerCore:
                     return
                 handled.append(True)
             error = token.exception()
+            self._observe(broker, write, len(messages), error)
             if error is None:
                 self._succeeded_all(messages, broker)
             elif len(messages) > 1 and not retryable(error, self.retry_on_return):
@@ -516,11 +539,12 @@ class ProducerCore:
             self._sender_idle = False
         self._wake()
 
-    def _confirmed_cb(self, message: OutgoingMessage, broker: Broker) -> Callable[[Any], None]:
+    def _confirmed_cb(self, message: OutgoingMessage, broker: Broker, write: int) -> Callable[[Any], None]:
         def done(token: Any) -> None:
+            error = token.exception()
+            self._observe(broker, write, 1, error)  # once: a second call finds the write settled
             if message.done:
                 return
-            error = token.exception()
             if error is None:
                 self._succeeded(message, broker)
             else:
@@ -662,10 +686,15 @@ class ProducerCore:
                 sent=self._sent, confirmed=self._confirmed, oneway=self._oneway, retried=self._retried,
                 failed=self._failed, bytes=self._bytes, pending=self._pending, buffered_bytes=self._buffered,
                 latency_p50=p50, latency_p90=p90, latency_p99=p99, latency_max=pmax,
+                brokers=self.selector.broker_stats(time.monotonic(), self._is_blocked),
             )
         if wake:
             self._wake()
         return stats
+
+    @staticmethod
+    def _is_blocked(broker: Broker) -> bool:
+        return broker.usable() and bool(broker.connection.blocked)
 
     @property
     def closed(self) -> bool:

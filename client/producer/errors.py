@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ..errors import AMQPError, OperationTimeout, PublishError
+from ..errors import AMQPError, OperationTimeout, PublishError, format_seconds
 from .policy import Attempt
 
 
@@ -41,7 +41,7 @@ class SendTimeout(OperationTimeout):
         self.error: Optional[BaseException] = self.attempts[-1].error if self.attempts else None
 
     def __str__(self) -> str:
-        text = f"send of message {self.message_id} timed out after {self.timeout} s waiting for {self.operation}"
+        text = f"send of message {self.message_id} timed out after {format_seconds(self.timeout)} s waiting for {self.operation}"
         if self.attempts:
             text += f" ({len(self.attempts)} failed attempt(s), the last: {self.error})"
         return text

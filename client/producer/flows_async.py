@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Collection, Optional, Sequence, TypeVar, Union
 
 from amqwire.codec import BasicProperties
 
@@ -309,19 +309,18 @@ class Producer(ProducerCore):
             self._fail_all(InvalidStateError(f"the producer's sender failed: {exc!r}"), batch)
             raise
 
-    def _is_blocked(self, broker: Broker) -> bool:
-        return broker.usable() and bool(broker.connection.blocked)
-
-    async def _pick(self) -> Optional[Broker]:
+    async def _pick(self, retry_of: Collection[Broker] = ()) -> Optional[Broker]:
         """A broker ready to publish to, connecting as needed; None when every broker is
-        avoided (``_no_broker_until`` then says when to try again)."""
+        avoided (``_no_broker_until`` then says when to try again).  ``retry_of``: where the
+        batch's retried sends failed (another broker is preferred)."""
         while True:
             now = time.monotonic()
             if self._stopping:  # close() is closing the connections: open none
                 with self._lock:
                     self._no_broker_until = now + TICK
                 return None
-            broker, wait = self.selector.choose(now, self._is_blocked)
+            with self._lock:
+                broker, wait = self.selector.choose(now, self._is_blocked, retry_of)
             if broker is None:
                 with self._lock:
                     self._no_broker_until = now + min(wait, TICK)
@@ -349,7 +348,9 @@ class Producer(ProducerCore):
             return broker
 
     async def _broker_failed(self, broker: Broker, error: BaseException) -> None:
-        period = self.selector.avoid(broker, error, time.monotonic())
+        with self._lock:
+            period = self.selector.avoid(broker, error, time.monotonic())
+            broker.forget_unsettled()  # no verdict will come: not a latency
         log.warning("producer: %s failed (%s): avoided for %.1f s", broker.url, error, period)
         if broker.connection is not None:
             connection, broker.connection = broker.connection, None
@@ -361,7 +362,10 @@ class Producer(ProducerCore):
         run of frames under one confirm future (a failure retries the whole run: at least
         once), mandatory and one-way sends one by one.  What cannot be written now goes back
         to the head of the queue."""
-        broker = await self._pick()
+        retry_of: Collection[Broker] = ()
+        if batch[0].attempts:  # retries are at the head of the queue
+            retry_of = {m.broker for m in batch if m.attempts and m.broker is not None}
+        broker = await self._pick(retry_of)
         if broker is None:
             self._requeue(batch)
             return
@@ -400,8 +404,10 @@ class Producer(ProducerCore):
                     frames = self._encode(plain, channel.channel_id, broker.connection.frame_max)
                     token = await channel.publish_encoded(frames, len(plain), timeout=slice_)
                     unwritten = rest
+                    with self._lock:
+                        write = broker.written(len(plain), time.monotonic())
                     self._published(plain, broker)
-                    done = self._batch_cb(plain, broker)
+                    done = self._batch_cb(plain, broker, write)
                     token.add_done_callback(done)
                     if token.done():  # settled before the callback was added: never missed
                         done(token)
@@ -412,16 +418,14 @@ class Producer(ProducerCore):
                             broker.oneway_channel = await broker.connection.channel()
                         await broker.oneway_channel.basic_publish(
                             message.exchange, message.routing_key, message.body, message.wire_properties(), timeout=slice_)
+                        broker.sent += 1
                         self._settle(message, None, None)
                         continue
                     if message.solo:
                         self._requeue(rest[index:])  # written alone, after this batch
                         break
                     message.stage = "room in the confirm window"
-                    await channel.publish_async(
-                        message.exchange, message.routing_key, message.body, message.wire_properties(),
-                        mandatory=True, callback=self._confirmed_cb(message, broker), timeout=slice_)
-                    self._published([message], broker)
+                    await self._publish_one(broker, message, True, slice_)
                 unwritten = []
         except OperationTimeout as exc:  # window full, channel.flow, socket buffer: the deadlines decide
             self._waiting = exc.operation
@@ -447,9 +451,7 @@ class Producer(ProducerCore):
         goes out on the channel: its verdict is its own."""
         message.stage = "room in the confirm window"
         try:
-            token = await broker.channel.publish_async(
-                message.exchange, message.routing_key, message.body, message.wire_properties(),
-                mandatory=message.mandatory, callback=self._confirmed_cb(message, broker), timeout=timeout)
+            token = await self._publish_one(broker, message, message.mandatory, timeout)
         except (OperationTimeout, ConnectionBlockedError, ChannelClosed):
             self._requeue([message])
             return
@@ -457,8 +459,23 @@ class Producer(ProducerCore):
             await self._broker_failed(broker, exc)
             self._requeue([message])
             return
-        self._published([message], broker)
         await self._backend.wait_confirm(token, min(max(message.deadline - time.monotonic(), 0.0), 1.0))
+
+    async def _publish_one(self, broker: Broker, message: OutgoingMessage, mandatory: bool, timeout: float) -> Any:
+        """Publish one message under its own confirm future; its token.  Numbered in the
+        broker's record before it is written: its confirm may come before publish_async returns."""
+        with self._lock:
+            write = broker.written(1, time.monotonic())
+        try:
+            token = await broker.channel.publish_async(
+                message.exchange, message.routing_key, message.body, message.wire_properties(),
+                mandatory=mandatory, callback=self._confirmed_cb(message, broker, write), timeout=timeout)
+        except BaseException:
+            with self._lock:
+                broker.unwritten(write, 1)
+            raise
+        self._published([message], broker)
+        return token
 
 
 __all__ = ["Producer"]

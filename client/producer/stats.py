@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from .policy import BrokerStats
+
 
 @dataclasses.dataclass(frozen=True)
 class ProducerStats:
@@ -23,6 +25,8 @@ class ProducerStats:
     latency_p90: Optional[float]
     latency_p99: Optional[float]
     latency_max: Optional[float]
+    #: each broker's state, counts and latency, in the order of the producer's URLs
+    brokers: tuple[BrokerStats, ...] = ()
 
 
 class Latencies:
