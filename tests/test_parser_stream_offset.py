@@ -35,7 +35,7 @@ def offset_entry(value: int, key: str = "x-stream-offset") -> bytes:
     return entry(key, b"l", struct.pack(">q", value))
 
 
-def delivery_frames(headers: bytes = None, *, tag=1, payload=b"body", content_type=None, priority=None):
+def delivery_frames(headers=None, *, tag=1, payload=b"body", content_type=None, priority=None):
     """A basic.deliver on channel 1 whose properties are built by hand (headers raw)."""
     flags, props = 0, b""
     if content_type is not None:
