@@ -306,3 +306,40 @@ def test_bad_options_are_refused_before_anything_is_sent(run, options, option):
         assert ch.is_open and conn.is_open  # the broker would close the connection for some
 
     run(scenario, timeout=30)
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+def test_recovery_ends_a_stream_reader_and_keeps_plain_consumers(run):
+    async def scenario(api):
+        conn, ch, queue = await stream_with(api, 20)
+        proxy = api.proxy()
+        recovering = await api.connect(api.proxy_url(proxy), recovery=True)
+        reader_channel = await recovering.channel()
+        reader = await reader_channel.consume_stream(queue, offset=0)
+        assert [(await reader.get(timeout=5)).stream_offset for _ in range(5)] == [0, 1, 2, 3, 4]
+        plain_channel = await recovering.channel()
+        classic = api.names.queue()
+        await plain_channel.queue_declare(classic)
+        plain = await plain_channel.consume(classic)
+        proxy.kill()
+        # the reader ends with the loss at once (a resubscription would start again at 0) ...
+        deadline = Deadline(15, "the stream reader to end with the connection's loss")
+        with pytest.raises(api.errors.AMQPConnectionError):
+            while True:
+                message = await reader.get(timeout=deadline.left(0.01))
+                if message is None:
+                    raise deadline.fail(f"still active: {reader.active}")
+        # (what it had received before the loss was still read: resume after it)
+        assert not reader.active and reader.last_offset is not None
+        # ... and the recovery restores the plain consumer, not the reader
+        assert await recovering.wait_recovered(timeout=20)
+        await ch.basic_publish("", classic, b"after")
+        assert (await api.next(plain, timeout=10)).body == b"after"
+        await fill(ch, queue, 5, start=20)
+        resume = reader.last_offset + 1
+        again = await reader_channel.consume_stream(queue, offset=resume, end=24)
+        assert [o for o, _ in await read_all(again)] == list(range(resume, 25))
+
+    run(scenario, timeout=60)
