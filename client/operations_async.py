@@ -909,8 +909,9 @@ class AsyncChannel(ChannelBase):
         Both are offsets of messages the broker delivered: they exist (``first`` until
         retention removes it).  ``last`` is at least the tail when the call began, unless
         the broker paused longer than ``quiet`` seconds in the middle of sending its last
-        chunk; under concurrent appends it may be newer.  An empty stream costs ``wait``
-        seconds: how long a first delivery is waited for.
+        chunk; under concurrent appends it may be newer (the last chunk is read for at most
+        ``wait`` seconds).  An empty stream costs ``wait`` seconds: how long a first
+        delivery is waited for.
         """
         connection = self._connection
         deadline = _deadline(connection.rpc_timeout if timeout is None else timeout)
@@ -929,7 +930,7 @@ class AsyncChannel(ChannelBase):
     async def _stream_probe(self, queue: str, start: str, wait: float, quiet: float,
                             deadline: Optional[float]) -> Optional[int]:
         """The offset of the first delivery from ``start``; with ``quiet``, the highest one
-        delivered until none came for that long (or the deadline)."""
+        delivered until none came for that long, for at most ``wait`` seconds."""
         consumer = await self.consume_stream(queue, offset=start, prefetch=2000, timeout=_left(deadline))
         try:
             left = _left(deadline)
@@ -937,8 +938,11 @@ class AsyncChannel(ChannelBase):
             if message is None or message.stream_offset is None:
                 return None
             highest: int = message.stream_offset
+            reading = _deadline(wait)
+            if deadline is not None and reading is not None:
+                reading = min(reading, deadline)
             while quiet:
-                left = _left(deadline)
+                left = _left(reading)
                 if left is not None and left <= 0:
                     break
                 message = await consumer.get(quiet if left is None else min(quiet, left))

@@ -190,7 +190,9 @@ def test_stream_offsets_while_appended_never_report_an_offset_not_written(run):
             for _ in range(5):
                 await api.sleep(0.05)
                 confirmed_before.append(sent - 50)
-                offsets = await ch.stream_offsets(queue, quiet=0.05)
+                began = time.monotonic()
+                offsets = await ch.stream_offsets(queue, quiet=0.05, wait=1.0)
+                assert time.monotonic() - began < 1.0 + 3  # the last chunk is read for at most `wait`
                 first, last = offsets.first, offsets.last
                 sent_after = sent
                 assert first == 0
@@ -278,6 +280,12 @@ def test_a_classic_or_quorum_queue_is_not_a_stream(run):
         missing = await conn.channel()
         with pytest.raises(api.errors.NotFound):
             await missing.consume_stream(api.names.unique("q"), offset="first")
+        # stream_offsets probes on a channel of its own: the same errors, this channel stays open
+        with pytest.raises(api.errors.NotAStream):
+            await ch.stream_offsets(classic)
+        with pytest.raises(api.errors.NotFound):
+            await ch.stream_offsets(api.names.unique("q"))
+        assert ch.is_open
 
     run(scenario, timeout=60)
 
