@@ -2,7 +2,8 @@
 
 One stream is filled once with ``--count`` messages of 100 bytes with 3 headers; each row
 then reads all of it, ``--repeats`` times, and reports the best and the median rate with the
-load average around the run (a shared machine moves rates by ~10%):
+load average around the run (a shared machine moves rates by ~10%), and the client
+process's CPU time per message (median; all its threads):
 
 - amqwire blocking: ``for m in ch.consume_stream(q, offset=0, end=last)``, reading
   ``m.stream_offset`` (the codec reads it from the header bytes; the reader acks)
@@ -51,34 +52,34 @@ def fill(url: str, queue: str, count: int) -> int:
     return count - 1
 
 
-def amqwire_blocking(url: str, queue: str, last: int) -> float:
+def amqwire_blocking(url: str, queue: str, last: int) -> tuple[float, float]:
     with aw_blocking.connect(url) as conn, conn.channel() as ch:
         seen = -1
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for message in ch.consume_stream(queue, offset=0, end=last, prefetch=PREFETCH):
             seen = message.stream_offset
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
     if seen != last:
         raise SystemExit(f"amqwire blocking ended at {seen}, not {last}")
-    return t1 - t0
+    return t1 - t0, c1 - c0
 
 
-def amqwire_asyncio(url: str, queue: str, last: int) -> float:
-    async def main() -> float:
+def amqwire_asyncio(url: str, queue: str, last: int) -> tuple[float, float]:
+    async def main() -> tuple[float, float]:
         async with aw_aio.connect(url) as conn, conn.channel() as ch:
             seen = -1
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             async for message in await ch.consume_stream(queue, offset=0, end=last, prefetch=PREFETCH):
                 seen = message.stream_offset
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
         if seen != last:
             raise SystemExit(f"amqwire asyncio ended at {seen}, not {last}")
-        return t1 - t0
+        return t1 - t0, c1 - c0
 
     return asyncio.run(main())
 
 
-def pika_blocking(url: str, queue: str, last: int) -> float:
+def pika_blocking(url: str, queue: str, last: int) -> tuple[float, float]:
     conn = pika.BlockingConnection(pika.URLParameters(url))
     try:
         ch = conn.channel()
@@ -95,13 +96,13 @@ def pika_blocking(url: str, queue: str, last: int) -> float:
             elif state["count"] % (PREFETCH // 2) == 0:
                 channel.basic_ack(method.delivery_tag, multiple=True)
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         ch.basic_consume(queue, on_message, arguments={"x-stream-offset": 0})
         ch.start_consuming()
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         if state["seen"] != last:
             raise SystemExit(f"pika ended at {state['seen']}, not {last}")
-        return t1 - t0
+        return t1 - t0, c1 - c0
     finally:
         conn.close()
 
@@ -121,12 +122,14 @@ def main() -> None:
     last = fill(args.url, queue, args.count)
     try:
         load_before = os.getloadavg()
-        print(f"{'row':<18} {'best msg/s':>12} {'median msg/s':>13}")
+        print(f"{'row':<18} {'best msg/s':>12} {'median msg/s':>13} {'client CPU us/msg':>18}")
         for name, fn in ROWS.items():
             if args.only not in name:
                 continue
-            rates = [args.count / fn(args.url, queue, last) for _ in range(args.repeats)]
-            print(f"{name:<18} {max(rates):>12,.0f} {statistics.median(rates):>13,.0f}", flush=True)
+            runs = [fn(args.url, queue, last) for _ in range(args.repeats)]
+            rates = [args.count / wall for wall, _ in runs]
+            cpu = statistics.median(cpu for _, cpu in runs) / args.count * 1e6
+            print(f"{name:<18} {max(rates):>12,.0f} {statistics.median(rates):>13,.0f} {cpu:>18.1f}", flush=True)
         load_after = os.getloadavg()
         print(f"load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
               f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; {os.cpu_count()} CPUs")
