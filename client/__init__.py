@@ -7,7 +7,7 @@ asyncio (``amqwire.client.aio.connect``).
 from amqwire.codec import BasicProperties
 
 from . import aio
-from .blocking import Channel, Connection, Consumer, PublishFuture, connect
+from .blocking import Channel, Connection, Consumer, PublishFuture, StreamConsumer, StreamOffsets, connect
 from .lifecycle import ConnectionStatus
 from .recovery import RecoveryPolicy
 from .encoding import decode_body
@@ -32,6 +32,10 @@ from .errors import (
     ConsumerCancelled,
     ConnectionBlockedError,
     OperationTimeout,
+    StreamError,
+    StreamOptionError,
+    NotAStream,
+    StreamTruncated,
 )
 from .listeners import (
     BlockedEvent,
@@ -61,6 +65,8 @@ __all__ = [
     "Connection",
     "Channel",
     "Consumer",
+    "StreamConsumer",
+    "StreamOffsets",
     "PublishFuture",
     "Message",
     "ReturnedMessage",
@@ -89,6 +95,10 @@ __all__ = [
     "ConsumerCancelled",
     "ConnectionBlockedError",
     "OperationTimeout",
+    "StreamError",
+    "StreamOptionError",
+    "NotAStream",
+    "StreamTruncated",
     "ShutdownEvent",
     "BlockedEvent",
     "UnblockedEvent",

@@ -4,7 +4,7 @@
 ``Producer`` from ``producer/aio.py``, whose backend builds on that connection; this module only
 gathers them, so that neither imports the other through it.
 """
-from .aio_connection import Channel, Connection, Consumer, connect
+from .aio_connection import Channel, Connection, Consumer, StreamConsumer, StreamOffsets, connect
 from .producer.aio import Producer
 
-__all__ = ["connect", "Connection", "Channel", "Consumer", "Producer"]
+__all__ = ["connect", "Connection", "Channel", "Consumer", "StreamConsumer", "StreamOffsets", "Producer"]

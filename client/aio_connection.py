@@ -18,13 +18,15 @@ from .io_asyncio import Opener
 from .operations_async import AsyncChannel as Channel
 from .operations_async import AsyncConnection as Connection
 from .operations_async import AsyncConsumer as Consumer
+from .operations_async import AsyncStreamConsumer as StreamConsumer
+from .streams import StreamOffsets
 from .session import ConnectOptions, connection_arguments
 from .url import ParametersLike
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["connect", "Connection", "Channel", "Consumer"]
+__all__ = ["connect", "Connection", "Channel", "Consumer", "StreamConsumer", "StreamOffsets"]
 
 
 def connect(

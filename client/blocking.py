@@ -13,13 +13,15 @@ from .io_threads import PublishFuture
 from .operations_sync import SyncChannel as Channel
 from .operations_sync import SyncConnection as Connection
 from .operations_sync import SyncConsumer as Consumer
+from .operations_sync import SyncStreamConsumer as StreamConsumer
 from .session import ConnectOptions, connection_arguments
+from .streams import StreamOffsets
 from .url import ParametersLike
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["connect", "Connection", "Channel", "Consumer", "PublishFuture"]
+__all__ = ["connect", "Connection", "Channel", "Consumer", "StreamConsumer", "StreamOffsets", "PublishFuture"]
 
 
 def connect(

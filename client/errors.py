@@ -299,6 +299,53 @@ class ConnectionBlockedError(AMQPError):
         return text
 
 
+class StreamError(AMQPError):
+    """Base class of the errors of stream consumers (``Channel.consume_stream``)."""
+
+
+class StreamOptionError(StreamError, ValueError):
+    """A stream consumer's option is wrong (``offset``, ``end``, ``prefetch``, ...); raised
+    before anything is sent: RabbitMQ answers some bad ``x-stream-offset`` values by
+    closing the whole connection (541 INTERNAL_ERROR)."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        self.option = option
+        self.problem = problem
+        super().__init__(option, problem)
+
+    def __str__(self) -> str:
+        return f"{self.option}: {self.problem}"
+
+
+class NotAStream(PreconditionFailed, StreamError):
+    """``consume_stream`` on a queue that is not a stream (a classic or quorum queue): the
+    broker refused ``x-stream-offset`` with 406 PRECONDITION_FAILED, which closed the channel."""
+
+    def __str__(self) -> str:
+        return f"not a stream queue (the broker refused x-stream-offset): {super().__str__()}"
+
+
+class StreamTruncated(StreamError):
+    """The start offset of a stream consumer was removed by the stream's retention: the
+    broker started at the first offset it still has (``first_offset``), and the offsets
+    from ``requested`` up to it are lost.  Raised with ``on_truncated="raise"``."""
+
+    def __init__(self, queue: str, requested: int, first_offset: int) -> None:
+        self.queue = queue
+        self.requested = requested
+        self.first_offset = first_offset
+        super().__init__(queue, requested, first_offset)
+
+    @property
+    def lost(self) -> int:
+        """How many offsets were asked for but are gone."""
+        return self.first_offset - self.requested
+
+    def __str__(self) -> str:
+        return (f"stream {self.queue!r}: offset {self.requested} was removed by retention; the first offset "
+                f"retained is {self.first_offset} ({self.lost} offsets lost)")
+
+
 __all__ = [
     "AmqwireError",
     "AMQPError",
@@ -320,4 +367,8 @@ __all__ = [
     "ConsumerCancelled",
     "ConnectionBlockedError",
     "OperationTimeout",
+    "StreamError",
+    "StreamOptionError",
+    "NotAStream",
+    "StreamTruncated",
 ]

@@ -41,6 +41,7 @@ RENAMES = {
     "AsyncConnection": "SyncConnection",
     "AsyncChannel": "SyncChannel",
     "AsyncConsumer": "SyncConsumer",
+    "AsyncStreamConsumer": "SyncStreamConsumer",
     "AsyncProducer": "SyncProducer",
     "AsyncioWaiting": "ThreadWaiting",
     "AsyncioSendFuture": "SendFuture",

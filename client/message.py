@@ -15,7 +15,9 @@ class Message(Delivery):
     one object per delivery. Attributes: ``channel_id``, ``channel`` (the transport's
     Channel object; None in the bare protocol core), ``consumer_tag`` (None for
     basic.get), ``delivery_tag``, ``redelivered``, ``exchange``, ``routing_key``,
-    ``message_count`` (basic.get only), ``properties``, ``body``.
+    ``message_count`` (basic.get only), ``properties``, ``body``, ``stream_offset`` (its
+    offset in a stream queue, read by the parser from the x-stream-offset header; None
+    for other queues).
     ``ack``/``nack``/``reject`` go through ``channel``, and are coroutines on the asyncio
     transport.
     """

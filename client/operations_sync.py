@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any, Callable, Optional, TypeVar, Union
+from typing import Any, Callable, Literal, Optional, TypeVar, Union
 
 from amqwire.codec import (
     BasicCancel,
@@ -60,11 +60,17 @@ from .errors import (
     ConnectionBlockedError,
     ConnectionLost,
     InvalidStateError,
+    NotAStream,
     OperationTimeout,
+    PreconditionFailed,
 )
 from .message import Message
 from .recovery import END, Topology
 from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
+from .streams import (
+    HAND_OUT, LAST, SKIP, TRUNCATED, StreamConsumerBase, StreamOffset, StreamOffsets, check_options,
+    offset_argument,
+)
 from .url import ConnectionParameters
 
 log = logging.getLogger("amqwire.client")
@@ -836,6 +842,114 @@ class SyncChannel(ChannelBase):
         consumer._count_subscribed()
         self._consumer_event(ConsumerEventKind.CONSUME_OK, consumer)
 
+    # streams -------------------------------------------------------------------------------
+
+    def consume_stream(
+        self,
+        queue: str,
+        *,
+        offset: StreamOffset = "next",
+        end: Optional[int] = None,
+        prefetch: int = 1000,
+        on_truncated: Literal["warn", "raise"] = "warn",
+        consumer_tag: str = "",
+        arguments: Optional[dict[str, Any]] = None,
+        timeout: Optional[float] = None,
+    ) -> SyncStreamConsumer:
+        """Read a stream queue from ``offset`` (``"first"``, ``"last"``, ``"next"``, an offset,
+        a datetime, or an interval such as ``"1h"``) up to the message at offset ``end``
+        (included; None: no end).  Returns a StreamConsumer to iterate (``for`` / ``async
+        for``) or ``get()`` from; each message has its offset in ``stream_offset``.
+
+        It acks for the reader (acks are only credit on a stream): messages are acked as
+        they are read, ``prefetch // 2`` at a time, with one ack (``multiple``) when it is
+        the channel's only consumer.  ``prefetch`` is set on the channel (``basic.qos``,
+        per consumer) if it differs.  Once the message at ``end`` is read, the consumer is
+        cancelled, everything it received acked, and the iteration stops.
+
+        A start offset that retention removed starts at the first offset retained: the
+        consumer says so (``truncated``, ``first_offset``, a logged warning), or with
+        ``on_truncated="raise"`` raises StreamTruncated from the read that finds it out.
+        StreamOptionError for a bad option (before anything is sent), NotAStream for a
+        queue that is not a stream.  Not restored by connection recovery: it ends with the
+        connection's error; start again from ``last_offset + 1``.
+        """
+        value = offset_argument(offset)
+        check_options(offset, end, prefetch, on_truncated)
+        stream_arguments = dict(arguments or {})
+        stream_arguments["x-stream-offset"] = value
+        method = BasicConsume(0, queue, consumer_tag, False, False, False, False, stream_arguments)
+        consumer = SyncStreamConsumer(self, queue, method, offset, end, prefetch, on_truncated)
+        return (self._stream_subscribed(consumer, prefetch, timeout))
+
+    def _stream_subscribed(self, consumer: SyncStreamConsumer, prefetch: int,
+                                 timeout: Optional[float]) -> SyncStreamConsumer:
+        deadline = _deadline(self._connection.rpc_timeout if timeout is None else timeout)
+        if self._qos != (prefetch, 0, False):
+            self.basic_qos(prefetch, timeout=_left(deadline))
+        try:
+            self._subscribe(consumer, _left(deadline))
+        except PreconditionFailed as exc:
+            if "x-stream-offset" in exc.reply_text and "queue type" in exc.reply_text:
+                raise NotAStream(exc.reply_code, exc.reply_text, exc.class_id, exc.method_id,
+                                 by_broker=exc.by_broker, channel=exc.channel) from None
+            raise
+        return consumer
+
+    def stream_offsets(self, queue: str, *, wait: float = 1.0, quiet: float = 0.1,
+                             timeout: Optional[float] = None) -> StreamOffsets:
+        """The first and last offsets of a stream, (None, None) when it is empty.
+
+        Read with two short consumers on a channel of their own (so their prefetch, and a
+        NotFound or NotAStream that closes it, leave this channel as it is): the last chunk
+        from ``"last"``, up to its highest offset, then the first message from ``"first"``.
+        Both are offsets of messages the broker delivered: they exist (``first`` until
+        retention removes it).  ``last`` is at least the tail when the call began, unless
+        the broker paused longer than ``quiet`` seconds in the middle of sending its last
+        chunk; under concurrent appends it may be newer (the last chunk is read for at most
+        ``wait`` seconds).  An empty stream costs ``wait`` seconds: how long a first
+        delivery is waited for.
+        """
+        connection = self._connection
+        deadline = _deadline(connection.rpc_timeout if timeout is None else timeout)
+        probe = connection._open_channel(None, _left(deadline))
+        try:
+            last = probe._stream_probe(queue, "last", wait, quiet, deadline)
+            if last is None:
+                return StreamOffsets(None, None)
+            first = probe._stream_probe(queue, "first", wait, 0.0, deadline)
+            if first is None or first > last:  # retention removed them all meanwhile
+                return StreamOffsets(None, None)
+            return StreamOffsets(first, last)
+        finally:
+            probe.close()
+
+    def _stream_probe(self, queue: str, start: str, wait: float, quiet: float,
+                            deadline: Optional[float]) -> Optional[int]:
+        """The offset of the first delivery from ``start``; with ``quiet``, the highest one
+        delivered until none came for that long, for at most ``wait`` seconds."""
+        consumer = self.consume_stream(queue, offset=start, prefetch=2000, timeout=_left(deadline))
+        try:
+            left = _left(deadline)
+            message = consumer.get(wait if left is None else min(wait, left))
+            if message is None or message.stream_offset is None:
+                return None
+            highest: int = message.stream_offset
+            reading = _deadline(wait)
+            if deadline is not None and reading is not None:
+                reading = min(reading, deadline)
+            while quiet:
+                left = _left(reading)
+                if left is not None and left <= 0:
+                    break
+                message = consumer.get(quiet if left is None else min(quiet, left))
+                if message is None or message.stream_offset is None:
+                    break
+                highest = max(highest, message.stream_offset)
+            return highest
+        finally:
+            consumer.cancel()
+
     # closing -------------------------------------------------------------------------------
 
     def close(self, reply_code: int = 200, reply_text: str = "Normal shutdown") -> None:
@@ -956,3 +1070,103 @@ class SyncConsumer(ConsumerBase):
 
     def __exit__(self, *exc: Any) -> None:
         self.cancel()
+
+
+class SyncStreamConsumer(SyncConsumer, StreamConsumerBase):
+    """A consumer of a stream queue (``Channel.consume_stream``): iterate it (``for`` on
+    the blocking transport, ``async for`` on asyncio) or ``get()``; each message has its
+    offset in ``stream_offset``; do not ack them (the consumer does).
+
+    ``first_offset``: the offset of the first message the broker delivered (None before);
+    ``truncated``: True when that is after the start offset asked for (an int), which
+    retention removed; ``last_offset``: the offset of the last message read, so reading
+    again from ``last_offset + 1`` goes on where this one stopped.  ``truncated`` can only
+    be known for a start offset: ``"first"``, a timestamp or an interval start at whatever
+    is retained.
+    """
+
+    __slots__ = ("start", "end", "first_offset", "last_offset", "truncated", "_skip_below", "_on_truncated",
+                 "_unacked", "_credit_batch")
+
+    _recoverable = False
+
+    def __init__(self, channel: SyncChannel, queue_name: str, method: Any, start: StreamOffset,
+                 end: Optional[int], prefetch: int, on_truncated: Literal["warn", "raise"]) -> None:
+        super().__init__(channel, queue_name, None, method)
+        self._init_stream(start, end, prefetch, on_truncated)
+
+    def __iter__(self) -> SyncStreamConsumer:
+        return self
+
+    def __next__(self) -> Message:
+        while True:
+            buffer = self._buffer
+            if buffer:
+                message = buffer.popleft()
+            else:
+                item = self._next_delivery(None)
+                if item is None:
+                    raise StopIteration
+                message = item
+            verdict = self._admit(message)
+            if verdict == HAND_OUT:
+                return message  # type: ignore[no-any-return]
+            if verdict != SKIP:
+                self._end_here()
+                if verdict == LAST:
+                    return message  # type: ignore[no-any-return]
+                if verdict == TRUNCATED:
+                    raise self._truncation()
+
+    def get(self, timeout: Optional[float] = None) -> Optional[Message]:
+        """The next message; None after ``timeout`` seconds, or once the end offset was read
+        or the consumer cancelled."""
+        deadline = _deadline(timeout)
+        while True:
+            buffer = self._buffer
+            if buffer:
+                message = buffer.popleft()
+            else:
+                item = self._next_delivery(_left(deadline))
+                if item is None:
+                    return None
+                message = item
+            verdict = self._admit(message)
+            if verdict == HAND_OUT:
+                return message  # type: ignore[no-any-return]
+            if verdict != SKIP:
+                self._end_here()
+                if verdict == LAST:
+                    return message  # type: ignore[no-any-return]
+                if verdict == TRUNCATED:
+                    raise self._truncation()
+
+    def _next_delivery(self, timeout: Optional[float]) -> Optional[Message]:
+        """Wait for the next delivery (None: timeout, or the consumer ended), acking what
+        was read first: a reader that waits must not hold back the broker's credit."""
+        self._give_credit()
+        item = self._inbox.next(timeout)
+        if item is None or type(item) is Message:
+            return item
+        if item is END:
+            return None
+        raise item
+
+    def _end_here(self) -> None:
+        """Cancel, then ack everything received up to the cancel-ok (nothing of this
+        consumer comes after it): the end offset was read, the start was truncated, or
+        the reader cancels."""
+        if self.active and self.channel.is_open:
+            self.channel.basic_cancel(self.consumer_tag)
+        self._finish(END)
+        while True:
+            item = self._inbox.next(0)
+            if type(item) is not Message:
+                break
+            self._unacked.append(item.delivery_tag)
+        self._give_credit()
+
+    def cancel(self) -> None:
+        """Stop reading; what was received is acked (messages received and not read yet
+        are dropped: read again from ``last_offset + 1``)."""
+        self._end_here()

@@ -1311,6 +1311,11 @@ class ChannelBase:
             for consumer in list(self._consumers.values()):
                 consumer._finish(reason)
             self._consumers.clear()
+        else:  # the ones a recovery would not restore end now, with the loss
+            for tag, consumer in list(self._consumers.items()):
+                if not consumer._recoverable:
+                    del self._consumers[tag]
+                    consumer._finish(error)
         self._set_flow(True)
         self._waits.notify_progress()
 
@@ -1355,6 +1360,10 @@ class _ChannelGauge:
 
 class ConsumerBase:
     """A subscription's state, on both transports."""
+
+    #: whether connection recovery subscribes it again (a stream consumer would restart
+    #: at its first offset: it ends with the connection instead)
+    _recoverable = True
 
     def __init__(self, channel: Any, queue_name: str, callback: Optional[Callable[[Message], Any]], method: Any) -> None:
         self.channel = channel

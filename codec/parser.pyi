@@ -52,6 +52,7 @@ class Delivery:
     message_count: Optional[int]
     properties: BasicProperties
     body: bytes
+    stream_offset: Optional[int]
     def __init__(
         self,
         channel_id: int,
@@ -64,6 +65,7 @@ class Delivery:
         consumer_tag: Optional[str] = None,
         message_count: Optional[int] = None,
         channel: Any = None,
+        stream_offset: Optional[int] = None,
     ) -> None: ...
 
 _Frame = MethodFrame | HeaderFrame | BodyFrame | Heartbeat | ProtocolHeader

@@ -13,7 +13,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.list cimport PyList_Append
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from amqwire.codec.buffer cimport (
@@ -23,6 +23,7 @@ from amqwire.codec.buffer cimport (
 )
 from amqwire.codec.methods cimport Method, method_has_content, read_method
 from amqwire.codec.properties cimport BasicProperties, read_properties
+from amqwire.codec.table cimport find_int64_field
 
 from amqwire.codec.errors import (
     AMQPSyntaxError, CodecError, FrameError, ProtocolHeaderError, UnexpectedFrame,
@@ -188,6 +189,11 @@ cdef class Delivery:
     BasicDeliver: one object per message instead of three.  ``channel`` and
     ``message_count`` are never set by the parser; they are for whoever hands the
     delivery on (a client keeps its channel object there; basic.get-ok has a count).
+
+    ``stream_offset``: the message's offset in a RabbitMQ stream, the int64 header
+    ``x-stream-offset`` the broker adds to each delivery from a stream queue, read by the
+    parser from the header bytes (the client never looks it up in ``properties.headers``);
+    None when the headers have no such entry of type 'l' (a classic or quorum queue).
     """
     # Exposed to Python as member slots (see _expose_delivery_fields), not as Cython
     # properties: CPython 3.11 specializes attribute access to slots, not to properties,
@@ -204,9 +210,11 @@ cdef class Delivery:
     cdef object message_count
     cdef object properties
     cdef object body
+    cdef object stream_offset
 
     def __init__(self, int channel_id, delivery_tag, redelivered, exchange, routing_key,
-                 properties, body, consumer_tag=None, message_count=None, channel=None):
+                 properties, body, consumer_tag=None, message_count=None, channel=None,
+                 stream_offset=None):
         setattr(self, "channel_id", channel_id)
         setattr(self, "channel", channel)
         setattr(self, "consumer_tag", consumer_tag)
@@ -217,11 +225,12 @@ cdef class Delivery:
         setattr(self, "message_count", message_count)
         setattr(self, "properties", properties)
         setattr(self, "body", body)
+        setattr(self, "stream_offset", stream_offset)
 
     def __reduce__(self):
         return (type(self), tuple([getattr(self, name, None) for name in (
             "channel_id", "delivery_tag", "redelivered", "exchange", "routing_key", "properties",
-            "body", "consumer_tag", "message_count")]))
+            "body", "consumer_tag", "message_count")]) + (None, getattr(self, "stream_offset", None)))
 
     def __repr__(self):
         body = getattr(self, "body", None)
@@ -248,26 +257,28 @@ cdef extern from "Python.h":
     object PyDescr_NewMember(_TypeDict *type, PyMemberDef *member)
     void PyType_Modified(_TypeDict *type)
 
-cdef PyMemberDef _delivery_members[10]
+cdef PyMemberDef _delivery_members[11]
 _DELIVERY_FIELDS = (b"channel_id", b"channel", b"consumer_tag", b"delivery_tag", b"redelivered",
-                    b"exchange", b"routing_key", b"message_count", b"properties", b"body")
+                    b"exchange", b"routing_key", b"message_count", b"properties", b"body",
+                    b"stream_offset")
 
 
 cdef int _expose_delivery_fields() except -1:
     """Replace Delivery's field descriptors by member descriptors (T_OBJECT_EX, writable)."""
     cdef Delivery probe = Delivery.__new__(Delivery)
     cdef char *base = <char *><PyObject *>probe
-    cdef Py_ssize_t[10] offsets = [
+    cdef Py_ssize_t[11] offsets = [
         <char *>&probe.channel_id - base, <char *>&probe.channel - base,
         <char *>&probe.consumer_tag - base, <char *>&probe.delivery_tag - base,
         <char *>&probe.redelivered - base, <char *>&probe.exchange - base,
         <char *>&probe.routing_key - base, <char *>&probe.message_count - base,
         <char *>&probe.properties - base, <char *>&probe.body - base,
+        <char *>&probe.stream_offset - base,
     ]
     cdef _TypeDict *tp = <_TypeDict *>Delivery
     cdef int i
     cdef bytes name
-    for i in range(10):
+    for i in range(11):
         name = _DELIVERY_FIELDS[i]
         _delivery_members[i].name = <const char *>name  # the module's tuple keeps it alive
         _delivery_members[i].type = T_OBJECT_EX
@@ -297,8 +308,20 @@ cdef Delivery _read_delivery(ReadView *v, object delivery_type, uint16_t channel
     d.redelivered = (bits & 1) != 0
     d.exchange = read_shortstr(v, b"basic.deliver.exchange")
     d.routing_key = read_shortstr(v, b"basic.deliver.routing_key")
+    d.stream_offset = None
     expect_end(v, "basic.deliver")
     return d
+
+
+cdef int _read_stream_offset(Delivery d, ReadView *v, Py_ssize_t headers_at) except -1:
+    """The x-stream-offset header of a delivery, read in place from the headers table at
+    ``headers_at`` in the content header's view (read_properties has checked it)."""
+    cdef ReadView table = v[0]
+    cdef int64_t offset = 0
+    table.pos = headers_at
+    if find_int64_field(&table, b"x-stream-offset", 15, &offset):
+        d.stream_offset = offset
+    return 0
 
 
 cdef str _content_name(Command c):
@@ -592,7 +615,7 @@ cdef class FrameParser(_Scanner):
         if ftype == FRAME_METHOD:
             PyList_Append(out, MethodFrame(channel, read_method(&v)))
         elif ftype == FRAME_HEADER:
-            props = _read_header(&v, &body_size)
+            props = _read_header(&v, &body_size, NULL)
             PyList_Append(out, HeaderFrame(channel, _BASIC_CLASS, body_size, props))
         elif ftype == FRAME_BODY:
             PyList_Append(out, BodyFrame(channel, PyBytes_FromStringAndSize(payload, size)))
@@ -601,8 +624,9 @@ cdef class FrameParser(_Scanner):
         return 0
 
 
-cdef BasicProperties _read_header(ReadView *v, uint64_t *body_size):
-    """A content header frame's payload: its properties; the body size in ``body_size``."""
+cdef BasicProperties _read_header(ReadView *v, uint64_t *body_size, Py_ssize_t *headers_at):
+    """A content header frame's payload: its properties; the body size in ``body_size``;
+    where the headers table starts in ``headers_at`` (if not NULL, and there is one)."""
     cdef uint16_t class_id = 0, weight = 0
     cdef Py_ssize_t at = v.base
     read_u16(v, &class_id, b"content header class id")
@@ -612,7 +636,7 @@ cdef BasicProperties _read_header(ReadView *v, uint64_t *body_size):
             offset=at)
     read_u16(v, &weight, b"content header weight")
     read_u64(v, body_size, b"content header body size")
-    props = read_properties(v)
+    props = read_properties(v, headers_at)
     expect_end(v, "content header")
     return props
 
@@ -722,6 +746,7 @@ cdef class CommandParser(_Scanner):
         cdef uint64_t body_size = 0
         cdef Command cmd
         cdef Py_ssize_t at = self._consumed
+        cdef Py_ssize_t headers_at = -1
         if ftype == FRAME_HEARTBEAT:
             PyList_Append(out, _HEARTBEAT)
             return 0
@@ -761,7 +786,9 @@ cdef class CommandParser(_Scanner):
                 f"content header on channel {channel} at offset {at} "
                 + ("without a content method" if c is None else "after the header was received"),
                 offset=at)
-        props = _read_header(&v, &body_size)
+        props = _read_header(&v, &body_size, NULL if c._delivery is None else &headers_at)
+        if headers_at >= 0:
+            _read_stream_offset(c._delivery, &v, headers_at)
         if body_size > <uint64_t>self.max_body_size:
             raise FrameError(
                 f"content header on channel {channel} at offset {at} announces a body of "

@@ -21,7 +21,7 @@ cdef class BasicProperties:
     cdef tuple _values(self)
 
 cdef int write_properties(WriteBuffer buf, BasicProperties props) except -1
-cdef BasicProperties read_properties(ReadView *v)
+cdef BasicProperties read_properties(ReadView *v, Py_ssize_t *headers_at=*)
 cdef int write_header_frame(WriteBuffer buf, uint16_t channel, uint16_t class_id,
                             uint64_t body_size, BasicProperties props,
                             Py_ssize_t frame_max) except -1

@@ -203,7 +203,10 @@ cdef object _read_octet(ReadView *v, const char *what):
     return value
 
 
-cdef BasicProperties read_properties(ReadView *v):
+cdef BasicProperties read_properties(ReadView *v, Py_ssize_t *headers_at=NULL):
+    """The property flags and list at the view's position.  ``headers_at``: where in the
+    view the headers table starts (its size field), left as it is when there are none,
+    for a caller that reads one entry of it in place (the parser: x-stream-offset)."""
     cdef uint16_t flags = 0, more = 0
     cdef uint64_t ts = 0
     cdef Py_ssize_t at = v.base + v.pos
@@ -230,6 +233,8 @@ cdef BasicProperties read_properties(ReadView *v):
     if flags & F_CONTENT_ENCODING:
         p.content_encoding = read_shortstr(v, "basic properties content_encoding")
     if flags & F_HEADERS:
+        if headers_at is not NULL:
+            headers_at[0] = v.pos
         p.headers = read_named_table(v, "basic properties headers")
     if flags & F_DELIVERY_MODE:
         p.delivery_mode = _read_octet(v, "basic properties delivery_mode")

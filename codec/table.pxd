@@ -5,6 +5,7 @@ cdef int write_table(WriteBuffer buf, object table, int depth, const char *name=
 cdef int write_array(WriteBuffer buf, object seq, int depth) except -1
 cdef dict read_table(ReadView *v, int depth, const char *name=*)
 cdef list read_array(ReadView *v, int depth)
+cdef int find_int64_field(ReadView *v, const char *key, Py_ssize_t key_len, int64_t *out) except -1
 cdef object name_error(object exc, str name)
 cdef int64_t datetime_to_epoch(object value, str what) except? -1
 # AMQP timestamps are unsigned seconds since the epoch; a datetime ends at 9999-12-31T23:59:59Z.

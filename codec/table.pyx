@@ -18,6 +18,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.dict cimport PyDict_Next, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
+from libc.string cimport memcmp
 from cpython.datetime cimport (
     import_datetime, datetime_new, datetime_tzinfo, PyDateTime_Check,
     PyDateTime_GET_YEAR, PyDateTime_GET_MONTH, PyDateTime_GET_DAY,
@@ -478,6 +479,54 @@ cdef Py_ssize_t _count_entries(const char *p, Py_ssize_t n) noexcept:
         pos += size
         count += 1
     return count if pos == n else -1
+
+
+cdef int find_int64_field(ReadView *v, const char *key, Py_ssize_t key_len,
+                          int64_t *out) except -1:
+    """Find the top-level entry ``key`` of type 'l' (int64) in the field table at the
+    view's position (size prefix first) without decoding the table: 1 with its value in
+    ``out``, 0 when there is none (other entries, nested ones included, are skipped by
+    their sizes).  The first such entry counts.  The view is not moved."""
+    cdef ReadView table
+    cdef uint32_t size = 0
+    cdef uint8_t key_size, letter
+    cdef uint64_t value = 0
+    cdef Py_ssize_t skip, at
+    cdef ReadView outer = v[0]
+    _sub_view(&outer, &table, "table size")
+    while table.pos < table.len:
+        at = table.base + table.pos
+        read_u8(&table, &key_size, "table key")
+        if table.len - table.pos < <Py_ssize_t>key_size + 1:
+            raise AMQPSyntaxError(
+                f"table entry at offset {at} is cut short: its key and type need "
+                f"{key_size + 1} bytes, {table.len - table.pos} remain", offset=at)
+        letter = <uint8_t>table.buf[table.pos + key_size]
+        if letter == b'l' and key_size == key_len \
+                and memcmp(table.buf + table.pos, key, <size_t>key_len) == 0:
+            table.pos += key_size + 1
+            read_u64(&table, &value, "int64")
+            out[0] = <int64_t>value
+            return 1
+        table.pos += key_size + 1
+        if letter == b't' or letter == b'b' or letter == b'B' or letter == b'V':
+            skip = 0 if letter == b'V' else 1
+        elif letter == b's' or letter == b'u':
+            skip = 2
+        elif letter == b'I' or letter == b'i' or letter == b'f':
+            skip = 4
+        elif letter == b'l' or letter == b'L' or letter == b'd' or letter == b'T':
+            skip = 8
+        elif letter == b'D':
+            skip = 5
+        elif letter == b'S' or letter == b'x' or letter == b'A' or letter == b'F':
+            read_u32(&table, &size, "field size")
+            skip = <Py_ssize_t>size
+        else:
+            at = table.base + table.pos - 1
+            raise AMQPSyntaxError(f"unknown field type {bytes([letter])!r} at offset {at}", offset=at)
+        read_raw(&table, skip, "field value")
+    return 0
 
 
 cdef dict read_table(ReadView *v, int depth, const char *name=NULL):

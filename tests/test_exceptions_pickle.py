@@ -71,6 +71,10 @@ SAMPLES = {
     "size": 4096,
     "buffered": 33_000_000,
     "limit": 33_554_432,
+    "option": "offset",
+    "queue": "orders",
+    "requested": 0,
+    "first_offset": 5000,
 }
 
 

@@ -82,6 +82,35 @@ USER_CODE = textwrap.dedent(
                 async with ch.consume("q") as consumer:
                     async for message in consumer:
                         await message.ack()
+
+    import datetime
+    from amqwire.client import StreamOffsets, StreamTruncated
+
+    def blocking_stream_user() -> None:
+        with connect() as conn, conn.channel() as ch:
+            offsets: StreamOffsets = ch.stream_offsets("s")
+            first: int | None = offsets.first
+            with ch.consume_stream("s", offset=0, end=offsets.last, prefetch=500) as reader:
+                for message in reader:
+                    at: int | None = message.stream_offset
+                truncated: bool = reader.truncated
+                resume: int | None = reader.last_offset
+            ch.consume_stream("s", offset=datetime.datetime.now(datetime.timezone.utc), on_truncated="raise")
+            ch.consume_stream("s", offset="1h")
+
+    async def aio_stream_user() -> None:
+        async with aio.connect() as conn:
+            async with conn.channel() as ch:
+                last: int | None = (await ch.stream_offsets("s")).last
+                async with ch.consume_stream("s", offset="first") as reader:
+                    try:
+                        async for message in reader:
+                            at: int | None = message.stream_offset
+                    except StreamTruncated as exc:
+                        lost: int = exc.lost
+                    got = await reader.get(timeout=1.0)
+                    if got is not None:
+                        body: bytes = got.body
     """
 )
 WRONG_CODE = "from amqwire.codec import encode_publish\nencode_publish('one', 'ex', 'rk', b'')\n"
@@ -127,6 +156,9 @@ MISSING_AWAIT = textwrap.dedent(
         async with aio.connect() as conn:
             async with conn.channel() as ch:
                 name: str = ch.queue_declare("x").queue
+                last = ch.stream_offsets("s").last
+                async for message in ch.consume_stream("s"):
+                    pass
     """
 )
 
@@ -162,6 +194,22 @@ def test_a_missing_await_is_a_type_error(tmp_path):
     result = _mypy(tmp_path, MISSING_AWAIT)
     assert result.returncode == 1, result.stdout
     assert 'Coroutine' in result.stdout and 'has no attribute "queue"' in result.stdout, result.stdout
+    assert 'has no attribute "last"' in result.stdout, result.stdout
+    assert '"Opener[AsyncStreamConsumer]" has no attribute "__aiter__"' in result.stdout, result.stdout
+
+
+def test_a_stream_option_outside_its_literals_is_a_type_error(tmp_path):
+    source = textwrap.dedent(
+        """
+        from amqwire.client import connect
+
+        with connect() as conn, conn.channel() as ch:
+            ch.consume_stream("s", on_truncated="ignore")
+            ch.consume_stream("s", offset=1.5)
+        """
+    )
+    result = _mypy(tmp_path, source)
+    assert result.returncode == 1 and result.stdout.count("[arg-type]") == 2, result.stdout
 
 
 def test_channel_methods_return_their_concrete_types(tmp_path):
