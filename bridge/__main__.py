@@ -83,7 +83,8 @@ def parser() -> argparse.ArgumentParser:
     key.add_argument("--keep-routing-key", action="store_true", help="always publish with the message's own routing key")
     p.add_argument("--ack-mode", choices=[m.value for m in AckMode], default=AckMode.ON_CONFIRM.value,
                    help="on-confirm (default): ack at the source once the destination confirmed; "
-                   "on-publish: once written; no-ack: the source acks on delivery")
+                   "on-publish: once written; no-ack: the source acks on delivery; auto: persistent messages "
+                   "(delivery mode 2) on-confirm, the others on-publish")
     p.add_argument("--prefetch", type=_int_range(1, 65535), default=1000, help="unacked messages per consumer (1000)")
     p.add_argument("--duplex", action="store_true",
                    help="also forward the queue of the same name on the destination to the same exchange on the source")
@@ -95,7 +96,7 @@ def parser() -> argparse.ArgumentParser:
                    help="do not forward routing keys matching this topic pattern (repeatable)")
     p.add_argument("--on-refused", choices=[r.value for r in Refused], default=Refused.REQUEUE.value,
                    help="a message the destination returns (no route) or nacks: requeue (default: back to the "
-                   "source after a growing back-off, for ever), dead-letter or drop after --max-attempts (on-confirm only)")
+                   "source after a growing back-off, for ever), dead-letter or drop after --max-attempts (on-confirm or auto only)")
     p.add_argument("--max-attempts", type=_int_range(1, 1_000_000), default=5, metavar="N",
                    help="refusals of one message before --on-refused dead-letter / drop applies (5)")
     p.add_argument("--dead-letter-exchange", metavar="X", default=None,
@@ -107,6 +108,11 @@ def parser() -> argparse.ArgumentParser:
                    help="longest back-off (30)")
     p.add_argument("--management-port", type=_int_range(0, 65535), default=15672, metavar="PORT",
                    help="the source's management API, to check exchange bindings for loops at start (15672; 0: do not)")
+    p.add_argument("--demand", action="store_true",
+                   help="forward only while the destination has consumers on the queue of the same name (learned from "
+                   "the rabbitmq_event_exchange plugin's events where enabled, else polled)")
+    p.add_argument("--demand-interval", type=_positive_float, default=2.0, metavar="SECONDS",
+                   help="with --demand: read the destination's consumer count every SECONDS (2)")
     p.add_argument("--stats-interval", type=_positive_float, default=5.0, metavar="SECONDS",
                    help="statistics every SECONDS (5)")
     p.add_argument("--connection-timeout", type=_positive_float, default=10.0, metavar="SECONDS")
@@ -187,8 +193,10 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         raise BadConfiguration(f"--backoff / --max-backoff: {exc}") from None
     if args.dead_letter_exchange is not None and args.on_refused != Refused.DEAD_LETTER.value:
         raise BadConfiguration("--dead-letter-exchange needs --on-refused dead-letter")
-    if args.on_refused != Refused.REQUEUE.value and args.ack_mode != AckMode.ON_CONFIRM.value:
-        raise BadConfiguration(f"--on-refused {args.on_refused} needs --ack-mode on-confirm")
+    if args.demand and args.duplex:
+        raise BadConfiguration("--demand and --duplex: the reverse direction's consumer would count as demand")
+    if args.on_refused != Refused.REQUEUE.value and not AckMode(args.ack_mode).confirms:
+        raise BadConfiguration(f"--on-refused {args.on_refused} needs --ack-mode on-confirm or auto")
     bridge = Bridge(
         broker_url(args, "src", environ), args.src_queue, broker_url(args, "dest", environ),
         dest_exchange=args.dest_exchange,
@@ -208,6 +216,8 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         dead_letter_exchange=args.dead_letter_exchange,
         backoff=backoff,
         management_port=args.management_port or None,
+        demand=args.demand,
+        demand_interval=args.demand_interval,
     )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

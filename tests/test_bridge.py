@@ -939,3 +939,146 @@ def test_command_a_signal_during_start_ends_it_at_once():
         p.send_signal(signal.SIGINT)
         out, err = _communicate(p, Deadline(10, "the bridge to end its start on SIGINT"))
     assert p.returncode == 0 and err == "", err
+
+
+class Publisher:
+    """Publishes ``n`` persistent messages to ``queue``, a few at a time, in the background:
+    messages keep flowing while the test changes the demand."""
+
+    def __init__(self, url: str, queue: str, n: int) -> None:
+        self.url, self.queue, self.n = url, queue, n
+        self.published = 0
+        self.task = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        async with aio.connect(self.url) as conn, conn.channel() as ch:
+            await ch.confirm_select(max_in_flight=200)
+            while self.published < self.n:
+                for i in range(self.published, min(self.published + 10, self.n)):
+                    await ch.publish_async("", self.queue, b"body %d" % i,
+                                           BasicProperties(delivery_mode=2, message_id=str(i)))
+                await ch.wait_for_confirms(timeout=30)
+                self.published = min(self.published + 10, self.n)
+                await asyncio.sleep(0.01)
+
+    async def finished(self) -> bool:
+        if self.task.done():
+            self.task.result()  # raises what stopped it
+            return True
+        return False
+
+
+class DestinationConsumer:
+    """A consumer on the destination's queue: the demand."""
+
+    def __init__(self, url: str, queue: str) -> None:
+        self.url, self.queue = url, queue
+        self.ids: list[int] = []
+        self._conn = self._consumer = None
+
+    async def start(self) -> None:
+        self._conn = await aio.connect(self.url)
+        channel = await self._conn.channel()
+        self._consumer = await channel.consume(
+            self.queue, lambda m: self.ids.append(int(m.properties.message_id)), no_ack=True)
+
+    async def stop(self) -> None:
+        await self._consumer.cancel()
+        await self._conn.close()
+
+
+def _demand_scenario(src_url: str, dst_url: str, mode: str, request) -> None:
+    """Demand appearing and disappearing while messages flow: nothing forwarded without a
+    consumer at the destination (beyond what the source had delivered when it left),
+    nothing lost."""
+    queue = unique("demand")
+    n, prefetch = 3000, 50
+    asyncio.run(declare(src_url, queue, durable=True))
+    asyncio.run(declare(dst_url, queue, durable=True))
+    # polling: every 0.2 s; events: the poll is only the start's first look
+    interval = 0.2 if mode == "polling" else 3600.0
+
+    async def main():
+        publisher = Publisher(src_url, queue, n)
+        consumer = DestinationConsumer(dst_url, queue)
+        async with Bridge(src_url, queue, dst_url, prefetch=prefetch, demand=True, demand_interval=interval,
+                          management_port=None) as bridge:
+            assert bridge.demand_source == mode
+            demand = bridge.directions[0].demand
+            publisher.start()
+            await until(lambda: _published(publisher, 300), "300 messages published before any demand")
+            await until(lambda: _looked(demand, 1), "the first look at the destination's consumers")
+            if mode == "polling":
+                looks = demand.looks + 3
+                await until(lambda: _looked(demand, looks), "three more polls")
+            assert bridge.stats().received == 0, "forwarded without demand"
+            await consumer.start()
+            await until(lambda: _received(consumer, 300), "300 messages at the destination's consumer")
+            await consumer.stop()
+            await until(lambda: _stopped(demand, 1), "the bridge to see the demand gone")
+            at_stop = bridge.stats().forwarded
+            await until(lambda: _idle(demand, 1), "the source consumer drained")
+            forwarded = bridge.stats().forwarded
+            after_stop = forwarded - at_stop
+            assert after_stop <= prefetch, "forwarded without demand more than the source had delivered"
+            published = publisher.published
+            await until(lambda: _published(publisher, published + 300), "300 more messages published without demand")
+            if mode == "polling":
+                looks = demand.looks + 3
+                await until(lambda: _looked(demand, looks), "three more polls")
+            assert bridge.stats().forwarded == forwarded, "forwarded without demand"
+            await consumer.start()
+            await until(publisher.finished, "every message published")
+            await until(lambda: _all_consumed(src_url, queue, consumer, n),
+                        "every message forwarded and consumed once the demand came back", 60)
+            await consumer.stop()
+            stats = bridge.stats()
+        ids = consumer.ids + [int(m.properties.message_id) for m in await drain(dst_url, queue)]  # none left
+        duplicates, lost = len(ids) - len(set(ids)), n - len(set(ids) & set(range(n)))
+        print(f"\ndemand ({mode}): sent {n}, forwarded {stats.forwarded}, starts {demand.starts}, stops "
+              f"{demand.stops}, forwarded after the demand went {after_stop} (prefetch {prefetch}), duplicates "
+              f"{duplicates}, lost {lost}")
+        # stops 2: the bridge saw the last consumer leave before it stopped
+        assert lost == 0 and duplicates == 0 and demand.starts == 2 and demand.stops in (1, 2)
+    bounded(request, main)
+
+
+async def _published(publisher, n) -> bool:
+    await publisher.finished()
+    return publisher.published >= n
+
+
+async def _looked(demand, n) -> bool:
+    return demand.looks >= n
+
+
+async def _received(consumer, n) -> bool:
+    return len(consumer.ids) >= n
+
+
+async def _all_consumed(src_url, queue, consumer, n) -> bool:
+    return len(set(consumer.ids)) >= n and await count(src_url, queue) == 0
+
+
+async def _stopped(demand, stops) -> bool:
+    return demand.stops >= stops
+
+
+async def _idle(demand, stops) -> bool:
+    return demand.stops >= stops and demand.state.value == "idle"
+
+
+def test_demand_polled_consumers_come_and_go_while_messages_flow(nodes, request):
+    a, b = nodes
+    _demand_scenario(a.url, b.url, "polling", request)
+
+
+@pytest.mark.timeout(240)  # the destination node's start (60 s), then the scenario
+def test_demand_from_consumer_events_consumers_come_and_go_while_messages_flow(nodes, broker_node, request):
+    """With the rabbitmq_event_exchange plugin the bridge learns of consumers from events:
+    it never polls again after its first look (interval 3600 s) and still follows them."""
+    destination = broker_node(plugins=["rabbitmq_event_exchange"])
+    _demand_scenario(nodes[0].url, destination.url, "events", request)
