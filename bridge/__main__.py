@@ -23,8 +23,9 @@ import os
 import signal
 import sys
 import urllib.parse
-from typing import Callable, Mapping, Optional, Sequence, TextIO
+from typing import Callable, Mapping, Optional, Sequence, TextIO, Union
 
+from .connector import Connector, load_config
 from .errors import BadConfiguration, BridgeError
 from .forwarder import AckMode, BackOff, Refused
 from .runner import Bridge
@@ -69,7 +70,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--src-url-file", metavar="PATH", help="read the source URL from this file (its first line)")
     p.add_argument("--src-password-file", metavar="PATH",
                    help="read the source password from this file (default: $AMQWIRE_SRC_PASSWORD, else the URL's)")
-    p.add_argument("--src-queue", required=True, metavar="Q", help="queue to forward from (must exist)")
+    p.add_argument("--src-queue", action="append", default=[], metavar="Q",
+                   help="queue to forward from (must exist; repeatable: one channel each, on one pair of connections)")
+    p.add_argument("--config", metavar="PATH",
+                   help="a TOML file of [[bridge]] tables choosing source queues by name or glob (instead of "
+                   "--src-queue; the other options are each table's defaults)")
     p.add_argument("--dest", metavar="URL", help="destination broker (default: --dest-url-file, else $AMQWIRE_DEST_URL)")
     p.add_argument("--dest-url-file", metavar="PATH", help="read the destination URL from this file (its first line)")
     p.add_argument("--dest-password-file", metavar="PATH",
@@ -128,7 +133,7 @@ class Display:
         self.tty = out.isatty()
         self._drawn = False
 
-    def show(self, bridge: Bridge) -> None:
+    def show(self, bridge: Union[Bridge, Connector]) -> None:
         line = bridge.stats().line()
         if self.tty:
             self.out.write("\r\x1b[K" + line)
@@ -137,10 +142,13 @@ class Display:
             self.out.write(line + "\n")
         self.out.flush()
 
-    def final(self, bridge: Bridge) -> None:
+    def final(self, bridge: Union[Bridge, Connector]) -> None:
         if self._drawn:
             self.out.write("\n")
         self.out.write("stopped: " + bridge.stats().line() + "\n")
+        if isinstance(bridge, Connector):
+            for queue, stats in bridge.queue_stats().items():
+                self.out.write(f"  queue {queue}: {stats.line()}\n")
         self.out.flush()
 
 
@@ -197,8 +205,9 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         raise BadConfiguration("--demand and --duplex: the reverse direction's consumer would count as demand")
     if args.on_refused != Refused.REQUEUE.value and not AckMode(args.ack_mode).confirms:
         raise BadConfiguration(f"--on-refused {args.on_refused} needs --ack-mode on-confirm or auto")
-    bridge = Bridge(
-        broker_url(args, "src", environ), args.src_queue, broker_url(args, "dest", environ),
+    if (args.config is None) == (not args.src_queue):
+        raise BadConfiguration("give --src-queue (repeatable) or --config")
+    options = dict(
         dest_exchange=args.dest_exchange,
         dest_routing_key=args.dest_routing_key,
         keep_routing_key=args.keep_routing_key,
@@ -208,17 +217,29 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         max_hops=args.max_hops,
         include=args.include,
         exclude=args.exclude,
-        stats_interval=args.stats_interval,
-        on_stats=display.show,
-        connection_timeout=args.connection_timeout,
         refused=args.on_refused,
         max_attempts=args.max_attempts,
         dead_letter_exchange=args.dead_letter_exchange,
         backoff=backoff,
-        management_port=args.management_port or None,
         demand=args.demand,
         demand_interval=args.demand_interval,
     )
+    management_port = args.management_port or None
+    src, dest = broker_url(args, "src", environ), broker_url(args, "dest", environ)
+    bridge: Union[Bridge, Connector]
+    if args.config is not None:
+        specs, settings = load_config(args.config, options)
+        if "management_port" in settings:
+            management_port = settings["management_port"] or None
+        bridge = Connector(src, dest, specs, management_port=management_port, stats_interval=args.stats_interval,
+                           on_stats=display.show, connection_timeout=args.connection_timeout)
+    elif len(args.src_queue) > 1:
+        bridge = Connector(src, dest, args.src_queue, management_port=management_port,
+                           stats_interval=args.stats_interval, on_stats=display.show,
+                           connection_timeout=args.connection_timeout, **options)
+    else:
+        bridge = Bridge(src, args.src_queue[0], dest, stats_interval=args.stats_interval, on_stats=display.show,
+                        connection_timeout=args.connection_timeout, management_port=management_port, **options)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):  # before start: a signal during start ends it cleanly

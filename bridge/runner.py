@@ -98,6 +98,14 @@ async def _connect(url: str, role: str, recovery: RecoveryPolicy, connection_tim
         raise BadConfiguration(f"bad {role} URL: {exc}") from exc
 
 
+async def _close_quietly(connection: Any) -> None:
+    if connection is not None:
+        try:
+            await connection.close()
+        except AMQPError as exc:
+            log.debug("close: %s", exc)
+
+
 def _resource_error(exc: AMQPError, what: str) -> BridgeError:
     if isinstance(exc, NotFound):
         return MissingResource(f"{what} does not exist ({exc})")
@@ -593,6 +601,7 @@ class Bridge:
         self._finished: Optional[asyncio.Event] = None
         self._stopped = False
         self._started_at = 0.0
+        self._shared_connections = False
 
     def _routing_key(self, exchange: str, queue: str) -> Optional[str]:
         if self.dest_routing_key is not None:
@@ -610,6 +619,22 @@ class Bridge:
             self._src_conn = await _connect(self.src, "source", self.recovery, self.connection_timeout, self.heartbeat)
             self._dest_conn = await _connect(self.dest, "destination", self.recovery, self.connection_timeout,
                                              self.heartbeat)
+        except BaseException:
+            await self._close_connections()
+            raise
+        return await self._open()
+
+    async def start_on(self, source: Any, destination: Any) -> "Bridge":
+        """``start`` on two connections the caller opened (and closes: ``stop`` leaves
+        them open), as :class:`~amqwire.bridge.connector.Connector` shares one pair among
+        its bridges."""
+        self._shared_connections = True
+        self._finished = asyncio.Event()
+        self._src_conn, self._dest_conn = source, destination
+        return await self._open()
+
+    async def _open(self) -> "Bridge":
+        try:
             await self._refuse_loops()
             self.directions.append(Direction(
                 self, self._src_conn, self._dest_conn, self.src_queue, self.dest_exchange,
@@ -790,7 +815,7 @@ class Bridge:
             if next_stats is not None and time.monotonic() >= next_stats:
                 next_stats += interval  # type: ignore[operator]
                 for direction in self.directions:
-                    log.info("%s: %s", direction.label, direction.stats().line())
+                    log.info("%s (queue %r): %s", direction.label, direction.queue, direction.stats().line())
                 if self.on_stats is not None:
                     try:
                         self.on_stats(self)
@@ -851,12 +876,10 @@ class Bridge:
         log.info("bridge stopped: %s", self.stats().line())
 
     async def _close_connections(self) -> None:
+        if self._shared_connections:
+            return
         for connection in (self._dest_conn, self._src_conn):
-            if connection is not None:
-                try:
-                    await connection.close()
-                except AMQPError as exc:
-                    log.debug("close: %s", exc)
+            await _close_quietly(connection)
 
     async def __aenter__(self) -> "Bridge":
         return await self.start()

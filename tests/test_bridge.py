@@ -1092,3 +1092,86 @@ def test_demand_from_consumer_events_consumers_come_and_go_while_messages_flow(n
     it never polls again after its first look (interval 3600 s) and still follows them."""
     destination = broker_node(plugins=["rabbitmq_event_exchange"])
     _demand_scenario(nodes[0].url, destination.url, "events", request)
+
+
+# ---------------------------------------------------------------- many queues, one process
+
+
+def _bridge_connections(node) -> int:
+    """The bridge's connections to ``node`` (named by their connection_name)."""
+    listing = node.rabbitmqctl("list_connections", "client_properties", "--no-table-headers", "--silent", timeout=20)
+    return listing.count("amqwire.bridge ")
+
+
+def _bridge_channels(node) -> int:
+    """The channels open on ``node`` (all connections)."""
+    listing = node.rabbitmqctl("list_channels", "connection", "--no-table-headers", "--silent", timeout=20)
+    return len([line for line in listing.splitlines() if line.strip()])
+
+
+@pytest.mark.timeout(200)  # set-up 3 x 10 + 3 x 40 s at most, the command 40 s, its stop 20 s
+def test_command_many_src_queues_one_pair_of_connections_stats_per_queue(nodes):
+    a, b = nodes
+    queues = [unique(f"many{i}") for i in range(3)]
+    for i, queue in enumerate(queues):
+        asyncio.run(declare(a.url, queue, durable=True))
+        asyncio.run(declare(b.url, queue, durable=True))
+        asyncio.run(publish(a.url, queue, 100 * (i + 1)))
+    args = ["--src", a.url, "--dest", b.url, "--ack-mode", "on-confirm", "--stats-interval", "0.5",
+            "--management-port", "0"]
+    for queue in queues:
+        args += ["--src-queue", queue]
+    p = command(*args)
+    try:
+        deadline = Deadline(40, "every queue forwarded to its namesake")
+        for i, queue in enumerate(queues):
+            asyncio.run(until(lambda q=queue, k=i: _done(a.url, q, b.url, q, 100 * (k + 1)),
+                              f"queue {queue} forwarded", deadline.left()))
+        connections = (_bridge_connections(a), _bridge_connections(b))
+        channels = (_bridge_channels(a), _bridge_channels(b))
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = _communicate(p, Deadline(20, "the bridge to stop after SIGTERM"))
+    assert p.returncode == 0, err
+    assert connections == (1, 1)  # one to each broker, whatever the number of queues
+    assert channels == (3, 3)  # one per queue on each (the test's own connections are closed by now)
+    lines = out.splitlines()
+    total = next(line for line in lines if line.startswith("stopped: "))
+    assert "forwarded 600 " in total
+    for i, queue in enumerate(queues):
+        assert any(line.startswith(f"  queue {queue}: forwarded {100 * (i + 1)} ") for line in lines), out
+
+
+@pytest.mark.timeout(240)  # the node's start (60 s), the management API 45 s, set-up 40 s, the scenario 110 s
+def test_connector_chooses_queues_by_glob_from_the_management_api_each_with_its_ack_mode(nodes, broker_node,
+                                                                                          request):
+    from amqwire.bridge import BridgeSpec, Connector
+
+    port = closed_port()
+    source = broker_node(plugins=["rabbitmq_management"], config={"management.tcp.port": port,
+                                                                  "management.tcp.ip": "127.0.0.1"})
+    prefix = unique("glob")
+    chosen = {f"{prefix}.orders.eu": "auto", f"{prefix}.orders.us": "auto", f"{prefix}.audit": "on-publish"}
+    left = f"{prefix}.orders.test"
+    for queue in [*chosen, left]:
+        asyncio.run(declare(source.url, queue, durable=True))
+        asyncio.run(declare(nodes[1].url, queue, durable=True))
+        asyncio.run(publish(source.url, queue, 50))
+
+    async def management_up() -> bool:
+        return await asyncio.to_thread(_answers, port)
+    asyncio.run(until(management_up, "the management API to answer", 45))
+    specs = [BridgeSpec((f"{prefix}.orders.*",), (f"{prefix}.orders.test",), {"ack_mode": "auto"}),
+             BridgeSpec((f"{prefix}.audit",), (), {"ack_mode": "on-publish"})]
+
+    async def main():
+        async with Connector(source.url, nodes[1].url, specs, management_port=port) as connector:
+            assert set(connector.bridges) == set(chosen)
+            assert {q: b.ack_mode.value for q, b in connector.bridges.items()} == chosen
+            for queue in chosen:
+                await until(lambda q=queue: _done(source.url, q, nodes[1].url, q, 50), f"queue {queue} forwarded")
+            per_queue = connector.queue_stats()
+        assert {q: s.forwarded for q, s in per_queue.items()} == dict.fromkeys(chosen, 50)
+        assert connector.stats().forwarded == 150
+        assert await count(source.url, left) == 50  # excluded: untouched
+    bounded(request, main)

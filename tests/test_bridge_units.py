@@ -466,3 +466,72 @@ def test_consumer_events_name_their_queue_in_the_bridges_vhost_only():
     assert consumer_event_queue({"queue": b"orders", "vhost": b"other"}, "/") is None
     assert consumer_event_queue({"consumer_tag": b"x"}, "/") is None
     assert consumer_event_queue(None, "/") is None
+
+
+def write_config(tmp_path, text):
+    path = tmp_path / "bridges.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_config_file_bridges_with_globs_and_defaults_from_the_command_line(tmp_path):
+    from amqwire.bridge import load_config
+    from amqwire.bridge.connector import choose
+
+    path = write_config(tmp_path, """
+management_port = 15673
+
+[[bridge]]
+include = ["orders.*", "audit"]
+exclude = ["orders.test*"]
+dest_exchange = "orders"
+ack_mode = "auto"
+include_keys = ["eu.#"]
+
+[[bridge]]
+include = ["*"]
+demand = true
+""")
+    specs, settings = load_config(path, {"ack_mode": "on-confirm", "prefetch": 100})
+    assert settings == {"management_port": 15673}
+    first, second = specs
+    assert first.needs_listing and first.include == ("orders.*", "audit")
+    assert first.options == {"ack_mode": "auto", "prefetch": 100, "dest_exchange": "orders", "include": ["eu.#"]}
+    assert second.options == {"ack_mode": "on-confirm", "prefetch": 100, "demand": True}
+    queues = ["audit", "orders.eu", "orders.test.1", "metrics"]
+    assert [(q, s.name) for q, s in choose(specs, queues)] == [
+        ("audit", "[[bridge]] 1"), ("orders.eu", "[[bridge]] 1"), ("orders.test.1", "[[bridge]] 2"),
+        ("metrics", "[[bridge]] 2")]  # the first bridge that chooses a queue forwards it
+
+
+@pytest.mark.parametrize("text,error", [
+    ("", "no [[bridge]] table"),
+    ("[[bridge]]\nexclude = ['x']\n", "include must be a non-empty list"),
+    ("[[bridge]]\ninclude = ['q']\nack_mode = 'sometimes'\n", "ack_mode must be one of"),
+    ("[[bridge]]\ninclude = ['q']\nprefetch = '10'\n", "prefetch must be an integer"),
+    ("[[bridge]]\ninclude = ['q']\nqueue = 'q'\n", "unknown key 'queue'"),
+    ("port = 1\n[[bridge]]\ninclude = ['q']\n", "unknown setting 'port'"),
+    ("[[bridge]\n", "is not TOML"),
+])
+def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, text, error):
+    from amqwire.bridge import BadConfiguration, load_config
+
+    path = write_config(tmp_path, text)
+    with pytest.raises(BadConfiguration, match=None) as info:
+        load_config(path)
+    assert error in str(info.value) and path in str(info.value) and "\n" not in str(info.value)
+    assert info.value.exit_code == 2
+
+
+def test_the_readme_config_example_loads(tmp_path):
+    import re
+    from pathlib import Path
+
+    from amqwire.bridge import load_config
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    examples = re.findall(r"```toml\n(.*?)```", readme, flags=re.S)
+    assert examples
+    for example in examples:
+        specs, _ = load_config(write_config(tmp_path, example))
+        assert specs
