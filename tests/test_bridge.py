@@ -1175,3 +1175,36 @@ def test_connector_chooses_queues_by_glob_from_the_management_api_each_with_its_
         assert connector.stats().forwarded == 150
         assert await count(source.url, left) == 50  # excluded: untouched
     bounded(request, main)
+
+
+def test_command_config_file_each_bridge_its_ack_mode_and_destination(nodes, tmp_path):
+    a, b = nodes
+    plain, per_message, ignored = unique("cfg"), unique("cfg"), unique("cfg")
+    exchange = unique("x")
+    for queue in (plain, per_message, ignored):
+        asyncio.run(declare(a.url, queue, durable=True))
+        asyncio.run(publish(a.url, queue, 40))
+    asyncio.run(declare(b.url, plain, durable=True))
+
+    async def exchange_to(queue):
+        async with aio.connect(b.url) as conn, conn.channel() as ch:
+            await ch.exchange_declare(exchange, "fanout")
+            await ch.queue_declare(queue, durable=True)
+            await ch.queue_bind(queue, exchange, "")
+    asyncio.run(within(exchange_to(per_message + ".there"), 10, "the destination exchange"))
+    config = tmp_path / "bridges.toml"
+    config.write_text(f'[[bridge]]\ninclude = ["{plain}"]\n\n'
+                      f'[[bridge]]\ninclude = ["{per_message}"]\nack_mode = "auto"\ndest_exchange = "{exchange}"\n')
+    p = command("--src", a.url, "--dest", b.url, "--config", str(config), "--management-port", "0",
+                "--stats-interval", "0.5")
+    try:
+        deadline = Deadline(40, "both queues of the file forwarded")
+        asyncio.run(until(lambda: _done(a.url, plain, b.url, plain, 40), f"queue {plain} forwarded", deadline.left()))
+        asyncio.run(until(lambda: _done(a.url, per_message, b.url, per_message + ".there", 40),
+                          f"queue {per_message} forwarded to the exchange", deadline.left()))
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = _communicate(p, Deadline(20, "the bridge to stop after SIGTERM"))
+    assert p.returncode == 0, err
+    assert f"  queue {plain}: forwarded 40 " in out and f"  queue {per_message}: forwarded 40 " in out, out
+    assert asyncio.run(count(a.url, ignored)) == 40

@@ -535,3 +535,16 @@ def test_the_readme_config_example_loads(tmp_path):
     for example in examples:
         specs, _ = load_config(write_config(tmp_path, example))
         assert specs
+
+
+def test_command_bad_config_or_no_queue_exits_2_with_one_line(tmp_path, capsys):
+    from amqwire.bridge.__main__ import main
+
+    urls = ["--src", "amqp://guest:guest@127.0.0.1:1/", "--dest", "amqp://guest:guest@127.0.0.1:1/"]
+    bad = write_config(tmp_path, "[[bridge]]\ninclude = ['q']\nack_mode = 'sometimes'\n")
+    for args, text in [(["--config", bad], "ack_mode must be one of"),
+                       ([], "give --src-queue (repeatable) or --config"),
+                       (["--config", bad, "--src-queue", "q"], "give --src-queue (repeatable) or --config")]:
+        assert main(urls + args) == 2
+        err = capsys.readouterr().err
+        assert text in err and len(err.strip().splitlines()) == 1, err
