@@ -723,17 +723,17 @@ class Bridge:
         directions = [d for d in self.directions if d.demand is not None]
         channel: Any = None
         todo = {d.queue for d in directions}
-        while True:
+        while not self._stopped:
             drained, self._demand_drained = self._demand_drained, []
             for direction in drained:
                 if direction.demand is not None:  # demand that came back while it drained starts it again
                     await self._act_on_demand(direction, direction.demand.drained())
             for direction in directions:
-                if direction.queue not in todo or direction.demand is None:
+                if direction.queue not in todo or direction.demand is None or self._stopped:
                     continue
-                if channel is None or not channel.is_open:
-                    channel = await self._dest_conn.channel()
                 try:
+                    if channel is None or not channel.is_open:
+                        channel = await self._dest_conn.channel()
                     consumers: Optional[int] = (await channel.queue_declare(direction.queue, passive=True)).consumer_count
                 except NotFound:
                     consumers = None
@@ -753,10 +753,19 @@ class Bridge:
 
     async def _act_on_demand(self, direction: Direction, action: Optional[str]) -> None:
         demand = direction.demand
+        if self._stopped:
+            return
         if action is START and demand is not None:
             log.info("%s: %d consumer(s) on %r at the destination: forwarding", direction.label, demand.consumers,
                      direction.queue)
-            await direction.start_consuming()
+            try:
+                await direction.start_consuming()
+            except BridgeError as exc:
+                if not isinstance(exc.__cause__, AMQPConnectionError):
+                    raise
+                log.warning("%s: consuming from %r: %s: trying again at the next look", direction.label,
+                            direction.queue, exc)
+                demand.start_failed()
         elif action is STOP:
             log.info("%s: no consumer on %r at the destination: stopping (what was received is forwarded)",
                      direction.label, direction.queue)
@@ -853,9 +862,13 @@ class Bridge:
             return
         self._stopped = True
         try:
-            if self._demand_task is not None:  # no start on demand while stopping
-                self._demand_task.cancel()
-                await asyncio.wait({self._demand_task})
+            if self._demand_task is not None:  # no start on demand while stopping; one under way completes
+                if self._demand_wake is not None:
+                    self._demand_wake.set()
+                done, _ = await asyncio.wait({self._demand_task}, timeout=10)
+                if not done:
+                    self._demand_task.cancel()
+                    await asyncio.wait({self._demand_task})
             for direction in self.directions:
                 await direction.stop_consuming()
             tasks = [d.task for d in self.directions if d.task is not None and not d.task.done()]

@@ -1208,3 +1208,34 @@ def test_command_config_file_each_bridge_its_ack_mode_and_destination(nodes, tmp
     assert p.returncode == 0, err
     assert f"  queue {plain}: forwarded 40 " in out and f"  queue {per_message}: forwarded 40 " in out, out
     assert asyncio.run(count(a.url, ignored)) == 40
+
+
+@pytest.mark.timeout(300)  # the node's start (60 s), its restart (inside the scenario), the scenario 110 s
+def test_demand_outlives_a_destination_restart(nodes, broker_node, request):
+    """While the destination is away its consumer count cannot be read: nothing changes,
+    and the bridge follows the demand again once the destination is back."""
+    destination = broker_node()
+    queue = unique("demand")
+    asyncio.run(declare(nodes[0].url, queue, durable=True))
+    asyncio.run(declare(destination.url, queue, durable=True))
+    asyncio.run(publish(nodes[0].url, queue, 100))
+
+    async def main():
+        bridge = Bridge(nodes[0].url, queue, destination.url, prefetch=50, demand=True, demand_interval=0.2,
+                        management_port=None)
+        async with bridge:
+            demand = bridge.directions[0].demand
+            first = DestinationConsumer(destination.url, queue)
+            await first.start()
+            await until(lambda: _received(first, 100), "the first 100 messages at the destination's consumer")
+            await asyncio.to_thread(destination.restart)  # the consumer's connection goes with it
+            looks = demand.looks + 3
+            await until(lambda: _looked(demand, looks), "three polls after the destination came back", 60)
+            await publish(nodes[0].url, queue, 100, start=100)
+            second = DestinationConsumer(destination.url, queue)
+            await second.start()
+            await until(lambda: _received(second, 100), "the next 100 messages at the new consumer", 60)
+            await second.stop()
+        await bridge.wait()  # raises what stopped the bridge on its own (nothing may have)
+        assert sorted(set(first.ids) | set(second.ids)) == list(range(200))
+    bounded(request, main)
