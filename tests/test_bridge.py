@@ -1239,3 +1239,24 @@ def test_demand_outlives_a_destination_restart(nodes, broker_node, request):
         await bridge.wait()  # raises what stopped the bridge on its own (nothing may have)
         assert sorted(set(first.ids) | set(second.ids)) == list(range(200))
     bounded(request, main)
+
+
+def test_connector_errors_name_the_queue_or_the_missing_management_api(nodes, request):
+    """A named queue missing at the source: MissingResource (exit 5), nothing left
+    forwarding; globs without a management API to list the queues: BadConfiguration (exit 2)."""
+    from amqwire.bridge import BadConfiguration, BridgeSpec, Connector
+
+    a, b = nodes
+    present, missing = unique("here"), unique("missing")
+    asyncio.run(declare(a.url, present, durable=True))
+    asyncio.run(publish(a.url, present, 5))
+
+    async def main():
+        with pytest.raises(MissingResource, match=missing):
+            await Connector(a.url, b.url, [present, missing], management_port=None).start()
+        with pytest.raises(BadConfiguration, match="management API"):
+            await Connector(a.url, b.url, [BridgeSpec((present[:-2] + "*",))], management_port=closed_port()).start()
+        with pytest.raises(BadConfiguration, match="name the queues"):
+            await Connector(a.url, b.url, [BridgeSpec((present[:-2] + "*",))], management_port=None).start()
+        assert await count(a.url, present) == 5  # the bridge started on it was stopped: its messages went back
+    bounded(request, main)
