@@ -113,6 +113,9 @@ def parser() -> argparse.ArgumentParser:
                    help="longest back-off (30)")
     p.add_argument("--management-port", type=_int_range(0, 65535), default=15672, metavar="PORT",
                    help="the source's management API, to check exchange bindings for loops at start (15672; 0: do not)")
+    p.add_argument("--rescan-interval", type=float, default=30.0, metavar="SECONDS",
+                   help="with queue globs in --config: list the source's queues again every SECONDS and forward "
+                   "new ones (30; 0: never)")
     p.add_argument("--demand", action="store_true",
                    help="forward only while the destination has consumers on the queue of the same name (learned from "
                    "the rabbitmq_event_exchange plugin's events where enabled, else polled)")
@@ -231,8 +234,11 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         specs, settings = load_config(args.config, options)
         if "management_port" in settings:
             management_port = settings["management_port"] or None
+        if not args.rescan_interval >= 0:
+            raise BadConfiguration(f"--rescan-interval must be 0 or more seconds, not {args.rescan_interval!r}")
         bridge = Connector(src, dest, specs, management_port=management_port, stats_interval=args.stats_interval,
-                           on_stats=display.show, connection_timeout=args.connection_timeout)
+                           on_stats=display.show, connection_timeout=args.connection_timeout,
+                           rescan_interval=args.rescan_interval or None)
     elif len(args.src_queue) > 1:
         bridge = Connector(src, dest, args.src_queue, management_port=management_port,
                            stats_interval=args.stats_interval, on_stats=display.show,

@@ -8,8 +8,10 @@ shared pair of connections (a channel per queue on each).  Queue names given wit
 glob character (``*``, ``?``, ``[``) are taken as they are; patterns are matched
 against the queues the source's management API lists at start (``management_port``,
 with the source URL's credentials; exclusive queues are left out, as no other
-connection may consume them).  A queue created later is picked up by the next start.
-A queue chosen by several specs is forwarded by the first.
+connection may consume them).  The list is read again every ``rescan_interval`` seconds
+(30; None: never) and queues created since are forwarded too (one that cannot start is
+logged and tried again at the next rescan).  A queue
+chosen by several specs is forwarded by the first.
 
 The configuration file (``--config``) is TOML: one ``[[bridge]]`` table per spec, see
 :func:`load_config` and the README.
@@ -26,6 +28,7 @@ import time
 import urllib.parse
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+from amqwire.client.errors import AMQPError
 from amqwire.client.url import parse_url
 
 from .errors import BadConfiguration, BridgeError, MissingResource
@@ -192,6 +195,7 @@ class Connector:
         on_stats: Optional[Callable[["Connector"], Any]] = None,
         connection_timeout: float = 10.0,
         heartbeat: Optional[int] = None,
+        rescan_interval: Optional[float] = 30.0,
         **options: Any,
     ) -> None:
         if not specs:
@@ -204,6 +208,9 @@ class Connector:
                 raise BadConfiguration(f"bad {name} URL: {exc}") from None
         if stats_interval is not None and not stats_interval > 0:
             raise ValueError(f"stats_interval must be a positive number of seconds, not {stats_interval!r}")
+        if rescan_interval is not None and not rescan_interval > 0:
+            raise ValueError(f"rescan_interval must be a positive number of seconds, not {rescan_interval!r}")
+        self.rescan_interval = rescan_interval
         self.src, self.dest = src, dest
         self.management_port = management_port
         self.stats_interval = stats_interval
@@ -214,6 +221,10 @@ class Connector:
         self._src_conn: Any = None
         self._dest_conn: Any = None
         self._watch: Optional["asyncio.Task[None]"] = None
+        self._rescan: Optional["asyncio.Task[None]"] = None
+        self._waits: list["asyncio.Future[None]"] = []
+        self._finished: Optional[asyncio.Event] = None
+        self._failure: Optional[BaseException] = None
         self._stopped = False
 
     async def _queues(self) -> list[str]:
@@ -234,6 +245,7 @@ class Connector:
     async def start(self) -> "Connector":
         """Connect, choose the queues, start a bridge on each; a :class:`BridgeError` (and
         nothing left open) if any cannot start."""
+        self._finished = asyncio.Event()
         try:
             self._src_conn = await _connect(self.src, "source", DEFAULT_RECOVERY, self.connection_timeout,
                                             self.heartbeat)
@@ -243,18 +255,58 @@ class Connector:
             if not chosen:
                 raise MissingResource("no source queue matches the bridges' include lists")
             for queue, spec in chosen:
-                options = {k: v for k, v in spec.options.items()}
-                bridge = Bridge(self.src, queue, self.dest, management_port=self.management_port, **options)
-                self.bridges[queue] = bridge
-                await bridge.start_on(self._src_conn, self._dest_conn)
-                log.info("%s: forwarding queue %r", spec.name, queue)
+                await self._add(queue, spec)
         except BaseException:
             for bridge in self.bridges.values():
                 await bridge.stop(timeout=0)
             await self._close()
             raise
-        self._watch = asyncio.get_running_loop().create_task(self._report(), name="amqwire.bridge connector stats")
+        loop = asyncio.get_running_loop()
+        self._watch = loop.create_task(self._report(), name="amqwire.bridge connector stats")
+        if self.rescan_interval is not None and any(spec.needs_listing for spec in self.specs):
+            self._rescan = loop.create_task(self._rescan_queues(self.rescan_interval),
+                                            name="amqwire.bridge connector rescan")
         return self
+
+    async def _add(self, queue: str, spec: BridgeSpec) -> None:
+        bridge = Bridge(self.src, queue, self.dest, management_port=self.management_port, **spec.options)
+        self.bridges[queue] = bridge
+        try:
+            await bridge.start_on(self._src_conn, self._dest_conn)
+        except BaseException:
+            del self.bridges[queue]
+            await bridge.stop(timeout=0)  # closes the channels it opened
+            raise
+        waiting = asyncio.ensure_future(bridge.wait())
+        waiting.add_done_callback(self._bridge_ended)
+        self._waits.append(waiting)
+        log.info("%s: forwarding queue %r", spec.name, queue)
+
+    def _bridge_ended(self, waiting: "asyncio.Future[None]") -> None:
+        if waiting.cancelled():
+            return
+        error = waiting.exception()
+        if error is not None and self._failure is None:
+            self._failure = error
+        if self._finished is not None:
+            self._finished.set()
+
+    async def _rescan_queues(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                queues = await self._queues()
+            except BadConfiguration as exc:
+                log.warning("rescan: %s", exc)
+                continue
+            for queue, spec in choose(self.specs, queues):
+                if queue in self.bridges or self._stopped:
+                    continue
+                try:
+                    await self._add(queue, spec)
+                except (BridgeError, AMQPError) as exc:
+                    log.warning("%s: queue %r not forwarded (tried again at the next rescan): %s", spec.name, queue,
+                                exc)
 
     async def _report(self) -> None:
         interval = self.stats_interval
@@ -286,16 +338,11 @@ class Connector:
 
     async def wait(self) -> None:
         """Until a bridge fails (raises its error) or the connector is stopped."""
-        if not self.bridges:
+        if self._finished is None:
             raise BridgeError("the connector was not started")
-        waits = [asyncio.ensure_future(b.wait()) for b in self.bridges.values()]
-        try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
-        for task in done:
-            task.result()
+        await self._finished.wait()
+        if self._failure is not None:
+            raise self._failure
 
     async def stop(self, timeout: Optional[float] = 60.0) -> None:
         """Stop every bridge (each drains, as :meth:`Bridge.stop`), then close the connections."""
@@ -303,11 +350,15 @@ class Connector:
             return
         self._stopped = True
         try:
-            if self._watch is not None:
-                self._watch.cancel()
+            for task in (self._watch, self._rescan):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.wait({task})
             await asyncio.gather(*(b.stop(timeout) for b in self.bridges.values()))
         finally:
             await self._close()
+            if self._finished is not None:
+                self._finished.set()
         log.info("connector stopped: %s", self.stats().line())
 
     async def _close(self) -> None:

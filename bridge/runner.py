@@ -467,6 +467,14 @@ class Direction:
     def stats(self) -> BridgeStats:
         return self.forwarder.counters.snapshot() if self.forwarder is not None else BridgeStats()
 
+    async def close_channels(self) -> None:
+        for channel in (self._src_ch, self._dest_ch, self._dead_letter_ch):
+            if channel is not None and channel.is_open:
+                try:
+                    await channel.close()
+                except AMQPError as exc:
+                    log.debug("%s: closing a channel: %s", self.label, exc)
+
 
 class Bridge:
     """Forward messages from a queue on one broker to an exchange on another.
@@ -889,7 +897,9 @@ class Bridge:
         log.info("bridge stopped: %s", self.stats().line())
 
     async def _close_connections(self) -> None:
-        if self._shared_connections:
+        if self._shared_connections:  # the connections stay: only this bridge's channels go
+            for direction in self.directions:
+                await direction.close_channels()
             return
         for connection in (self._dest_conn, self._src_conn):
             await _close_quietly(connection)

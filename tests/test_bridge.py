@@ -1165,14 +1165,21 @@ def test_connector_chooses_queues_by_glob_from_the_management_api_each_with_its_
              BridgeSpec((f"{prefix}.audit",), (), {"ack_mode": "on-publish"})]
 
     async def main():
-        async with Connector(source.url, nodes[1].url, specs, management_port=port) as connector:
+        async with Connector(source.url, nodes[1].url, specs, management_port=port,
+                             rescan_interval=0.5) as connector:
             assert set(connector.bridges) == set(chosen)
             assert {q: b.ack_mode.value for q, b in connector.bridges.items()} == chosen
             for queue in chosen:
                 await until(lambda q=queue: _done(source.url, q, nodes[1].url, q, 50), f"queue {queue} forwarded")
+            later = f"{prefix}.orders.later"  # created while it runs: found by the next rescan
+            await declare(source.url, later, durable=True)
+            await declare(nodes[1].url, later, durable=True)
+            await publish(source.url, later, 50)
+            await until(lambda: _done(source.url, later, nodes[1].url, later, 50), f"the new queue {later} forwarded")
             per_queue = connector.queue_stats()
+        chosen[later] = "auto"
         assert {q: s.forwarded for q, s in per_queue.items()} == dict.fromkeys(chosen, 50)
-        assert connector.stats().forwarded == 150
+        assert connector.stats().forwarded == 200
         assert await count(source.url, left) == 50  # excluded: untouched
     bounded(request, main)
 
