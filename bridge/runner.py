@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import socket
@@ -53,7 +54,7 @@ from .errors import (
 from .filters import TopicFilter
 from .forwarder import ACK, DEAD_LETTER, NACK, REJECT, Action, AckMode, BackOff, Batch, Forwarder, Refused
 from .frames import PublishFrames
-from .demand import START, STOP, Demand, consumer_event_queue
+from .demand import START, STOP, Demand, DemandState, consumer_event_queue
 from .loops import Binding, Endpoint, find_loop, same_broker
 from .stats import BridgeStats
 
@@ -465,7 +466,10 @@ class Direction:
         future.add_done_callback(lambda f, t=tag: self._on_dead_lettered(t, f))
 
     def stats(self) -> BridgeStats:
-        return self.forwarder.counters.snapshot() if self.forwarder is not None else BridgeStats()
+        stats = self.forwarder.counters.snapshot() if self.forwarder is not None else BridgeStats()
+        if self.demand is not None and self.demand.state is not DemandState.CONSUMING:
+            stats = dataclasses.replace(stats, without_demand=1)
+        return stats
 
     async def close_channels(self) -> None:
         for channel in (self._src_ch, self._dest_ch, self._dead_letter_ch):

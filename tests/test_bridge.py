@@ -1025,8 +1025,10 @@ def _demand_scenario(src_url: str, dst_url: str, mode: str, request) -> None:
                 looks = demand.looks + 3
                 await until(lambda: _looked(demand, looks), "three more polls")
             assert bridge.stats().received == 0, "forwarded without demand"
+            assert bridge.stats().line().endswith("without demand 1")
             await consumer.start()
             await until(lambda: _received(consumer, 300), "300 messages at the destination's consumer")
+            assert bridge.stats().without_demand == 0
             await consumer.stop()
             await until(lambda: _stopped(demand, 1), "the bridge to see the demand gone")
             at_stop = bridge.stats().forwarded
