@@ -1269,3 +1269,23 @@ def test_connector_errors_name_the_queue_or_the_missing_management_api(nodes, re
             await Connector(a.url, b.url, [BridgeSpec((present[:-2] + "*",))], management_port=None).start()
         assert await count(a.url, present) == 5  # the bridge started on it was stopped: its messages went back
     bounded(request, main)
+
+
+def test_command_demand_says_how_it_learns_and_forwards_nothing_without_a_consumer(nodes):
+    a, b = nodes
+    queue = unique("demand")
+    asyncio.run(declare(a.url, queue, durable=True))
+    asyncio.run(declare(b.url, queue, durable=True))
+    asyncio.run(publish(a.url, queue, 20))
+    p = command("--src", a.url, "--src-queue", queue, "--dest", b.url, "--demand", "--demand-interval", "0.2",
+                "--management-port", "0", "--stats-interval", "60", "-v")
+    try:
+        ready, _, _ = select.select([p.stdout], [], [], 30)
+        first = p.stdout.readline() if ready else ""
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = _communicate(p, Deadline(20, "the bridge to stop after SIGTERM"))
+    assert p.returncode == 0, err
+    assert first.startswith("forwarded 0 ") and first.rstrip().endswith("without demand 1"), first
+    assert "polling the destination's consumer count every 0.2 s" in err, err
+    assert asyncio.run(count(a.url, queue)) == 20

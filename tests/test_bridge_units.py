@@ -544,7 +544,8 @@ def test_command_bad_config_or_no_queue_exits_2_with_one_line(tmp_path, capsys):
     bad = write_config(tmp_path, "[[bridge]]\ninclude = ['q']\nack_mode = 'sometimes'\n")
     for args, text in [(["--config", bad], "ack_mode must be one of"),
                        ([], "give --src-queue (repeatable) or --config"),
-                       (["--config", bad, "--src-queue", "q"], "give --src-queue (repeatable) or --config")]:
+                       (["--config", bad, "--src-queue", "q"], "give --src-queue (repeatable) or --config"),
+                       (["--src-queue", "q", "--demand", "--duplex"], "--demand and --duplex")]:
         assert main(urls + args) == 2
         err = capsys.readouterr().err
         assert text in err and len(err.strip().splitlines()) == 1, err
