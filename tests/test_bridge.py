@@ -1289,3 +1289,32 @@ def test_command_demand_says_how_it_learns_and_forwards_nothing_without_a_consum
     assert first.startswith("forwarded 0 ") and first.rstrip().endswith("without demand 1"), first
     assert "polling the destination's consumer count every 0.2 s" in err, err
     assert asyncio.run(count(a.url, queue)) == 20
+
+
+def test_auto_mode_when_the_destination_refuses_persistent_messages_stay_transient_ones_go(nodes, request):
+    """auto: the destination takes 30 and refuses the rest (reject-publish).  A refused
+    persistent message stays at the source (on-confirm), a refused transient one is gone
+    (on-publish), as documented."""
+    a, b = nodes
+    src, dst = unique("src"), unique("dst")
+    n, room = 100, 30
+    asyncio.run(declare(a.url, src))
+    asyncio.run(declare(b.url, dst, arguments={"x-max-length": room, "x-overflow": "reject-publish"}))
+
+    async def main():
+        await publish(a.url, src, n, persistent=lambda i: i % 2 == 0)
+        async with Bridge(a.url, src, b.url, dest_routing_key=dst, ack_mode="auto", prefetch=10,
+                          backoff=FAST_BACKOFF) as bridge:
+            # refused persistent ones go back to the head of the source queue: they, not the
+            # rest, keep coming (the prefetch bounds them), so wait for refusals, not for all
+            await until(lambda: _nacked(bridge, 10), "ten refusals by the full destination")
+        stats = bridge.stats()
+        at_src = [int(m.properties.message_id) for m in await drain(a.url, src)]
+        at_dest = [int(m.properties.message_id) for m in await drain(b.url, dst)]
+        persistent, transient = set(range(0, n, 2)), set(range(1, n, 2))
+        lost = set(range(n)) - set(at_src) - set(at_dest)
+        print(f"\nauto, refusing destination: sent {n}, stored {room}, back at the source {len(at_src)}, lost "
+              f"{len(lost)} (persistent {len(lost & persistent)}), nacked {stats.nacked}, requeued {stats.requeued}")
+        assert len(at_dest) == room and len(at_src) + len(at_dest) + len(lost) == n
+        assert not lost & persistent and lost <= transient and lost  # refused transient ones were acked: gone
+    bounded(request, main)
