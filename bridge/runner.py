@@ -12,6 +12,12 @@ Per direction, deliveries are taken in the batches one read of the socket brings
 into one buffer of publish frames (the received content headers passed on, see
 ``path.py``) and written with one ``publish_encoded`` call; in on-confirm mode the
 batch's confirm settles it at the source (``forwarder.py``).
+
+On demand, a task per bridge reads the destination's consumer counts (at once on a
+consumer event, else on a timer) and applies what ``demand.py`` decides: start the
+source consumer, or cancel it and let the direction drain, which reports back through
+``Bridge.demand_drained``.  :class:`~amqwire.bridge.connector.Connector` runs one bridge
+per queue on one shared pair of connections (``Bridge.start_on``).
 """
 from __future__ import annotations
 
@@ -42,6 +48,7 @@ from amqwire.client.lifecycle import ConnectionStatus
 from amqwire.client.recovery import RecoveryPolicy
 from amqwire.client.url import parse_url
 
+from .demand import START, STOP, Demand, DemandState, consumer_event_queue
 from .errors import (
     BadConfiguration,
     BridgeError,
@@ -54,7 +61,6 @@ from .errors import (
 from .filters import TopicFilter
 from .forwarder import ACK, DEAD_LETTER, NACK, REJECT, Action, AckMode, BackOff, Batch, Forwarder, Refused
 from .frames import PublishFrames
-from .demand import START, STOP, Demand, DemandState, consumer_event_queue
 from .loops import Binding, Endpoint, find_loop, same_broker
 from .stats import BridgeStats
 
@@ -281,7 +287,7 @@ class Direction:
 
     async def pause_consuming(self) -> None:
         """Cancel the consumer and settle what it received (forwarded as ``stop`` does;
-        held ones back to the source at once), then ``demand_drained`` is set."""
+        held ones back to the source at once), then calls the bridge's ``demand_drained``."""
         consumer, self._consumer = self._consumer, None
         if consumer is not None and consumer.active:
             try:
@@ -505,6 +511,9 @@ class Bridge:
     ``max_attempts``, counted).  ``start`` refuses a configuration that routes back into
     its source queue (``ConfigurationLoop``, see ``loops.py``; exchange bindings are read
     from the management API at ``management_port`` on the source's host, None: not read).
+    ``demand``: consume only while the destination has consumers on the queue of the
+    source queue's name (see ``demand.py``; learned from the ``rabbitmq_event_exchange``
+    plugin's events where the destination has it, and every ``demand_interval`` seconds).
 
         async with Bridge(src, "orders", dest, dest_exchange="orders") as bridge:
             ...                      # runs until the block ends; stop() drains
