@@ -28,7 +28,7 @@ import time
 import urllib.parse
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from amqwire.client.errors import AMQPError
+from amqwire.client.errors import AMQPError, NotFound
 from amqwire.client.url import parse_url
 
 from .errors import BadConfiguration, BridgeError, MissingResource
@@ -225,6 +225,7 @@ class Connector:
         self._waits: list["asyncio.Future[None]"] = []
         self._finished: Optional[asyncio.Event] = None
         self._failure: Optional[BaseException] = None
+        self._retired = BridgeStats()  # the counters of bridges whose queue was deleted
         self._stopped = False
 
     async def _queues(self) -> list[str]:
@@ -278,18 +279,52 @@ class Connector:
             await bridge.stop(timeout=0)  # closes the channels it opened
             raise
         waiting = asyncio.ensure_future(bridge.wait())
-        waiting.add_done_callback(self._bridge_ended)
+        waiting.add_done_callback(lambda w: self._bridge_ended(queue, bridge, w))
         self._waits.append(waiting)
         log.info("%s: forwarding queue %r", spec.name, queue)
 
-    def _bridge_ended(self, waiting: "asyncio.Future[None]") -> None:
+    def _bridge_ended(self, queue: str, bridge: Bridge, waiting: "asyncio.Future[None]") -> None:
         if waiting.cancelled():
             return
         error = waiting.exception()
+        if error is not None and not self._stopped:
+            task = asyncio.get_running_loop().create_task(self._failed(queue, bridge, error))
+            self._waits.append(task)
+            return
+        self._fail(error)
+
+    def _fail(self, error: Optional[BaseException]) -> None:
         if error is not None and self._failure is None:
             self._failure = error
         if self._finished is not None:
             self._finished.set()
+
+    async def _failed(self, queue: str, bridge: Bridge, error: BaseException) -> None:
+        """A bridge failed: when its queue was deleted at the source, the others go on
+        (ActiveMQ's network connector follows destinations as they come and go); any
+        other failure ends the connector."""
+        channel: Any = None
+        try:
+            channel = await self._src_conn.channel()
+            await channel.queue_declare(queue, passive=True)
+            gone = False
+        except NotFound:
+            gone = True
+        except AMQPError:
+            gone = False
+        finally:
+            if channel is not None and channel.is_open:
+                await _close_quietly(channel)
+        if not gone or self._stopped:
+            self._fail(error)
+            return
+        log.warning("queue %r was deleted at the source: no longer forwarded%s", queue,
+                    " (a new one is found by the next rescan)" if self._rescan is not None else "")
+        await bridge.stop(timeout=10)
+        self.bridges.pop(queue, None)
+        self._retired = self._retired + bridge.stats()
+        if not self.bridges and self._rescan is None:
+            self._fail(MissingResource("every source queue of the connector was deleted"))
 
     async def _rescan_queues(self, interval: float) -> None:
         while True:
@@ -330,8 +365,8 @@ class Connector:
         return {queue: bridge.stats() for queue, bridge in self.bridges.items()}
 
     def stats(self) -> BridgeStats:
-        """The counters summed over the queues."""
-        total = BridgeStats()
+        """The counters summed over the queues (those deleted since included)."""
+        total = self._retired
         for bridge in self.bridges.values():
             total = total + bridge.stats()
         return total

@@ -1318,3 +1318,36 @@ def test_auto_mode_when_the_destination_refuses_persistent_messages_stay_transie
         assert len(at_dest) == room and len(at_src) + len(at_dest) + len(lost) == n
         assert not lost & persistent and lost <= transient and lost  # refused transient ones were acked: gone
     bounded(request, main)
+
+
+def test_connector_a_queue_deleted_at_the_source_drops_out_the_others_go_on(nodes, request):
+    from amqwire.bridge import Connector
+
+    a, b = nodes
+    kept, deleted = unique("kept"), unique("deleted")
+    for queue in (kept, deleted):
+        asyncio.run(declare(a.url, queue, durable=True))
+        asyncio.run(declare(b.url, queue, durable=True))
+        asyncio.run(publish(a.url, queue, 20))
+
+    async def delete(queue):
+        async with aio.connect(a.url) as conn, conn.channel() as ch:
+            await ch.queue_delete(queue)
+
+    async def main():
+        async with Connector(a.url, b.url, [kept, deleted], management_port=None) as connector:
+            waiting = asyncio.ensure_future(connector.wait())
+            for queue in (kept, deleted):
+                await until(lambda q=queue: _done(a.url, q, b.url, q, 20), f"queue {queue} forwarded")
+            await within(delete(deleted), 10, f"queue {deleted} deleted at the source")
+            await until(lambda: _dropped_out(connector, deleted), f"the bridge of {deleted} gone from the connector")
+            await publish(a.url, kept, 20, start=20)
+            await until(lambda: _done(a.url, kept, b.url, kept, 40), f"queue {kept} still forwarded")
+            assert not waiting.done(), "the connector ended with one of its queues"
+            assert connector.stats().forwarded == 60  # the deleted queue's counts stay in the total
+        await within(waiting, 10, "the connector's wait() to end with its stop")
+    bounded(request, main)
+
+
+async def _dropped_out(connector, queue) -> bool:
+    return queue not in connector.bridges
