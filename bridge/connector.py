@@ -206,6 +206,13 @@ class Connector:
                 parse_url(url)
             except ValueError as exc:
                 raise BadConfiguration(f"bad {name} URL: {exc}") from None
+        for spec in self.specs:  # each spec's options checked now, before anything connects
+            try:
+                Bridge(src, spec.include[0], dest, **spec.options)
+            except TypeError as exc:
+                raise BadConfiguration(f"{spec.name}: {exc}") from None
+            except ValueError as exc:
+                raise BadConfiguration(f"{spec.name}: {exc}") from None
         if stats_interval is not None and not stats_interval > 0:
             raise ValueError(f"stats_interval must be a positive number of seconds, not {stats_interval!r}")
         if rescan_interval is not None and not rescan_interval > 0:

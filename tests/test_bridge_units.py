@@ -468,8 +468,8 @@ def test_consumer_events_name_their_queue_in_the_bridges_vhost_only():
     assert consumer_event_queue(None, "/") is None
 
 
-def write_config(tmp_path, text):
-    path = tmp_path / "bridges.toml"
+def write_config(tmp_path, text, name="bridges.toml"):
+    path = tmp_path / name
     path.write_text(text)
     return str(path)
 
@@ -545,7 +545,10 @@ def test_command_bad_config_or_no_queue_exits_2_with_one_line(tmp_path, capsys):
     for args, text in [(["--config", bad], "ack_mode must be one of"),
                        ([], "give --src-queue (repeatable) or --config"),
                        (["--config", bad, "--src-queue", "q"], "give --src-queue (repeatable) or --config"),
-                       (["--src-queue", "q", "--demand", "--duplex"], "--demand and --duplex")]:
+                       (["--src-queue", "q", "--demand", "--duplex"], "--demand and --duplex"),
+                       (["--config", write_config(tmp_path, "[[bridge]]\ninclude = ['q']\n\n[[bridge]]\n"
+                                                  "include = ['r']\non_refused = 'drop'\nack_mode = 'no-ack'\n", "two.toml")],
+                        "[[bridge]] 2: refused='drop' needs ack_mode")]:
         assert main(urls + args) == 2
         err = capsys.readouterr().err
         assert text in err and len(err.strip().splitlines()) == 1, err
