@@ -1,6 +1,7 @@
 """amqwire.bridge: forward messages from a queue on one RabbitMQ broker to an exchange on
 another, without losing one (Shovel's ack modes, mandatory publishes with back-off and
-dead-lettering of refused messages, loops refused at start, hop limits, filters).
+dead-lettering of refused messages, loops refused at start, hop limits, filters, forwarding
+on demand, many queues over one pair of connections).
 
     python -m amqwire.bridge --src amqp://a/ --src-queue orders --dest amqp://b/
 
@@ -18,6 +19,7 @@ from .errors import (
     ConfigurationLoop,
     MissingResource,
 )
+from .connector import BridgeSpec, Connector, load_config
 from .filters import TopicFilter, topic_matches
 from .forwarder import AckMode, BackOff, Forwarder, Refused
 from .path import PATH_HEADER, read_path
@@ -26,6 +28,9 @@ from .stats import BridgeStats
 
 __all__ = [
     "Bridge",
+    "Connector",
+    "BridgeSpec",
+    "load_config",
     "Direction",
     "BridgeStats",
     "AckMode",

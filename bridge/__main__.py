@@ -23,8 +23,9 @@ import os
 import signal
 import sys
 import urllib.parse
-from typing import Callable, Mapping, Optional, Sequence, TextIO
+from typing import Callable, Mapping, Optional, Sequence, TextIO, Union
 
+from .connector import Connector, load_config
 from .errors import BadConfiguration, BridgeError
 from .forwarder import AckMode, BackOff, Refused
 from .runner import Bridge
@@ -69,7 +70,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--src-url-file", metavar="PATH", help="read the source URL from this file (its first line)")
     p.add_argument("--src-password-file", metavar="PATH",
                    help="read the source password from this file (default: $AMQWIRE_SRC_PASSWORD, else the URL's)")
-    p.add_argument("--src-queue", required=True, metavar="Q", help="queue to forward from (must exist)")
+    p.add_argument("--src-queue", action="append", default=[], metavar="Q",
+                   help="queue to forward from (must exist; repeatable: one channel each, on one pair of connections)")
+    p.add_argument("--config", metavar="PATH",
+                   help="a TOML file of [[bridge]] tables choosing source queues by name or glob (instead of "
+                   "--src-queue; the other options are each table's defaults)")
     p.add_argument("--dest", metavar="URL", help="destination broker (default: --dest-url-file, else $AMQWIRE_DEST_URL)")
     p.add_argument("--dest-url-file", metavar="PATH", help="read the destination URL from this file (its first line)")
     p.add_argument("--dest-password-file", metavar="PATH",
@@ -83,7 +88,8 @@ def parser() -> argparse.ArgumentParser:
     key.add_argument("--keep-routing-key", action="store_true", help="always publish with the message's own routing key")
     p.add_argument("--ack-mode", choices=[m.value for m in AckMode], default=AckMode.ON_CONFIRM.value,
                    help="on-confirm (default): ack at the source once the destination confirmed; "
-                   "on-publish: once written; no-ack: the source acks on delivery")
+                   "on-publish: once written; no-ack: the source acks on delivery; auto: persistent messages "
+                   "(delivery mode 2) on-confirm, the others on-publish")
     p.add_argument("--prefetch", type=_int_range(1, 65535), default=1000, help="unacked messages per consumer (1000)")
     p.add_argument("--duplex", action="store_true",
                    help="also forward the queue of the same name on the destination to the same exchange on the source")
@@ -95,7 +101,7 @@ def parser() -> argparse.ArgumentParser:
                    help="do not forward routing keys matching this topic pattern (repeatable)")
     p.add_argument("--on-refused", choices=[r.value for r in Refused], default=Refused.REQUEUE.value,
                    help="a message the destination returns (no route) or nacks: requeue (default: back to the "
-                   "source after a growing back-off, for ever), dead-letter or drop after --max-attempts (on-confirm only)")
+                   "source after a growing back-off, for ever), dead-letter or drop after --max-attempts (on-confirm or auto only)")
     p.add_argument("--max-attempts", type=_int_range(1, 1_000_000), default=5, metavar="N",
                    help="refusals of one message before --on-refused dead-letter / drop applies (5)")
     p.add_argument("--dead-letter-exchange", metavar="X", default=None,
@@ -107,6 +113,14 @@ def parser() -> argparse.ArgumentParser:
                    help="longest back-off (30)")
     p.add_argument("--management-port", type=_int_range(0, 65535), default=15672, metavar="PORT",
                    help="the source's management API, to check exchange bindings for loops at start (15672; 0: do not)")
+    p.add_argument("--rescan-interval", type=float, default=30.0, metavar="SECONDS",
+                   help="with queue globs in --config: list the source's queues again every SECONDS and forward "
+                   "new ones (30; 0: never)")
+    p.add_argument("--demand", action="store_true",
+                   help="forward only while the destination has consumers on the queue of the same name (learned from "
+                   "the rabbitmq_event_exchange plugin's events where enabled, else polled)")
+    p.add_argument("--demand-interval", type=_positive_float, default=2.0, metavar="SECONDS",
+                   help="with --demand: read the destination's consumer count every SECONDS (2)")
     p.add_argument("--stats-interval", type=_positive_float, default=5.0, metavar="SECONDS",
                    help="statistics every SECONDS (5)")
     p.add_argument("--connection-timeout", type=_positive_float, default=10.0, metavar="SECONDS")
@@ -122,7 +136,7 @@ class Display:
         self.tty = out.isatty()
         self._drawn = False
 
-    def show(self, bridge: Bridge) -> None:
+    def show(self, bridge: Union[Bridge, Connector]) -> None:
         line = bridge.stats().line()
         if self.tty:
             self.out.write("\r\x1b[K" + line)
@@ -131,10 +145,13 @@ class Display:
             self.out.write(line + "\n")
         self.out.flush()
 
-    def final(self, bridge: Bridge) -> None:
+    def final(self, bridge: Union[Bridge, Connector]) -> None:
         if self._drawn:
             self.out.write("\n")
         self.out.write("stopped: " + bridge.stats().line() + "\n")
+        if isinstance(bridge, Connector):
+            for queue, stats in bridge.queue_stats().items():
+                self.out.write(f"  queue {queue}: {stats.line()}\n")
         self.out.flush()
 
 
@@ -187,10 +204,13 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         raise BadConfiguration(f"--backoff / --max-backoff: {exc}") from None
     if args.dead_letter_exchange is not None and args.on_refused != Refused.DEAD_LETTER.value:
         raise BadConfiguration("--dead-letter-exchange needs --on-refused dead-letter")
-    if args.on_refused != Refused.REQUEUE.value and args.ack_mode != AckMode.ON_CONFIRM.value:
-        raise BadConfiguration(f"--on-refused {args.on_refused} needs --ack-mode on-confirm")
-    bridge = Bridge(
-        broker_url(args, "src", environ), args.src_queue, broker_url(args, "dest", environ),
+    if args.demand and args.duplex:
+        raise BadConfiguration("--demand and --duplex: the reverse direction's consumer would count as demand")
+    if args.on_refused != Refused.REQUEUE.value and not AckMode(args.ack_mode).confirms:
+        raise BadConfiguration(f"--on-refused {args.on_refused} needs --ack-mode on-confirm or auto")
+    if (args.config is None) == (not args.src_queue):
+        raise BadConfiguration("give --src-queue (repeatable) or --config")
+    options = dict(
         dest_exchange=args.dest_exchange,
         dest_routing_key=args.dest_routing_key,
         keep_routing_key=args.keep_routing_key,
@@ -200,15 +220,32 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         max_hops=args.max_hops,
         include=args.include,
         exclude=args.exclude,
-        stats_interval=args.stats_interval,
-        on_stats=display.show,
-        connection_timeout=args.connection_timeout,
         refused=args.on_refused,
         max_attempts=args.max_attempts,
         dead_letter_exchange=args.dead_letter_exchange,
         backoff=backoff,
-        management_port=args.management_port or None,
+        demand=args.demand,
+        demand_interval=args.demand_interval,
     )
+    management_port = args.management_port or None
+    src, dest = broker_url(args, "src", environ), broker_url(args, "dest", environ)
+    bridge: Union[Bridge, Connector]
+    if args.config is not None:
+        specs, settings = load_config(args.config, options)
+        if "management_port" in settings:
+            management_port = settings["management_port"] or None
+        if not args.rescan_interval >= 0:
+            raise BadConfiguration(f"--rescan-interval must be 0 or more seconds, not {args.rescan_interval!r}")
+        bridge = Connector(src, dest, specs, management_port=management_port, stats_interval=args.stats_interval,
+                           on_stats=display.show, connection_timeout=args.connection_timeout,
+                           rescan_interval=args.rescan_interval or None)
+    elif len(args.src_queue) > 1:
+        bridge = Connector(src, dest, args.src_queue, management_port=management_port,
+                           stats_interval=args.stats_interval, on_stats=display.show,
+                           connection_timeout=args.connection_timeout, **options)
+    else:
+        bridge = Bridge(src, args.src_queue[0], dest, stats_interval=args.stats_interval, on_stats=display.show,
+                        connection_timeout=args.connection_timeout, management_port=management_port, **options)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):  # before start: a signal during start ends it cleanly

@@ -20,6 +20,12 @@ bookkeeping of the ack mode:
   destination's connection.  A destination lost before it stored them, a refusal or a
   return loses them (returns are still counted and logged).
 - ``no-ack``: the source acks on delivery; nothing to do.
+- ``auto`` (as ActiveMQ forwards): per message, persistent ones (``delivery_mode`` 2) as
+  on-confirm, the others as on-publish.  The destination's channel confirms them all
+  (confirms are per channel), so every publish keeps its seqno; the transient ones (and
+  those not forwarded) are acked one by one as soon as the batch is written, the
+  persistent ones wait in the ledger.  A ``multiple`` ack is used for a transient batch
+  only when nothing before it is unsettled.
 
 A message the destination refused (returned: no route; nacked: a full queue with
 ``reject-publish``, or any other refusal) is a *refusal*; what follows is the
@@ -61,6 +67,12 @@ class AckMode(str, enum.Enum):
     ON_CONFIRM = "on-confirm"
     ON_PUBLISH = "on-publish"
     NO_ACK = "no-ack"
+    AUTO = "auto"  # persistent messages on-confirm, transient ones on-publish
+
+    @property
+    def confirms(self) -> bool:
+        """Whether the destination's confirms settle (some) deliveries."""
+        return self is AckMode.ON_CONFIRM or self is AckMode.AUTO
 
 
 class Refused(str, enum.Enum):
@@ -107,7 +119,7 @@ class Batch:
     """Deliveries handled together: ``frames`` publishes ``count`` of them."""
 
     __slots__ = ("frames", "count", "forwarded_tags", "skipped_tags", "last_tag", "done", "messages",
-                 "properties", "first_seqno", "unresolved", "refused")
+                 "properties", "first_seqno", "unresolved", "refused", "early", "ack_tag")
 
     def __init__(self) -> None:
         self.frames: bytes = b""
@@ -121,6 +133,8 @@ class Batch:
         self.first_seqno = 0
         self.unresolved = 0
         self.refused: dict[int, tuple[str, int, str]] = {}  # index -> (RETURNED/NACKED/LOST, reply code, text)
+        self.early: frozenset[int] = frozenset()  # auto: indexes of the transient ones, acked once written
+        self.ack_tag = 0  # the highest tag the ledger still has to ack for this batch (0: none)
 
     def __repr__(self) -> str:
         return f"<Batch {self.count} to forward, {len(self.skipped_tags)} skipped, last tag {self.last_tag}>"
@@ -229,6 +243,8 @@ class Forwarder:
         exchange = self.exchange
         append = self.frames.append
         add_hop = self.paths.add_hop
+        per_message = self.ack_mode is AckMode.AUTO
+        transient: list[int] = []
         for message in messages:
             tag = message.delivery_tag
             if message.redelivered:
@@ -257,11 +273,16 @@ class Forwarder:
                 continue
             wire = add_hop(properties, path)
             append(parts, exchange, key if fixed_key is None else fixed_key, wire, message.body)
+            if per_message and properties.delivery_mode != 2:
+                transient.append(len(forwarded))
             forwarded.append(tag)
             kept.append(message)
             kept_properties.append(wire)
         if messages:
             batch.last_tag = messages[-1].delivery_tag
+        batch.ack_tag = batch.last_tag
+        if transient:
+            batch.early = frozenset(transient)
         batch.count = len(forwarded)
         batch.frames = b"".join(parts)
         return batch
@@ -271,7 +292,8 @@ class Forwarder:
         on-confirm: it waits in the ledger for its confirms; the others settle now."""
         mode = self.ack_mode
         counters = self.counters
-        if mode is AckMode.ON_CONFIRM:
+        if mode.confirms:
+            actions = self._ack_early(batch) if mode is AckMode.AUTO else []
             if batch.count:
                 batch.first_seqno = self._base + len(self._slots) - self._slot_head
                 batch.unresolved = batch.count
@@ -279,7 +301,7 @@ class Forwarder:
             else:
                 batch.done = True
             self._ledger.append(batch)
-            return self._release(0.0) if batch.done else []
+            return actions + self._release(0.0) if batch.done else actions
         counters.forwarded += batch.count
         batch.messages = []
         batch.properties = []
@@ -289,6 +311,24 @@ class Forwarder:
             return []
         counters.acked += settled
         return [(ACK, batch.last_tag, True)]
+
+    def _ack_early(self, batch: Batch) -> list[Action]:
+        """auto: ack the transient deliveries of a batch just written, and those not forwarded."""
+        early = batch.early
+        tags = [tag for index, tag in enumerate(batch.forwarded_tags) if index in early] if early else []
+        tags += batch.skipped_tags
+        batch.skipped_tags = []
+        persistent = [tag for index, tag in enumerate(batch.forwarded_tags) if index not in early]
+        batch.ack_tag = persistent[-1] if persistent else 0
+        if not tags:
+            return []
+        counters = self.counters
+        counters.forwarded += len(early)
+        counters.acked += len(tags)
+        counters.settled += len(tags)
+        if not persistent and self._head == len(self._ledger) and not self._held and not self._dead_lettering:
+            return [(ACK, batch.last_tag, True)]  # nothing before it is unacked
+        return [(ACK, tag, False) for tag in sorted(tags)]
 
     # ------------------------------------------------------------------ the destination's answers
 
@@ -310,7 +350,7 @@ class Forwarder:
             self._return_log[reason] = (now, 0)
         else:
             self._return_log[reason] = (last, since + 1)
-        if self.ack_mode is not AckMode.ON_CONFIRM:
+        if not self.ack_mode.confirms:
             return False
         wire = getattr(properties, "wire", None)
         fixed_key = self.routing_key
@@ -435,7 +475,7 @@ class Forwarder:
             i += 1
             if not batch.refused:
                 clean.append(batch)
-                counters.forwarded += batch.count
+                counters.forwarded += batch.count - len(batch.early)
                 if self._attempts:
                     for message in batch.messages:
                         self._attempts.pop(_content_key(message), None)
@@ -446,6 +486,8 @@ class Forwarder:
             clean = []
             refused = batch.refused
             for index, tag in enumerate(batch.forwarded_tags):
+                if index in batch.early:
+                    continue  # acked when written, whatever the destination said
                 verdict = refused.get(index)
                 if verdict is None:
                     counters.forwarded += 1
@@ -473,10 +515,12 @@ class Forwarder:
         if not batches:
             return
         counters = self.counters
-        settled = sum(b.count + len(b.skipped_tags) for b in batches)
+        settled = sum(b.count - len(b.early) + len(b.skipped_tags) for b in batches)
+        if not settled:
+            return
         counters.acked += settled
         counters.settled += settled
-        upto = batches[-1].last_tag
+        upto = max(b.ack_tag for b in batches)
         if not self._held and not self._dead_lettering:
             actions.append((ACK, upto, True))
             return
@@ -485,7 +529,9 @@ class Forwarder:
             actions.append((ACK, upto, True))
             return
         for batch in batches:
-            for tag in sorted((*batch.forwarded_tags, *batch.skipped_tags)):
+            early = batch.early
+            forwarded = [tag for index, tag in enumerate(batch.forwarded_tags) if index not in early]
+            for tag in sorted((*forwarded, *batch.skipped_tags)):
                 actions.append((ACK, tag, False))
 
     def _refused(self, tag: int, message: Any, verdict: tuple[str, int, str], now: float, actions: list[Action]) -> None:

@@ -12,11 +12,18 @@ Per direction, deliveries are taken in the batches one read of the socket brings
 into one buffer of publish frames (the received content headers passed on, see
 ``path.py``) and written with one ``publish_encoded`` call; in on-confirm mode the
 batch's confirm settles it at the source (``forwarder.py``).
+
+On demand, a task per bridge reads the destination's consumer counts (at once on a
+consumer event, else on a timer) and applies what ``demand.py`` decides: start the
+source consumer, or cancel it and let the direction drain, which reports back through
+``Bridge.demand_drained``.  :class:`~amqwire.bridge.connector.Connector` runs one bridge
+per queue on one shared pair of connections (``Bridge.start_on``).
 """
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import socket
@@ -41,6 +48,7 @@ from amqwire.client.lifecycle import ConnectionStatus
 from amqwire.client.recovery import RecoveryPolicy
 from amqwire.client.url import parse_url
 
+from .demand import START, STOP, Demand, DemandState, consumer_event_queue
 from .errors import (
     BadConfiguration,
     BridgeError,
@@ -95,6 +103,14 @@ async def _connect(url: str, role: str, recovery: RecoveryPolicy, connection_tim
         raise BrokerUnreachable(f"cannot reach the {role} broker {_display(url)}: {exc}") from exc
     except ValueError as exc:
         raise BadConfiguration(f"bad {role} URL: {exc}") from exc
+
+
+async def _close_quietly(connection: Any) -> None:
+    if connection is not None:
+        try:
+            await connection.close()
+        except AMQPError as exc:
+            log.debug("close: %s", exc)
 
 
 def _resource_error(exc: AMQPError, what: str) -> BridgeError:
@@ -206,6 +222,8 @@ class Direction:
         self._dead_letter_frames: Optional[PublishFrames] = None
         self._wake = asyncio.Event()
         self._stopping = False
+        self._draining = False  # on demand: the consumer was cancelled, what it received is settling
+        self.demand: Optional[Demand] = None  # on demand: consuming only while the destination has consumers
         self.task: Optional["asyncio.Task[None]"] = None
 
     async def open(self) -> None:
@@ -223,7 +241,7 @@ class Direction:
             except AMQPError as exc:
                 raise _resource_error(exc, f"exchange {self.exchange!r} on the {self.label.split(' ')[-1]} broker") from exc
         mode = bridge.ack_mode
-        if mode is AckMode.ON_CONFIRM:
+        if mode.confirms:
             await self._dest_ch.confirm_select(max_in_flight=max(2 * bridge.prefetch, 1000))
             self._dest_ch.add_confirm_listener(self._on_confirm_event)
             self._dest_ch.add_close_listener(self._on_dest_closed)
@@ -231,7 +249,7 @@ class Direction:
         self._dest_ch.add_on_return_callback(self._on_return)
         if mode is not AckMode.NO_ACK:
             await self._src_ch.basic_qos(bridge.prefetch)
-        if bridge.dead_letter_exchange is not None and mode is AckMode.ON_CONFIRM:
+        if bridge.dead_letter_exchange is not None and mode.confirms:
             self._dead_letter_ch = await source.channel()
             try:
                 await self._dead_letter_ch.exchange_declare(bridge.dead_letter_exchange, passive=True)
@@ -257,10 +275,27 @@ class Direction:
             label=self.label,
         )
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"amqwire.bridge {self.label}")
+        if self.demand is None:
+            await self.start_consuming()
+
+    async def start_consuming(self) -> None:
         try:
-            self._consumer = await self._src_ch.consume(self.queue, self._on_message, no_ack=mode is AckMode.NO_ACK)
+            self._consumer = await self._src_ch.consume(self.queue, self._on_message,
+                                                        no_ack=self.bridge.ack_mode is AckMode.NO_ACK)
         except AMQPError as exc:
             raise _resource_error(exc, f"consuming from queue {self.queue!r}") from exc
+
+    async def pause_consuming(self) -> None:
+        """Cancel the consumer and settle what it received (forwarded as ``stop`` does;
+        held ones back to the source at once), then calls the bridge's ``demand_drained``."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None and consumer.active:
+            try:
+                await consumer.cancel()
+            except AMQPError as exc:
+                log.info("%s: cancelling the consumer: %s", self.label, exc)
+        self._draining = True
+        self._wake.set()
 
     def _on_message(self, message: Any) -> None:
         self._pending.append(message)
@@ -327,9 +362,10 @@ class Direction:
             if self._events:
                 await self._apply(self._settle_events(forwarder))
             now = time.monotonic()
+            finishing = self._stopping or self._draining
             if forwarder.held:
-                await self._apply(forwarder.release_held() if self._stopping else forwarder.due(now))
-            if self._pending and (self._stopping or now >= forwarder.paused_until):
+                await self._apply(forwarder.release_held() if finishing else forwarder.due(now))
+            if self._pending and (finishing or now >= forwarder.paused_until):
                 messages, self._pending = self._pending, []
                 step = self.bridge.max_batch
                 for start in range(0, len(messages), step):
@@ -347,9 +383,12 @@ class Direction:
                 continue
             if self._stopping and forwarder.unsettled == 0:
                 return
+            if self._draining and forwarder.unsettled == 0:
+                self._draining = False
+                self.bridge.demand_drained(self)
             wake.clear()
             wait_until = forwarder.next_due
-            if self._pending and not self._stopping:
+            if self._pending and not finishing:
                 wait_until = forwarder.paused_until if wait_until is None else min(wait_until, forwarder.paused_until)
             if wait_until is None:
                 await wake.wait()
@@ -433,7 +472,18 @@ class Direction:
         future.add_done_callback(lambda f, t=tag: self._on_dead_lettered(t, f))
 
     def stats(self) -> BridgeStats:
-        return self.forwarder.counters.snapshot() if self.forwarder is not None else BridgeStats()
+        stats = self.forwarder.counters.snapshot() if self.forwarder is not None else BridgeStats()
+        if self.demand is not None and self.demand.state is not DemandState.CONSUMING:
+            stats = dataclasses.replace(stats, without_demand=1)
+        return stats
+
+    async def close_channels(self) -> None:
+        for channel in (self._src_ch, self._dest_ch, self._dead_letter_ch):
+            if channel is not None and channel.is_open:
+                try:
+                    await channel.close()
+                except AMQPError as exc:
+                    log.debug("%s: closing a channel: %s", self.label, exc)
 
 
 class Bridge:
@@ -461,6 +511,9 @@ class Bridge:
     ``max_attempts``, counted).  ``start`` refuses a configuration that routes back into
     its source queue (``ConfigurationLoop``, see ``loops.py``; exchange bindings are read
     from the management API at ``management_port`` on the source's host, None: not read).
+    ``demand``: consume only while the destination has consumers on the queue of the
+    source queue's name (see ``demand.py``; learned from the ``rabbitmq_event_exchange``
+    plugin's events where the destination has it, and every ``demand_interval`` seconds).
 
         async with Bridge(src, "orders", dest, dest_exchange="orders") as bridge:
             ...                      # runs until the block ends; stop() drains
@@ -495,6 +548,8 @@ class Bridge:
         dead_letter_exchange: Optional[str] = None,
         backoff: BackOff = DEFAULT_BACKOFF,
         management_port: Optional[int] = 15672,
+        demand: bool = False,
+        demand_interval: float = 2.0,
     ) -> None:
         try:
             self.ack_mode = AckMode(ack_mode)
@@ -508,6 +563,10 @@ class Bridge:
             raise ValueError(f"stats_interval must be a positive number of seconds, not {stats_interval!r}")
         if not src_queue:
             raise ValueError("src_queue must name a queue")
+        if demand and duplex:
+            raise ValueError("demand and duplex: the reverse direction's consumer would count as demand")
+        if not demand_interval > 0:
+            raise ValueError(f"demand_interval must be a positive number of seconds, not {demand_interval!r}")
         if not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive int, not {max_batch!r}")
         try:
@@ -518,9 +577,9 @@ class Bridge:
             raise ValueError(f"max_attempts must be a positive int, not {max_attempts!r}")
         if dead_letter_exchange is not None and self.refused is not Refused.DEAD_LETTER:
             raise ValueError("dead_letter_exchange needs refused='dead-letter'")
-        if self.refused is not Refused.REQUEUE and AckMode(ack_mode) is not AckMode.ON_CONFIRM:
-            raise ValueError(f"refused={self.refused.value!r} needs ack_mode 'on-confirm': only it learns of refusals "
-                             "before acking")
+        if self.refused is not Refused.REQUEUE and not self.ack_mode.confirms:
+            raise ValueError(f"refused={self.refused.value!r} needs ack_mode 'on-confirm' or 'auto': only they learn "
+                             "of refusals before acking")
         for name, url in (("src", src), ("dest", dest)):
             if isinstance(url, str):
                 try:
@@ -548,6 +607,13 @@ class Bridge:
         self.dead_letter_exchange = dead_letter_exchange
         self.backoff = backoff
         self.management_port = management_port
+        self.demand = demand
+        self.demand_interval = demand_interval
+        self.demand_source: Optional[str] = None  # "events" or "polling", once started on demand
+        self._demand_wake: Optional[asyncio.Event] = None
+        self._demand_queues: set[str] = set()  # named by events since the last look
+        self._demand_drained: list[Direction] = []  # stopped for want of demand, settled since the last look
+        self._demand_task: Optional["asyncio.Task[None]"] = None
         self.directions: list[Direction] = []
         self._src_conn: Any = None
         self._dest_conn: Any = None
@@ -556,6 +622,7 @@ class Bridge:
         self._finished: Optional[asyncio.Event] = None
         self._stopped = False
         self._started_at = 0.0
+        self._shared_connections = False
 
     def _routing_key(self, exchange: str, queue: str) -> Optional[str]:
         if self.dest_routing_key is not None:
@@ -573,6 +640,22 @@ class Bridge:
             self._src_conn = await _connect(self.src, "source", self.recovery, self.connection_timeout, self.heartbeat)
             self._dest_conn = await _connect(self.dest, "destination", self.recovery, self.connection_timeout,
                                              self.heartbeat)
+        except BaseException:
+            await self._close_connections()
+            raise
+        return await self._open()
+
+    async def start_on(self, source: Any, destination: Any) -> "Bridge":
+        """``start`` on two connections the caller opened (and closes: ``stop`` leaves
+        them open), as :class:`~amqwire.bridge.connector.Connector` shares one pair among
+        its bridges."""
+        self._shared_connections = True
+        self._finished = asyncio.Event()
+        self._src_conn, self._dest_conn = source, destination
+        return await self._open()
+
+    async def _open(self) -> "Bridge":
+        try:
             await self._refuse_loops()
             self.directions.append(Direction(
                 self, self._src_conn, self._dest_conn, self.src_queue, self.dest_exchange,
@@ -581,9 +664,19 @@ class Bridge:
                 self.directions.append(Direction(
                     self, self._dest_conn, self._src_conn, self.reverse_queue, self.reverse_exchange,
                     self._routing_key(self.reverse_exchange, self.reverse_queue), "destination -> source"))
+            if self.demand:
+                for direction in self.directions:
+                    direction.demand = Demand(direction.queue)
             for direction in self.directions:
                 await direction.open()
+            if self.demand:
+                self._demand_wake = asyncio.Event()
+                self.demand_source = await self._subscribe_to_consumer_events()
+                self._demand_task = asyncio.get_running_loop().create_task(self._follow_demand(),
+                                                                           name="amqwire.bridge demand")
         except BaseException:
+            if self._demand_task is not None:
+                self._demand_task.cancel()
             for direction in self.directions:
                 if direction.task is not None:
                     direction.task.cancel()
@@ -592,12 +685,112 @@ class Bridge:
         for direction in self.directions:
             if direction.task is not None:
                 direction.task.add_done_callback(self._direction_done)
+        if self._demand_task is not None:
+            self._demand_task.add_done_callback(self._direction_done)
         self._started_at = time.monotonic()
         self._watch = asyncio.get_running_loop().create_task(self._watchdog(), name="amqwire.bridge watch")
-        log.info("bridge started: %s queue %r -> %s exchange %r (%s, prefetch %d%s)", _display(self.src),
+        log.info("bridge started: %s queue %r -> %s exchange %r (%s, prefetch %d%s%s)", _display(self.src),
                  self.src_queue, _display(self.dest), self.dest_exchange, self.ack_mode.value, self.prefetch,
-                 ", duplex" if self.duplex else "")
+                 ", duplex" if self.duplex else "", f", on demand ({self.demand_source})" if self.demand else "")
         return self
+
+    # ------------------------------------------------------------------ on demand
+
+    async def _subscribe_to_consumer_events(self) -> str:
+        """Follow consumer.created / consumer.deleted on the destination's
+        ``amq.rabbitmq.event`` exchange (the ``rabbitmq_event_exchange`` plugin) when it
+        is there: "events"; else "polling"."""
+        destination = self._dest_conn
+        queues = ", ".join(repr(d.queue) for d in self.directions)
+        channel = await destination.channel()
+        try:
+            await channel.exchange_declare("amq.rabbitmq.event", passive=True)
+            name = (await channel.queue_declare("", exclusive=True, auto_delete=True)).queue
+            for key in ("consumer.created", "consumer.deleted"):
+                await channel.queue_bind(name, "amq.rabbitmq.event", key)
+            await channel.consume(name, self._on_consumer_event, no_ack=True)
+        except AMQPError as exc:
+            log.info("demand for %s: polling the destination's consumer count every %g s (no consumer events from "
+                     "the rabbitmq_event_exchange plugin: %s)", queues, self.demand_interval, exc)
+            if channel.is_open:
+                await channel.close()
+            return "polling"
+        destination.add_recovery_succeeded_listener(lambda event: self._look_again(None))
+        log.info("demand for %s: following consumer events on the destination's amq.rabbitmq.event exchange "
+                 "(and polling every %g s)", queues, self.demand_interval)
+        return "events"
+
+    def _on_consumer_event(self, message: Any) -> None:
+        queue = consumer_event_queue(message.properties.headers, self._dest_conn.params.vhost)
+        if queue is not None and any(d.queue == queue for d in self.directions):
+            self._look_again(queue)
+
+    def _look_again(self, queue: Optional[str]) -> None:
+        """Read the consumer count of ``queue`` (None: of all) at once."""
+        self._demand_queues.update([queue] if queue is not None else (d.queue for d in self.directions))
+        if self._demand_wake is not None:
+            self._demand_wake.set()
+
+    def demand_drained(self, direction: Direction) -> None:
+        """``direction``'s consumer, stopped for want of demand, has settled what it had."""
+        self._demand_drained.append(direction)
+        if self._demand_wake is not None:
+            self._demand_wake.set()
+
+    async def _follow_demand(self) -> None:
+        wake = self._demand_wake
+        if wake is None:
+            raise BridgeError("demand: not started")
+        directions = [d for d in self.directions if d.demand is not None]
+        channel: Any = None
+        todo = {d.queue for d in directions}
+        while not self._stopped:
+            drained, self._demand_drained = self._demand_drained, []
+            for direction in drained:
+                if direction.demand is not None:  # demand that came back while it drained starts it again
+                    await self._act_on_demand(direction, direction.demand.drained())
+            for direction in directions:
+                if direction.queue not in todo or direction.demand is None or self._stopped:
+                    continue
+                try:
+                    if channel is None or not channel.is_open:
+                        channel = await self._dest_conn.channel()
+                    consumers: Optional[int] = (await channel.queue_declare(direction.queue, passive=True)).consumer_count
+                except NotFound:
+                    consumers = None
+                except AMQPError as exc:  # the destination is away: nothing known, nothing changes
+                    log.debug("demand for %r: %s", direction.queue, exc)
+                    continue
+                await self._act_on_demand(direction, direction.demand.observed(consumers))
+            todo = set()
+            wake.clear()
+            if not self._demand_queues and not self._demand_drained:
+                try:
+                    await asyncio.wait_for(wake.wait(), self.demand_interval)
+                except asyncio.TimeoutError:
+                    todo = {d.queue for d in directions}
+            todo |= self._demand_queues
+            self._demand_queues = set()
+
+    async def _act_on_demand(self, direction: Direction, action: Optional[str]) -> None:
+        demand = direction.demand
+        if self._stopped:
+            return
+        if action is START and demand is not None:
+            log.info("%s: %d consumer(s) on %r at the destination: forwarding", direction.label, demand.consumers,
+                     direction.queue)
+            try:
+                await direction.start_consuming()
+            except BridgeError as exc:
+                if not isinstance(exc.__cause__, AMQPConnectionError):
+                    raise
+                log.warning("%s: consuming from %r: %s: trying again at the next look", direction.label,
+                            direction.queue, exc)
+                demand.start_failed()
+        elif action is STOP:
+            log.info("%s: no consumer on %r at the destination: stopping (what was received is forwarded)",
+                     direction.label, direction.queue)
+            await direction.pause_consuming()
 
     async def _refuse_loops(self) -> None:
         """ConfigurationLoop when a direction's destination routes back into its own
@@ -652,7 +845,7 @@ class Bridge:
             if next_stats is not None and time.monotonic() >= next_stats:
                 next_stats += interval  # type: ignore[operator]
                 for direction in self.directions:
-                    log.info("%s: %s", direction.label, direction.stats().line())
+                    log.info("%s (queue %r): %s", direction.label, direction.queue, direction.stats().line())
                 if self.on_stats is not None:
                     try:
                         self.on_stats(self)
@@ -690,6 +883,13 @@ class Bridge:
             return
         self._stopped = True
         try:
+            if self._demand_task is not None:  # no start on demand while stopping; one under way completes
+                if self._demand_wake is not None:
+                    self._demand_wake.set()
+                done, _ = await asyncio.wait({self._demand_task}, timeout=10)
+                if not done:
+                    self._demand_task.cancel()
+                    await asyncio.wait({self._demand_task})
             for direction in self.directions:
                 await direction.stop_consuming()
             tasks = [d.task for d in self.directions if d.task is not None and not d.task.done()]
@@ -710,12 +910,12 @@ class Bridge:
         log.info("bridge stopped: %s", self.stats().line())
 
     async def _close_connections(self) -> None:
+        if self._shared_connections:  # the connections stay: only this bridge's channels go
+            for direction in self.directions:
+                await direction.close_channels()
+            return
         for connection in (self._dest_conn, self._src_conn):
-            if connection is not None:
-                try:
-                    await connection.close()
-                except AMQPError as exc:
-                    log.debug("close: %s", exc)
+            await _close_quietly(connection)
 
     async def __aenter__(self) -> "Bridge":
         return await self.start()

@@ -31,7 +31,9 @@ class BridgeStats:
     ``backed_off``: refused deliveries held back before going back to the source;
     ``paused``: times the direction stopped publishing for a while after a refusal;
     ``in_flight``: received, not yet settled at the source (held ones included);
-    ``msg_per_s``: forwarded per second over the last seconds.
+    ``msg_per_s``: forwarded per second over the last seconds; ``without_demand``: with
+    ``demand``, the queues not consumed now because the destination has no consumer on
+    them (draining ones included).
     """
 
     received: int = 0
@@ -50,6 +52,7 @@ class BridgeStats:
     paused: int = 0
     in_flight: int = 0
     msg_per_s: float = 0.0
+    without_demand: int = 0
 
     def __add__(self, other: "BridgeStats") -> "BridgeStats":
         return BridgeStats(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
@@ -62,6 +65,7 @@ class BridgeStats:
             f"redelivered {self.redelivered}  requeued {self.requeued}  returned {self.returned}  "
             f"nacked {self.nacked}  dead-lettered {self.dead_lettered}  dropped {self.dropped}  "
             f"backed-off {self.backed_off}  {self.msg_per_s:,.0f} msg/s"
+            + (f"  without demand {self.without_demand}" if self.without_demand else "")
         )
 
 

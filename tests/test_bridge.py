@@ -107,12 +107,13 @@ async def count(url: str, queue: str) -> int:
     return await within(go(), 10, f"the message count of {queue} at {url}")
 
 
-async def publish(url: str, queue: str, n: int, start: int = 0, exchange: str = "", key=None, headers=None) -> None:
+async def publish(url: str, queue: str, n: int, start: int = 0, exchange: str = "", key=None, headers=None,
+                  persistent=lambda i: True) -> None:
     async def go():
         async with aio.connect(url) as conn, conn.channel() as ch:
             await ch.confirm_select(max_in_flight=2000)
             for i in range(start, start + n):
-                props = BasicProperties(delivery_mode=2, message_id=str(i), headers=headers)
+                props = BasicProperties(delivery_mode=2 if persistent(i) else 1, message_id=str(i), headers=headers)
                 await ch.publish_async(exchange, queue if key is None else key(i), b"body %d" % i, props)
             await ch.wait_for_confirms(timeout=30)
     await within(go(), 40, f"{n} messages published to {exchange or queue} at {url} and confirmed")
@@ -834,18 +835,24 @@ def test_command_bad_url_and_secrets_exit_2(nodes, tmp_path):
 
 
 @pytest.mark.timeout(300)  # the waits: 60 s of set-up, 40 + 10 + 10 s to the kill, 60 + 30 s after, 40 s checks
-def test_command_killed_mid_run_on_confirm_nothing_lost_duplicates_counted(nodes, request):
+@pytest.mark.parametrize("mode", ["on-confirm", "auto"])
+def test_command_killed_mid_run_nothing_lost_duplicates_counted(nodes, mode, request):
     """SIGKILL: no drain, no acks for what was in flight.  The source delivers those again
     to the next bridge process: duplicates at the destination (at most a prefetch's worth
-    plus what was confirmed but not acked yet), nothing lost."""
+    plus what was confirmed but not acked yet), nothing lost.  auto: every other message
+    is transient (acked at the source once written, as on-publish): none of the
+    persistent ones may be lost; lost transient ones are counted."""
     a, b = nodes
     src, dst = unique("src"), unique("dst")
     n, prefetch = FAULT_COUNT, 200
     asyncio.run(declare(a.url, src, durable=True))
     asyncio.run(declare(b.url, dst, durable=True))
-    asyncio.run(publish(a.url, src, n))
+    if mode == "auto":
+        asyncio.run(publish(a.url, src, n, persistent=lambda i: i % 2 == 0))
+    else:
+        asyncio.run(publish(a.url, src, n))
     args = ["--src", a.url, "--src-queue", src, "--dest", b.url, "--dest-routing-key", dst, "--ack-mode",
-            "on-confirm", "--prefetch", str(prefetch), "--stats-interval", "0.2"]
+            mode, "--prefetch", str(prefetch), "--stats-interval", "0.2"]
     first = command(*args)
     second = None
     try:
@@ -855,8 +862,8 @@ def test_command_killed_mid_run_on_confirm_nothing_lost_duplicates_counted(nodes
         killed_at = asyncio.run(count(b.url, dst))
         assert killed_at < n, "the bridge finished before it was killed: nothing tested"
         second = command(*args)
-        asyncio.run(until(lambda: _done(a.url, src, b.url, dst, n), "every message forwarded by the second process",
-                          60))
+        asyncio.run(until(lambda: _done(a.url, src, b.url, dst, n if mode == "on-confirm" else 0),
+                          "every message forwarded by the second process", 60))
     finally:
         for p in (first, second):
             if p is not None and p.poll() is None:
@@ -866,11 +873,14 @@ def test_command_killed_mid_run_on_confirm_nothing_lost_duplicates_counted(nodes
     ids = [int(m.properties.message_id) for m in asyncio.run(drain(b.url, dst))]
     duplicates = len(ids) - len(set(ids))
     lost = n - len(set(ids) & set(range(n)))
+    lost_persistent = len(set(range(0, n, 1 if mode == "on-confirm" else 2)) - set(ids))
     final = next(line for line in out.splitlines() if line.startswith("stopped: "))
     redelivered = int(final.split("redelivered ")[1].split()[0])
-    print(f"\nSIGKILL: sent {n}, at the destination {len(ids)} (at the kill {killed_at}), duplicates {duplicates}, "
-          f"lost {lost}, redelivered to the second process {redelivered}")
-    assert lost == 0 and set(ids) == set(range(n))
+    print(f"\nSIGKILL ({mode}): sent {n}, at the destination {len(ids)} (at the kill {killed_at}), duplicates "
+          f"{duplicates}, lost {lost} (persistent {lost_persistent}), redelivered to the second process {redelivered}")
+    assert lost_persistent == 0 and set(ids) <= set(range(n))
+    if mode == "on-confirm":
+        assert lost == 0
     assert duplicates <= redelivered <= 2 * prefetch + 1000
     assert asyncio.run(count(a.url, src)) == 0
 
@@ -939,3 +949,405 @@ def test_command_a_signal_during_start_ends_it_at_once():
         p.send_signal(signal.SIGINT)
         out, err = _communicate(p, Deadline(10, "the bridge to end its start on SIGINT"))
     assert p.returncode == 0 and err == "", err
+
+
+class Publisher:
+    """Publishes ``n`` persistent messages to ``queue``, a few at a time, in the background:
+    messages keep flowing while the test changes the demand."""
+
+    def __init__(self, url: str, queue: str, n: int) -> None:
+        self.url, self.queue, self.n = url, queue, n
+        self.published = 0
+        self.task = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        async with aio.connect(self.url) as conn, conn.channel() as ch:
+            await ch.confirm_select(max_in_flight=200)
+            while self.published < self.n:
+                for i in range(self.published, min(self.published + 10, self.n)):
+                    await ch.publish_async("", self.queue, b"body %d" % i,
+                                           BasicProperties(delivery_mode=2, message_id=str(i)))
+                await ch.wait_for_confirms(timeout=30)
+                self.published = min(self.published + 10, self.n)
+                await asyncio.sleep(0.01)
+
+    async def finished(self) -> bool:
+        if self.task.done():
+            self.task.result()  # raises what stopped it
+            return True
+        return False
+
+
+class DestinationConsumer:
+    """A consumer on the destination's queue: the demand."""
+
+    def __init__(self, url: str, queue: str) -> None:
+        self.url, self.queue = url, queue
+        self.ids: list[int] = []
+        self._conn = self._consumer = None
+
+    async def start(self) -> None:
+        self._conn = await aio.connect(self.url)
+        channel = await self._conn.channel()
+        self._consumer = await channel.consume(
+            self.queue, lambda m: self.ids.append(int(m.properties.message_id)), no_ack=True)
+
+    async def stop(self) -> None:
+        await self._consumer.cancel()
+        await self._conn.close()
+
+
+def _demand_scenario(src_url: str, dst_url: str, mode: str, request) -> None:
+    """Demand appearing and disappearing while messages flow: nothing forwarded without a
+    consumer at the destination (beyond what the source had delivered when it left),
+    nothing lost."""
+    queue = unique("demand")
+    n, prefetch = 3000, 50
+    asyncio.run(declare(src_url, queue, durable=True))
+    asyncio.run(declare(dst_url, queue, durable=True))
+    # polling: every 0.2 s; events: the poll is only the start's first look
+    interval = 0.2 if mode == "polling" else 3600.0
+
+    async def main():
+        publisher = Publisher(src_url, queue, n)
+        consumer = DestinationConsumer(dst_url, queue)
+        async with Bridge(src_url, queue, dst_url, prefetch=prefetch, demand=True, demand_interval=interval,
+                          management_port=None) as bridge:
+            assert bridge.demand_source == mode
+            demand = bridge.directions[0].demand
+            publisher.start()
+            await until(lambda: _published(publisher, 300), "300 messages published before any demand")
+            await until(lambda: _looked(demand, 1), "the first look at the destination's consumers")
+            if mode == "polling":
+                looks = demand.looks + 3
+                await until(lambda: _looked(demand, looks), "three more polls")
+            assert bridge.stats().received == 0, "forwarded without demand"
+            assert bridge.stats().line().endswith("without demand 1")
+            await consumer.start()
+            await until(lambda: _received(consumer, 300), "300 messages at the destination's consumer")
+            assert bridge.stats().without_demand == 0
+            await consumer.stop()
+            await until(lambda: _stopped(demand, 1), "the bridge to see the demand gone")
+            at_stop = bridge.stats().forwarded
+            await until(lambda: _idle(demand, 1), "the source consumer drained")
+            forwarded = bridge.stats().forwarded
+            after_stop = forwarded - at_stop
+            assert after_stop <= prefetch, "forwarded without demand more than the source had delivered"
+            published = publisher.published
+            await until(lambda: _published(publisher, published + 300), "300 more messages published without demand")
+            if mode == "polling":
+                looks = demand.looks + 3
+                await until(lambda: _looked(demand, looks), "three more polls")
+            assert bridge.stats().forwarded == forwarded, "forwarded without demand"
+            await consumer.start()
+            await until(publisher.finished, "every message published")
+            await until(lambda: _all_consumed(src_url, queue, consumer, n),
+                        "every message forwarded and consumed once the demand came back", 60)
+            await consumer.stop()
+            stats = bridge.stats()
+        ids = consumer.ids + [int(m.properties.message_id) for m in await drain(dst_url, queue)]  # none left
+        duplicates, lost = len(ids) - len(set(ids)), n - len(set(ids) & set(range(n)))
+        print(f"\ndemand ({mode}): sent {n}, forwarded {stats.forwarded}, starts {demand.starts}, stops "
+              f"{demand.stops}, forwarded after the demand went {after_stop} (prefetch {prefetch}), duplicates "
+              f"{duplicates}, lost {lost}")
+        # stops 2: the bridge saw the last consumer leave before it stopped
+        assert lost == 0 and duplicates == 0 and demand.starts == 2 and demand.stops in (1, 2)
+    bounded(request, main)
+
+
+async def _published(publisher, n) -> bool:
+    await publisher.finished()
+    return publisher.published >= n
+
+
+async def _looked(demand, n) -> bool:
+    return demand.looks >= n
+
+
+async def _received(consumer, n) -> bool:
+    return len(consumer.ids) >= n
+
+
+async def _all_consumed(src_url, queue, consumer, n) -> bool:
+    return len(set(consumer.ids)) >= n and await count(src_url, queue) == 0
+
+
+async def _stopped(demand, stops) -> bool:
+    return demand.stops >= stops
+
+
+async def _idle(demand, stops) -> bool:
+    return demand.stops >= stops and demand.state.value == "idle"
+
+
+def test_demand_polled_consumers_come_and_go_while_messages_flow(nodes, request):
+    a, b = nodes
+    _demand_scenario(a.url, b.url, "polling", request)
+
+
+@pytest.mark.timeout(240)  # the destination node's start (60 s), then the scenario
+def test_demand_from_consumer_events_consumers_come_and_go_while_messages_flow(nodes, broker_node, request):
+    """With the rabbitmq_event_exchange plugin the bridge learns of consumers from events:
+    it never polls again after its first look (interval 3600 s) and still follows them."""
+    destination = broker_node(plugins=["rabbitmq_event_exchange"])
+    _demand_scenario(nodes[0].url, destination.url, "events", request)
+
+
+# ---------------------------------------------------------------- many queues, one process
+
+
+def _bridge_connections(node) -> int:
+    """The bridge's connections to ``node`` (named by their connection_name)."""
+    listing = node.rabbitmqctl("list_connections", "client_properties", "--no-table-headers", "--silent", timeout=20)
+    return listing.count("amqwire.bridge ")
+
+
+def _bridge_channels(node) -> int:
+    """The channels open on ``node`` (all connections)."""
+    listing = node.rabbitmqctl("list_channels", "connection", "--no-table-headers", "--silent", timeout=20)
+    return len([line for line in listing.splitlines() if line.strip()])
+
+
+@pytest.mark.timeout(200)  # set-up 3 x 10 + 3 x 40 s at most, the command 40 s, its stop 20 s
+def test_command_many_src_queues_one_pair_of_connections_stats_per_queue(nodes):
+    a, b = nodes
+    queues = [unique(f"many{i}") for i in range(3)]
+    for i, queue in enumerate(queues):
+        asyncio.run(declare(a.url, queue, durable=True))
+        asyncio.run(declare(b.url, queue, durable=True))
+        asyncio.run(publish(a.url, queue, 100 * (i + 1)))
+    args = ["--src", a.url, "--dest", b.url, "--ack-mode", "on-confirm", "--stats-interval", "0.5",
+            "--management-port", "0"]
+    for queue in queues:
+        args += ["--src-queue", queue]
+    p = command(*args)
+    try:
+        deadline = Deadline(40, "every queue forwarded to its namesake")
+        for i, queue in enumerate(queues):
+            asyncio.run(until(lambda q=queue, k=i: _done(a.url, q, b.url, q, 100 * (k + 1)),
+                              f"queue {queue} forwarded", deadline.left()))
+        connections = (_bridge_connections(a), _bridge_connections(b))
+        channels = (_bridge_channels(a), _bridge_channels(b))
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = _communicate(p, Deadline(20, "the bridge to stop after SIGTERM"))
+    assert p.returncode == 0, err
+    assert connections == (1, 1)  # one to each broker, whatever the number of queues
+    assert channels == (3, 3)  # one per queue on each (the test's own connections are closed by now)
+    lines = out.splitlines()
+    total = next(line for line in lines if line.startswith("stopped: "))
+    assert "forwarded 600 " in total
+    for i, queue in enumerate(queues):
+        assert any(line.startswith(f"  queue {queue}: forwarded {100 * (i + 1)} ") for line in lines), out
+
+
+@pytest.mark.timeout(240)  # the node's start (60 s), the management API 45 s, set-up 40 s, the scenario 110 s
+def test_connector_chooses_queues_by_glob_from_the_management_api_each_with_its_ack_mode(nodes, broker_node,
+                                                                                          request):
+    from amqwire.bridge import BridgeSpec, Connector
+
+    port = closed_port()
+    source = broker_node(plugins=["rabbitmq_management"], config={"management.tcp.port": port,
+                                                                  "management.tcp.ip": "127.0.0.1"})
+    prefix = unique("glob")
+    chosen = {f"{prefix}.orders.eu": "auto", f"{prefix}.orders.us": "auto", f"{prefix}.audit": "on-publish"}
+    left = f"{prefix}.orders.test"
+    for queue in [*chosen, left]:
+        asyncio.run(declare(source.url, queue, durable=True))
+        asyncio.run(declare(nodes[1].url, queue, durable=True))
+        asyncio.run(publish(source.url, queue, 50))
+
+    async def management_up() -> bool:
+        return await asyncio.to_thread(_answers, port)
+    asyncio.run(until(management_up, "the management API to answer", 45))
+    specs = [BridgeSpec((f"{prefix}.orders.*",), (f"{prefix}.orders.test",), {"ack_mode": "auto"}),
+             BridgeSpec((f"{prefix}.audit",), (), {"ack_mode": "on-publish"})]
+
+    async def main():
+        async with Connector(source.url, nodes[1].url, specs, management_port=port,
+                             rescan_interval=0.5) as connector:
+            assert set(connector.bridges) == set(chosen)
+            assert {q: b.ack_mode.value for q, b in connector.bridges.items()} == chosen
+            for queue in chosen:
+                await until(lambda q=queue: _done(source.url, q, nodes[1].url, q, 50), f"queue {queue} forwarded")
+            later = f"{prefix}.orders.later"  # created while it runs: found by the next rescan
+            await declare(source.url, later, durable=True)
+            await declare(nodes[1].url, later, durable=True)
+            await publish(source.url, later, 50)
+            await until(lambda: _done(source.url, later, nodes[1].url, later, 50), f"the new queue {later} forwarded")
+            per_queue = connector.queue_stats()
+        chosen[later] = "auto"
+        assert {q: s.forwarded for q, s in per_queue.items()} == dict.fromkeys(chosen, 50)
+        assert connector.stats().forwarded == 200
+        assert await count(source.url, left) == 50  # excluded: untouched
+    bounded(request, main)
+
+
+def test_command_config_file_each_bridge_its_ack_mode_and_destination(nodes, tmp_path):
+    a, b = nodes
+    plain, per_message, ignored = unique("cfg"), unique("cfg"), unique("cfg")
+    exchange = unique("x")
+    for queue in (plain, per_message, ignored):
+        asyncio.run(declare(a.url, queue, durable=True))
+        asyncio.run(publish(a.url, queue, 40))
+    asyncio.run(declare(b.url, plain, durable=True))
+
+    async def exchange_to(queue):
+        async with aio.connect(b.url) as conn, conn.channel() as ch:
+            await ch.exchange_declare(exchange, "fanout")
+            await ch.queue_declare(queue, durable=True)
+            await ch.queue_bind(queue, exchange, "")
+    asyncio.run(within(exchange_to(per_message + ".there"), 10, "the destination exchange"))
+    config = tmp_path / "bridges.toml"
+    config.write_text(f'[[bridge]]\ninclude = ["{plain}"]\n\n'
+                      f'[[bridge]]\ninclude = ["{per_message}"]\nack_mode = "auto"\ndest_exchange = "{exchange}"\n')
+    p = command("--src", a.url, "--dest", b.url, "--config", str(config), "--management-port", "0",
+                "--stats-interval", "0.5")
+    try:
+        deadline = Deadline(40, "both queues of the file forwarded")
+        asyncio.run(until(lambda: _done(a.url, plain, b.url, plain, 40), f"queue {plain} forwarded", deadline.left()))
+        asyncio.run(until(lambda: _done(a.url, per_message, b.url, per_message + ".there", 40),
+                          f"queue {per_message} forwarded to the exchange", deadline.left()))
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = _communicate(p, Deadline(20, "the bridge to stop after SIGTERM"))
+    assert p.returncode == 0, err
+    assert f"  queue {plain}: forwarded 40 " in out and f"  queue {per_message}: forwarded 40 " in out, out
+    assert asyncio.run(count(a.url, ignored)) == 40
+
+
+@pytest.mark.timeout(300)  # the node's start (60 s), its restart (inside the scenario), the scenario 110 s
+def test_demand_outlives_a_destination_restart(nodes, broker_node, request):
+    """While the destination is away its consumer count cannot be read: nothing changes,
+    and the bridge follows the demand again once the destination is back."""
+    destination = broker_node()
+    queue = unique("demand")
+    asyncio.run(declare(nodes[0].url, queue, durable=True))
+    asyncio.run(declare(destination.url, queue, durable=True))
+    asyncio.run(publish(nodes[0].url, queue, 100))
+
+    async def main():
+        bridge = Bridge(nodes[0].url, queue, destination.url, prefetch=50, demand=True, demand_interval=0.2,
+                        management_port=None)
+        async with bridge:
+            demand = bridge.directions[0].demand
+            first = DestinationConsumer(destination.url, queue)
+            await first.start()
+            await until(lambda: _received(first, 100), "the first 100 messages at the destination's consumer")
+            await asyncio.to_thread(destination.restart)  # the consumer's connection goes with it
+            looks = demand.looks + 3
+            await until(lambda: _looked(demand, looks), "three polls after the destination came back", 60)
+            await publish(nodes[0].url, queue, 100, start=100)
+            second = DestinationConsumer(destination.url, queue)
+            await second.start()
+            await until(lambda: _received(second, 100), "the next 100 messages at the new consumer", 60)
+            await second.stop()
+        await bridge.wait()  # raises what stopped the bridge on its own (nothing may have)
+        assert sorted(set(first.ids) | set(second.ids)) == list(range(200))
+    bounded(request, main)
+
+
+def test_connector_errors_name_the_queue_or_the_missing_management_api(nodes, request):
+    """A named queue missing at the source: MissingResource (exit 5), nothing left
+    forwarding; globs without a management API to list the queues: BadConfiguration (exit 2)."""
+    from amqwire.bridge import BadConfiguration, BridgeSpec, Connector
+
+    a, b = nodes
+    present, missing = unique("here"), unique("missing")
+    asyncio.run(declare(a.url, present, durable=True))
+    asyncio.run(publish(a.url, present, 5))
+
+    async def main():
+        with pytest.raises(MissingResource, match=missing):
+            await Connector(a.url, b.url, [present, missing], management_port=None).start()
+        with pytest.raises(BadConfiguration, match="management API"):
+            await Connector(a.url, b.url, [BridgeSpec((present[:-2] + "*",))], management_port=closed_port()).start()
+        with pytest.raises(BadConfiguration, match="name the queues"):
+            await Connector(a.url, b.url, [BridgeSpec((present[:-2] + "*",))], management_port=None).start()
+        assert await count(a.url, present) == 5  # the bridge started on it was stopped: its messages went back
+    bounded(request, main)
+
+
+def test_command_demand_says_how_it_learns_and_forwards_nothing_without_a_consumer(nodes):
+    a, b = nodes
+    queue = unique("demand")
+    asyncio.run(declare(a.url, queue, durable=True))
+    asyncio.run(declare(b.url, queue, durable=True))
+    asyncio.run(publish(a.url, queue, 20))
+    p = command("--src", a.url, "--src-queue", queue, "--dest", b.url, "--demand", "--demand-interval", "0.2",
+                "--management-port", "0", "--stats-interval", "60", "-v")
+    try:
+        ready, _, _ = select.select([p.stdout], [], [], 30)
+        first = p.stdout.readline() if ready else ""
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = _communicate(p, Deadline(20, "the bridge to stop after SIGTERM"))
+    assert p.returncode == 0, err
+    assert first.startswith("forwarded 0 ") and first.rstrip().endswith("without demand 1"), first
+    assert "polling the destination's consumer count every 0.2 s" in err, err
+    assert asyncio.run(count(a.url, queue)) == 20
+
+
+def test_auto_mode_when_the_destination_refuses_persistent_messages_stay_transient_ones_go(nodes, request):
+    """auto: the destination takes 30 and refuses the rest (reject-publish).  A refused
+    persistent message stays at the source (on-confirm), a refused transient one is gone
+    (on-publish), as documented."""
+    a, b = nodes
+    src, dst = unique("src"), unique("dst")
+    n, room = 100, 30
+    asyncio.run(declare(a.url, src))
+    asyncio.run(declare(b.url, dst, arguments={"x-max-length": room, "x-overflow": "reject-publish"}))
+
+    async def main():
+        await publish(a.url, src, n, persistent=lambda i: i % 2 == 0)
+        async with Bridge(a.url, src, b.url, dest_routing_key=dst, ack_mode="auto", prefetch=10,
+                          backoff=FAST_BACKOFF) as bridge:
+            # refused persistent ones go back to the head of the source queue: they, not the
+            # rest, keep coming (the prefetch bounds them), so wait for refusals, not for all
+            await until(lambda: _nacked(bridge, 10), "ten refusals by the full destination")
+        stats = bridge.stats()
+        at_src = [int(m.properties.message_id) for m in await drain(a.url, src)]
+        at_dest = [int(m.properties.message_id) for m in await drain(b.url, dst)]
+        persistent, transient = set(range(0, n, 2)), set(range(1, n, 2))
+        lost = set(range(n)) - set(at_src) - set(at_dest)
+        print(f"\nauto, refusing destination: sent {n}, stored {room}, back at the source {len(at_src)}, lost "
+              f"{len(lost)} (persistent {len(lost & persistent)}), nacked {stats.nacked}, requeued {stats.requeued}")
+        assert len(at_dest) == room and len(at_src) + len(at_dest) + len(lost) == n
+        assert not lost & persistent and lost <= transient and lost  # refused transient ones were acked: gone
+    bounded(request, main)
+
+
+def test_connector_a_queue_deleted_at_the_source_drops_out_the_others_go_on(nodes, request):
+    from amqwire.bridge import Connector
+
+    a, b = nodes
+    kept, deleted = unique("kept"), unique("deleted")
+    for queue in (kept, deleted):
+        asyncio.run(declare(a.url, queue, durable=True))
+        asyncio.run(declare(b.url, queue, durable=True))
+        asyncio.run(publish(a.url, queue, 20))
+
+    async def delete(queue):
+        async with aio.connect(a.url) as conn, conn.channel() as ch:
+            await ch.queue_delete(queue)
+
+    async def main():
+        async with Connector(a.url, b.url, [kept, deleted], management_port=None) as connector:
+            waiting = asyncio.ensure_future(connector.wait())
+            for queue in (kept, deleted):
+                await until(lambda q=queue: _done(a.url, q, b.url, q, 20), f"queue {queue} forwarded")
+            await within(delete(deleted), 10, f"queue {deleted} deleted at the source")
+            await until(lambda: _dropped_out(connector, deleted), f"the bridge of {deleted} gone from the connector")
+            await publish(a.url, kept, 20, start=20)
+            await until(lambda: _done(a.url, kept, b.url, kept, 40), f"queue {kept} still forwarded")
+            assert not waiting.done(), "the connector ended with one of its queues"
+            assert connector.stats().forwarded == 60  # the deleted queue's counts stay in the total
+        await within(waiting, 10, "the connector's wait() to end with its stop")
+    bounded(request, main)
+
+
+async def _dropped_out(connector, queue) -> bool:
+    return queue not in connector.bridges

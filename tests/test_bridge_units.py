@@ -392,3 +392,163 @@ def test_the_amqwire_bridge_console_script_is_installed():
     done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and done.stdout.startswith("usage: amqwire-bridge"), done.stdout + done.stderr
     assert "--src-password-file" in done.stdout and "--on-refused" in done.stdout
+
+
+def persistent(tag, body=b"body"):
+    props = BasicProperties.decode(BasicProperties(delivery_mode=2, message_id=str(tag)).encode())
+    return Message(1, tag, False, "", "k", props, body)
+
+
+def test_auto_acks_transient_messages_when_written_and_persistent_ones_on_their_confirm():
+    f = forwarder(AckMode.AUTO)
+    b1 = f.prepare([persistent(1), message(2), persistent(3), message(4, headers={PATH_HEADER: ["B/"]})])
+    assert b1.count == 3 and b1.early == {1}
+    # the transient one and the suppressed one at once, one by one: 1 and 3 wait for their confirms
+    assert f.sent(b1) == [("ack", 2, False), ("ack", 4, False)]
+    assert f.counters.forwarded == 1 and f.unsettled == 2
+    # seqnos count the transient publish too: 1, 2, 3
+    b2 = f.prepare([message(5), message(6)])
+    assert f.sent(b2) == [("ack", 5, False), ("ack", 6, False)]  # 1 and 3 are unacked: no multiple ack
+    assert b2.first_seqno == 4
+    assert f.confirm(True, 5, True, NOW) == [("ack", 3, True)]  # the highest unacked tag, never an acked one
+    b3 = f.prepare([message(7), message(8)])
+    assert f.sent(b3) == [("ack", 8, True)]  # nothing unsettled before them
+    s = f.counters.snapshot()
+    assert (s.forwarded, s.acked, s.suppressed, s.in_flight) == (7, 8, 1, 0)
+
+
+def test_auto_a_refused_persistent_message_waits_a_refused_transient_one_is_gone():
+    f = forwarder(AckMode.AUTO, backoff=BackOff(1.0, 8.0))
+    batch = f.prepare([persistent(1, body=b"p"), message(2, body=b"t"), persistent(3, body=b"q")])
+    assert f.sent(batch) == [("ack", 2, False)]
+    assert f.returned("dst", BasicProperties.decode(batch.properties[1]), b"t", 312, "NO_ROUTE") is True
+    assert f.confirm(False, 1, False, NOW) == []  # nacked: held
+    assert f.confirm(True, 3, True, NOW) == [("ack", 3, False)]  # not multiple: 1 is held
+    s = f.counters.snapshot()
+    assert (s.forwarded, s.returned, s.nacked, s.backed_off, s.in_flight) == (2, 1, 1, 1, 1)
+    assert f.due(NOW + 1.0) == [("nack", 1, False)]
+    assert f.unsettled == 0
+
+
+def test_auto_on_a_lost_destination_only_persistent_messages_go_back():
+    f = forwarder(AckMode.AUTO)
+    batch = f.prepare([message(1), persistent(2)])
+    assert f.sent(batch) == [("ack", 1, False)]
+    assert f.restart_seqnos() == [("nack", 2, False)]
+    assert f.unsettled == 0 and f.counters.requeued == 1
+
+
+def test_demand_starts_on_consumers_stops_when_they_go_and_drains_before_starting_again():
+    from amqwire.bridge.demand import START, STOP, Demand, DemandState
+
+    d = Demand("orders")
+    assert d.observed(None) is None and d.observed(0) is None and d.state is DemandState.IDLE
+    assert d.observed(2) == START and d.state is DemandState.CONSUMING
+    assert d.observed(3) is None  # already consuming
+    assert d.observed(0) == STOP and d.state is DemandState.DRAINING
+    assert d.observed(None) is None  # the queue deleted at the destination: still no demand
+    assert d.drained() is None and d.state is DemandState.IDLE
+    assert d.observed(1) == START
+    assert d.observed(0) == STOP
+    assert d.observed(1) is None  # demand back while draining: never a second consumer...
+    assert d.drained() == START and d.state is DemandState.CONSUMING  # ...it starts once drained
+    assert d.drained() is None  # not draining: nothing to do
+    assert (d.starts, d.stops) == (3, 2)
+    d.start_failed()
+    assert d.state is DemandState.IDLE and d.observed(1) == START
+
+
+def test_consumer_events_name_their_queue_in_the_bridges_vhost_only():
+    from amqwire.bridge.demand import consumer_event_queue
+
+    assert consumer_event_queue({"queue": b"orders", "vhost": b"/"}, "/") == "orders"
+    assert consumer_event_queue({"queue": "orders", "vhost": "/"}, "/") == "orders"
+    assert consumer_event_queue({"queue": b"orders", "vhost": b"other"}, "/") is None
+    assert consumer_event_queue({"consumer_tag": b"x"}, "/") is None
+    assert consumer_event_queue(None, "/") is None
+
+
+def write_config(tmp_path, text, name="bridges.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_config_file_bridges_with_globs_and_defaults_from_the_command_line(tmp_path):
+    from amqwire.bridge import load_config
+    from amqwire.bridge.connector import choose
+
+    path = write_config(tmp_path, """
+management_port = 15673
+
+[[bridge]]
+include = ["orders.*", "audit"]
+exclude = ["orders.test*"]
+dest_exchange = "orders"
+ack_mode = "auto"
+include_keys = ["eu.#"]
+
+[[bridge]]
+include = ["*"]
+demand = true
+""")
+    specs, settings = load_config(path, {"ack_mode": "on-confirm", "prefetch": 100})
+    assert settings == {"management_port": 15673}
+    first, second = specs
+    assert first.needs_listing and first.include == ("orders.*", "audit")
+    assert first.options == {"ack_mode": "auto", "prefetch": 100, "dest_exchange": "orders", "include": ["eu.#"]}
+    assert second.options == {"ack_mode": "on-confirm", "prefetch": 100, "demand": True}
+    queues = ["audit", "orders.eu", "orders.test.1", "metrics"]
+    assert [(q, s.name) for q, s in choose(specs, queues)] == [
+        ("audit", "[[bridge]] 1"), ("orders.eu", "[[bridge]] 1"), ("orders.test.1", "[[bridge]] 2"),
+        ("metrics", "[[bridge]] 2")]  # the first bridge that chooses a queue forwards it
+
+
+@pytest.mark.parametrize("text,error", [
+    ("", "no [[bridge]] table"),
+    ("[[bridge]]\nexclude = ['x']\n", "include must be a non-empty list"),
+    ("[[bridge]]\ninclude = ['q']\nack_mode = 'sometimes'\n", "ack_mode must be one of"),
+    ("[[bridge]]\ninclude = ['q']\nprefetch = '10'\n", "prefetch must be an integer"),
+    ("[[bridge]]\ninclude = ['q']\nqueue = 'q'\n", "unknown key 'queue'"),
+    ("port = 1\n[[bridge]]\ninclude = ['q']\n", "unknown setting 'port'"),
+    ("[[bridge]\n", "is not TOML"),
+])
+def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, text, error):
+    from amqwire.bridge import BadConfiguration, load_config
+
+    path = write_config(tmp_path, text)
+    with pytest.raises(BadConfiguration, match=None) as info:
+        load_config(path)
+    assert error in str(info.value) and path in str(info.value) and "\n" not in str(info.value)
+    assert info.value.exit_code == 2
+
+
+def test_the_readme_config_example_loads(tmp_path):
+    import re
+    from pathlib import Path
+
+    from amqwire.bridge import load_config
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    examples = re.findall(r"```toml\n(.*?)```", readme, flags=re.S)
+    assert examples
+    for example in examples:
+        specs, _ = load_config(write_config(tmp_path, example))
+        assert specs
+
+
+def test_command_bad_config_or_no_queue_exits_2_with_one_line(tmp_path, capsys):
+    from amqwire.bridge.__main__ import main
+
+    urls = ["--src", "amqp://guest:guest@127.0.0.1:1/", "--dest", "amqp://guest:guest@127.0.0.1:1/"]
+    bad = write_config(tmp_path, "[[bridge]]\ninclude = ['q']\nack_mode = 'sometimes'\n")
+    for args, text in [(["--config", bad], "ack_mode must be one of"),
+                       ([], "give --src-queue (repeatable) or --config"),
+                       (["--config", bad, "--src-queue", "q"], "give --src-queue (repeatable) or --config"),
+                       (["--src-queue", "q", "--demand", "--duplex"], "--demand and --duplex"),
+                       (["--config", write_config(tmp_path, "[[bridge]]\ninclude = ['q']\n\n[[bridge]]\n"
+                                                  "include = ['r']\non_refused = 'drop'\nack_mode = 'no-ack'\n", "two.toml")],
+                        "[[bridge]] 2: refused='drop' needs ack_mode")]:
+        assert main(urls + args) == 2
+        err = capsys.readouterr().err
+        assert text in err and len(err.strip().splitlines()) == 1, err
