@@ -2,7 +2,7 @@
 
 A body comes from ``--body``, ``--file`` or stdin; properties and headers are options.
 Bodies are written to stdout as they are, one per line (``--json``: one JSON object per
-message, with its properties and headers).  Publishes are confirmed: the command returns
+message, with its properties, headers and the exact body).  Publishes are confirmed: the command returns
 once the broker has the message, or fails.
 """
 from __future__ import annotations
@@ -216,7 +216,8 @@ def _json_default(value: Any) -> Any:
 
 
 class MessageWriter:
-    """Writes messages to stdout: the body and a newline, or a JSON line."""
+    """Writes messages to stdout: the body and a newline (unless it ends with one), or a
+    JSON line (the exact body)."""
 
     def __init__(self, args: argparse.Namespace, out: BinaryIO) -> None:
         self.json = bool(args.json)
@@ -227,7 +228,9 @@ class MessageWriter:
             line = json.dumps(as_json(message), default=_json_default, ensure_ascii=False)
             self.out.write(line.encode("utf-8") + b"\n")
         else:
-            self.out.write(bytes(message.body) + b"\n")
+            body = bytes(message.body)
+            # a line each: text published with `echo` already ends with its newline
+            self.out.write(body if body.endswith(b"\n") else body + b"\n")
         self.out.flush()
 
 

@@ -101,12 +101,12 @@ def test_bodies_from_stdin_and_a_file_binary_safe(amqp_url, names, tmp_path):
     path.write_bytes(binary)
     ok(amqwire("publish", "-r", queue, url=amqp_url, stdin=b"from stdin"))
     ok(amqwire("publish", "-r", queue, "--file", str(path), url=amqp_url))
-    ok(amqwire("publish", "-r", queue, "-f", "-", url=amqp_url, stdin=b"dash"))
+    ok(amqwire("publish", "-r", queue, "-f", "-", url=amqp_url, stdin=b"dash\n"))
     # a peek leaves them there
     peeked = ok(amqwire("get", queue, "-n", "5", "--requeue", url=amqp_url))
-    assert peeked == b"from stdin\n" + binary + b"\n" + b"dash\n"
+    assert peeked == b"from stdin\n" + binary + b"\n" + b"dash\n"  # a newline ends each body, not added twice
     records = [json.loads(line) for line in ok(amqwire("get", queue, "-n", "5", "-j", url=amqp_url)).splitlines()]
-    assert [r.get("body") for r in records] == ["from stdin", None, "dash"]
+    assert [r.get("body") for r in records] == ["from stdin", None, "dash\n"]
     assert all(r["redelivered"] for r in records)
     import base64
 
