@@ -23,7 +23,7 @@ import time
 import uuid
 from typing import Any, Optional, TextIO
 
-from amqwire.client import AmqwireError, BasicProperties, NotFound, PublishError, aio
+from amqwire.client import AmqwireError, BasicProperties, NotFound, OperationTimeout, PublishError, aio
 
 from .main import Settings, UsageError, non_negative_int, positive_float, positive_int
 
@@ -34,6 +34,7 @@ PERCENTILES = (("min", 0.0), ("median", 0.5), ("75th", 0.75), ("95th", 0.95), ("
 # at a high rate would otherwise keep every one of them.
 SUMMARY_SAMPLE = 200_000
 CONFIRM_DRAIN_SECONDS = 10.0
+STOP_CHECK_SECONDS = 1.0
 
 
 def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -149,11 +150,19 @@ async def produce(run: Run) -> None:
         sent = 0
         while not run.stop.is_set() and (args.count is None or sent < args.count):
             body = STAMP.pack(time.monotonic_ns()) + padding
-            if args.confirm:
-                await channel.publish_async("", run.queue, body, properties, mandatory=mandatory,
-                                            callback=counters.on_confirm)
-            else:
-                await channel.basic_publish("", run.queue, body, properties, mandatory=mandatory)
+            try:
+                # Bounded, so that a broker that blocks the connection or never confirms
+                # cannot hold the run past its stop: the wait comes before the write, and
+                # a publish that timed out was not sent.
+                if args.confirm:
+                    await channel.publish_async("", run.queue, body, properties, mandatory=mandatory,
+                                                callback=counters.on_confirm, timeout=STOP_CHECK_SECONDS)
+                else:
+                    await channel.basic_publish("", run.queue, body, properties, mandatory=mandatory,
+                                                timeout=STOP_CHECK_SECONDS)
+            except OperationTimeout:
+                log.info("no room to publish for %s s", STOP_CHECK_SECONDS)
+                continue
             sent += 1
             counters.sent += 1
             if args.rate:
@@ -163,8 +172,12 @@ async def produce(run: Run) -> None:
             elif sent % 16 == 0:
                 await asyncio.sleep(0)  # the consumers and the reporter share this loop
         if args.confirm:
-            with contextlib.suppress(PublishError):  # counted as nacked by on_confirm
+            try:
                 await channel.wait_for_confirms(timeout=CONFIRM_DRAIN_SECONDS)
+            except PublishError:
+                pass  # counted as nacked by on_confirm
+            except OperationTimeout:
+                log.warning("publishes still unconfirmed %s s after the end", CONFIRM_DRAIN_SECONDS)
     run.producers_done += 1
     if run.producers_done == args.producers and (args.consumers == 0 or args.count is None):
         run.finish("producers done" if args.count is not None else run.stop_reason)
