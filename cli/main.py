@@ -14,6 +14,7 @@ import os
 import re
 import sys
 from typing import Callable, Optional, Sequence
+from urllib.parse import unquote
 
 from amqwire.client import AmqwireError, ConnectionParameters, parse_url
 
@@ -41,7 +42,7 @@ def connection_settings(args: argparse.Namespace) -> Settings:
     """The URL from ``--url``, else ``$AMQP_URL``, else the local default; the password
     from ``--password-file``, else ``$AMQP_PASSWORD``, else the URL's."""
     url: str = args.url or os.environ.get(ENV_URL) or DEFAULT_URL
-    secrets = [secret for secret in _url_passwords(url)]
+    secrets = _url_passwords(url)
     try:
         parameters = parse_url(url.strip())
     except ValueError as exc:
@@ -65,8 +66,6 @@ def _url_passwords(url: str) -> list[str]:
     if not match or ":" not in match.group(1):
         return []
     raw = match.group(1).split(":", 1)[1]
-    from urllib.parse import unquote
-
     return [raw, unquote(raw)]
 
 
@@ -79,9 +78,13 @@ def _read_first_line(path: str, what: str) -> str:
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:
-    """One line with every secret masked, and any URL's user-info password too."""
+    """One line with every secret masked, and any URL's user-info password too.
+
+    The client's exceptions never contain a password; this is the second line of defence,
+    so it skips secrets under 4 characters, which would mask letters all over the line."""
     for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "****")
+        if len(secret) >= 4:
+            text = text.replace(secret, "****")
     text = re.sub(r"(://[^:/@\s]*):[^@\s]*@", r"\1:****@", text)
     return " ".join(text.split())
 

@@ -228,3 +228,12 @@ def test_perf_stops_on_sigint_with_a_summary(amqp_url):
 
 def test_the_console_script_is_on_the_venv_path():
     assert shutil.which("amqwire", path=str(SCRIPT.parent)) == str(SCRIPT)
+
+
+def test_redact_masks_secrets_and_url_passwords_on_one_line():
+    from amqwire.cli.main import redact
+
+    assert redact("login as bob with hunter22\nrefused", ["hunter22"]) == "login as bob with **** refused"
+    assert redact("amqp://bob:pa%2Fss@host:5672/ failed", []) == "amqp://bob:****@host:5672/ failed"
+    # a secret too short to mask safely is left to the client, which never shows passwords
+    assert redact("channel closed", ["a"]) == "channel closed"
