@@ -5,7 +5,8 @@ body starts with the time it was published (8 bytes, the loop's monotonic clock 
 nanoseconds), so a consumer in this process measures the latency from publish to delivery.
 Each second prints the rates of that second (sent, confirmed, nacked, received) and the
 latency percentiles of the messages received in it; the end prints a summary, and
-``--json PATH`` writes the samples and the summary.
+``--json PATH`` writes the samples and the summary.  A broker that goes silent cannot hold
+the end: publishes wait at most a second at a time, confirms 10 s, closing 5 s more.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import struct
 import sys
 import time
 import uuid
-from typing import Any, Optional, TextIO
+from typing import Any, Optional, Sequence, TextIO
 
 from amqwire.client import AmqwireError, BasicProperties, NotFound, OperationTimeout, PublishError, aio
 
@@ -35,6 +36,7 @@ PERCENTILES = (("min", 0.0), ("median", 0.5), ("75th", 0.75), ("95th", 0.95), ("
 SUMMARY_SAMPLE = 200_000
 CONFIRM_DRAIN_SECONDS = 10.0
 STOP_CHECK_SECONDS = 1.0
+SHUTDOWN_GRACE_SECONDS = CONFIRM_DRAIN_SECONDS + 5.0
 
 
 def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -305,16 +307,11 @@ async def perf(args: argparse.Namespace, settings: Settings, out: TextIO) -> dic
         if args.duration:
             loop.call_later(args.duration, run.finish, "time limit reached")
         workers = consumers + producers
-        for finished in asyncio.as_completed(workers):
-            try:
-                await finished
-            except BaseException:
-                run.finish("failed")
-                for worker in workers:
-                    worker.cancel()
-                await asyncio.gather(*workers, return_exceptions=True)
-                reporter.cancel()
-                raise
+        try:
+            await supervise(run, workers)
+        except BaseException:
+            reporter.cancel()
+            raise
         run.finish(run.stop_reason)
         await reporter
         elapsed = (run.stopped_at or time.monotonic()) - started
@@ -337,6 +334,40 @@ async def perf(args: argparse.Namespace, settings: Settings, out: TextIO) -> dic
     if args.confirm:
         summary.update(confirmed=counters.confirmed, nacked=counters.nacked)
     return {"settings": _settings_record(args, queue), "samples": samples, "summary": summary}
+
+
+async def supervise(run: Run, workers: Sequence[asyncio.Future[None]]) -> None:
+    """Wait for the workers: the first failure ends the run and is raised; once the run
+    stops, they have SHUTDOWN_GRACE_SECONDS to drain and close (a broker that went silent
+    would hold a close forever), then are abandoned with a warning."""
+    stopped: asyncio.Future[Any] = asyncio.ensure_future(run.stop.wait())
+    pending: set[asyncio.Future[Any]] = set(workers)
+    grace_ends: Optional[float] = None
+    try:
+        while pending:
+            if grace_ends is None and run.stop.is_set():
+                grace_ends = time.monotonic() + SHUTDOWN_GRACE_SECONDS
+            timeout = None if grace_ends is None else grace_ends - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                log.warning("%d connections did not close within %s s of the end: abandoned",
+                            len(pending), SHUTDOWN_GRACE_SECONDS)
+                for worker in pending:
+                    worker.cancel()
+                return
+            waiting: set[asyncio.Future[Any]] = set(pending) if grace_ends is not None else {*pending, stopped}
+            done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            pending -= done
+            for worker in done - {stopped}:
+                error = worker.exception()
+                if error is not None:
+                    run.finish("failed")
+                    for other in pending:
+                        other.cancel()
+                    if pending:
+                        await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_SECONDS)
+                    raise error
+    finally:
+        stopped.cancel()
 
 
 def _settings_record(args: argparse.Namespace, queue: str) -> dict[str, Any]:

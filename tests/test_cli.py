@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import url_credentials, url_host_port
+from conftest import TCPProxy, url_credentials, url_host_port
 
 SCRIPT = Path(sys.executable).parent / "amqwire"
 TIMEOUT = 30
@@ -224,6 +224,30 @@ def test_perf_stops_on_sigint_with_a_summary(amqp_url):
             p.wait(5)
     assert p.returncode == 0, err
     assert "test stopped (interrupted)" in out and "sending rate avg:" in out
+
+
+@pytest.mark.timeout(60)
+def test_perf_ends_when_the_broker_goes_silent(amqp_url):
+    # Every connection frozen mid-run: no confirm, no close-ok ever comes.  The run still
+    # ends: -z, then 10 s for confirms and 5 more to close, then its connections abandoned.
+    host, port = url_host_port(amqp_url)
+    user, password = url_credentials(amqp_url)
+    proxy = TCPProxy(host, port)
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "amqwire", "perf", "--url", f"amqp://{user}:{password}@127.0.0.1:{proxy.port}/",
+                              "-z", "3", "-c", "100", "-r", "1000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout.readline().startswith(RATE_LINE)
+            proxy.freeze()
+            out, err = p.communicate(timeout=40)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    finally:
+        proxy.close()
+    assert p.returncode == 0, err
+    assert "test stopped (time limit reached)" in out and "abandoned" in err, (out, err)
 
 
 def test_the_console_script_is_on_the_venv_path():
