@@ -21,7 +21,11 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client", "amqwire.spark": "spark", "amqwire.bridge": "bridge"}
+PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client", "amqwire.spark": "spark", "amqwire.bridge": "bridge",
+            "amqwire.cli": "cli"}
+# ``python -m amqwire``: the top-level package stays a namespace (no __init__.py, so nothing to
+# shadow or import at start-up); its only module is the __main__ that cli/toplevel/ holds.
+TOP_LEVEL = {"amqwire": "cli/toplevel"}
 # Subpackages: package_dir finds them under their parent's folder (client/producer/).
 SUBPACKAGES = ["amqwire.client.producer"]
 # (folder, module): compiled in this order; spark's modules cimport the codec's
@@ -111,14 +115,15 @@ def extensions():
 
 
 setup(
-    packages=[*PACKAGES, *SUBPACKAGES],
-    package_dir=PACKAGES,
+    packages=[*TOP_LEVEL, *PACKAGES, *SUBPACKAGES],
+    package_dir={**TOP_LEVEL, **PACKAGES},
     include_package_data=False,
     package_data={
         "amqwire.codec": ["*.pyi", "*.pxd", "*.h", "py.typed"],
         "amqwire.client": ["py.typed"],
         "amqwire.spark": ["*.pyi", "*.pxd", "py.typed"],
         "amqwire.bridge": ["py.typed"],
+        "amqwire.cli": ["py.typed"],
     },
     ext_modules=extensions(),
     cmdclass={"build_ext": cythonize_then_build_ext, "build_py": build_py_without_tools},

@@ -58,9 +58,9 @@ def _int_range(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=PROG,
+        prog=prog,
         description="Forward messages from a queue on one RabbitMQ broker to an exchange on another.",
         epilog="exit codes: 0 stopped on request, 1 failed while running, 2 bad arguments, "
         "3 broker unreachable, 4 access refused, 5 queue or exchange missing",
@@ -277,8 +277,9 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
     return 0
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parser().parse_args(argv)
+def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
+    """``prog``: the name usage and errors give the command (``amqwire bridge`` runs this too)."""
+    args = parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not args.verbose:
@@ -287,10 +288,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return asyncio.run(run(args, Display(sys.stdout)))
     except BridgeError as exc:
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        sys.stderr.write(f"{prog}: error: {exc}\n")
         return exc.exit_code
     except ValueError as exc:
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        sys.stderr.write(f"{prog}: error: {exc}\n")
         return 2
 
 

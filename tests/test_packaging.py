@@ -105,3 +105,20 @@ def test_metadata_a_package_index_shows():
     assert meta["License-Expression"] == "MIT"
     license_text = (REPO / "LICENSE").read_text()
     assert license_text.startswith("MIT License") and "2026 amqwire developers" in license_text
+
+
+def test_the_command_ships_in_both_archives_with_its_console_scripts():
+    cli = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "cli").rglob("*.py") if "__pycache__" not in p.parts)
+    assert "cli/toplevel/__main__.py" in cli and "cli/perf.py" in cli, cli
+    missing = sorted(set(cli) - _sdist_names())
+    assert not missing, f"the sdist lacks {missing}"
+    names = _wheel_names()
+    # cli/ is amqwire.cli; cli/toplevel/ holds the top-level package's only module, its
+    # __main__ (python -m amqwire): no amqwire/__init__.py, the top level stays a namespace
+    wanted = {f"amqwire/{name}" for name in cli if not name.startswith("cli/toplevel/")}
+    wanted |= {"amqwire/__main__.py", "amqwire/cli/py.typed"}
+    assert not sorted(wanted - names), sorted(wanted - names)
+    assert "amqwire/__init__.py" not in names and not any("toplevel" in n for n in names)
+    scripts = {e.name: e.value for e in importlib.metadata.entry_points(group="console_scripts")
+               if e.dist is not None and e.dist.name == "amqwire"}
+    assert scripts == {"amqwire": "amqwire.cli.main:main", "amqwire-bridge": "amqwire.bridge.__main__:main"}

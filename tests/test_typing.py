@@ -222,12 +222,12 @@ def test_channel_methods_return_their_concrete_types(tmp_path):
 
 
 def test_the_package_itself_type_checks_strictly(tmp_path):
-    # The client, the Python parts of spark and the codec's Python modules and .pyi stubs,
+    # The client, the Python parts of spark, the command and the codec's Python modules and .pyi stubs,
     # as installed; pyproject.toml says pyarrow has no type information.
     config = Path(__file__).resolve().parent.parent / "pyproject.toml"
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", str(config),
-         "-p", "amqwire.client", "-p", "amqwire.spark", "-p", "amqwire.codec"],
+         "-p", "amqwire.client", "-p", "amqwire.spark", "-p", "amqwire.codec", "-p", "amqwire.cli"],
         capture_output=True, text=True, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr

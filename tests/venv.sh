@@ -11,7 +11,7 @@ python="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q --upgrade pip build
 # Rebuild unless dist/ holds a wheel newer than every source file (spark/run after tests/run).
 wheel=$(ls dist/amqwire-*.whl 2>/dev/null | head -n 1 || true)
-if [[ -z "$wheel" ]] || [[ -n "$(find codec client spark bridge setup.py pyproject.toml MANIFEST.in LICENSE -newer "$wheel" \
+if [[ -z "$wheel" ]] || [[ -n "$(find codec client spark bridge cli setup.py pyproject.toml MANIFEST.in LICENSE -newer "$wheel" \
       -not -name '*.c' -not -name '*.so' -not -name '*.html' -not -path '*/__pycache__*' | head -n 1)" ]]; then
   rm -rf dist
   .venv/bin/python -m build -q --sdist --outdir dist .

@@ -1,0 +1,409 @@
+"""``amqwire perf``: a load generator with RabbitMQ PerfTest's main flags.
+
+Producers and consumers each have their own connection, all on one asyncio loop.  Every
+body starts with the time it was published (8 bytes, the loop's monotonic clock in
+nanoseconds), so a consumer in this process measures the latency from publish to delivery.
+Each second prints the rates of that second (sent, confirmed, nacked, received) and the
+latency percentiles of the messages received in it; the end prints a summary, and
+``--json PATH`` writes the samples and the summary.  A broker that goes silent cannot hold
+the end: publishes wait at most a second at a time, confirms 10 s, closing 5 s more.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import random
+import signal
+import struct
+import sys
+import time
+import uuid
+from typing import Any, Optional, Sequence, TextIO
+
+from amqwire.client import AmqwireError, BasicProperties, NotFound, OperationTimeout, PublishError, aio
+
+from .main import Settings, UsageError, non_negative_int, positive_float, positive_int
+
+log = logging.getLogger("amqwire.cli.perf")
+STAMP = struct.Struct(">Q")
+PERCENTILES = (("min", 0.0), ("median", 0.5), ("75th", 0.75), ("95th", 0.95), ("99th", 0.99), ("max", 1.0))
+# The summary's percentiles come from a uniform sample of this many latencies: a long run
+# at a high rate would otherwise keep every one of them.
+SUMMARY_SAMPLE = 200_000
+CONFIRM_DRAIN_SECONDS = 10.0
+STOP_CHECK_SECONDS = 1.0
+SHUTDOWN_GRACE_SECONDS = CONFIRM_DRAIN_SECONDS + 5.0
+
+
+def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    perf = commands.add_parser(
+        "perf", parents=[common], help="measure a broker: PerfTest's main flags",
+        description="Publish and consume as fast as allowed and print the rates each second, then a summary. "
+        "Runs until -z seconds, -C messages per producer (all received), or Ctrl-C.",
+    )
+    perf.add_argument("-x", "--producers", type=non_negative_int, default=1, help="producer connections (default: 1)")
+    perf.add_argument("-y", "--consumers", type=non_negative_int, default=1, help="consumer connections (default: 1)")
+    perf.add_argument("-s", "--size", type=non_negative_int, default=12,
+                      help=f"body size in bytes (default: 12; at least {STAMP.size}, the timestamp)")
+    perf.add_argument("-u", "--queue", help="queue to use, declared if missing and kept "
+                      "(default: a new queue, deleted at the end)")
+    perf.add_argument("-c", "--confirm", type=positive_int, metavar="WINDOW",
+                      help="publisher confirms, with at most this many unconfirmed per producer")
+    perf.add_argument("-q", "--qos", "--prefetch", dest="prefetch", type=non_negative_int, default=0,
+                      help="consumer prefetch (default: 0, no limit)")
+    perf.add_argument("-A", "--multi-ack-every", type=positive_int, default=1, metavar="N",
+                      help="ack every N messages at once (multiple=true; default: each)")
+    perf.add_argument("-a", "--autoack", action="store_true", help="consume without acks")
+    perf.add_argument("-f", "--flag", action="append", default=[], choices=("persistent", "mandatory"),
+                      help="message flags: persistent (delivery mode 2), mandatory; repeatable")
+    perf.add_argument("-r", "--rate", type=positive_float, metavar="MSG/S", help="limit each producer to this rate")
+    perf.add_argument("-z", "--time", dest="duration", type=positive_float, metavar="SECONDS", help="run this long")
+    perf.add_argument("-C", "--pmessages", dest="count", type=positive_int, metavar="N",
+                      help="messages each producer sends; the run ends when all are received")
+    perf.add_argument("-i", "--interval", type=positive_float, default=1.0, metavar="SECONDS",
+                      help="between two rate lines (default: 1)")
+    perf.add_argument("--json", dest="json_path", metavar="PATH", help="write the samples and the summary as JSON here")
+    perf.set_defaults(handler=run_perf)
+
+
+@dataclasses.dataclass
+class Counters:
+    sent: int = 0
+    confirmed: int = 0
+    nacked: int = 0
+    received: int = 0
+    latencies_us: list[int] = dataclasses.field(default_factory=list)  # of the current interval
+
+    def on_confirm(self, future: Any) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.confirmed += 1
+        else:
+            self.nacked += 1
+
+
+class LatencySample:
+    """A uniform sample of every latency seen (reservoir sampling), for the summary."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.seen = 0
+        self.values: list[int] = []
+        self.random = random.Random(27)
+
+    def add_all(self, values: list[int]) -> None:
+        for value in values:
+            self.seen += 1
+            if len(self.values) < self.size:
+                self.values.append(value)
+            else:
+                slot = self.random.randrange(self.seen)
+                if slot < self.size:
+                    self.values[slot] = value
+
+
+def percentiles(values: list[int]) -> dict[str, int]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    last = len(ordered) - 1
+    return {name: ordered[round(q * last)] for name, q in PERCENTILES}
+
+
+@dataclasses.dataclass
+class Run:
+    args: argparse.Namespace
+    settings: Settings
+    queue: str
+    out: TextIO
+    counters: Counters = dataclasses.field(default_factory=Counters)
+    stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    stop_reason: str = "interrupted"
+    stopped_at: Optional[float] = None
+    producers_done: int = 0
+
+    @property
+    def expected(self) -> Optional[int]:
+        """Messages the consumers wait for, with -C."""
+        count: Optional[int] = self.args.count
+        return None if count is None or not self.args.producers else count * self.args.producers
+
+    def finish(self, reason: str) -> None:
+        if not self.stop.is_set():
+            self.stop_reason = reason
+            self.stopped_at = time.monotonic()
+            self.stop.set()
+
+
+async def produce(run: Run) -> None:
+    args = run.args
+    counters = run.counters
+    properties = BasicProperties(delivery_mode=2) if "persistent" in args.flag else None
+    mandatory = "mandatory" in args.flag
+    padding = bytes(max(args.size - STAMP.size, 0))
+    async with aio.connect(run.settings.parameters) as connection:
+        channel = await connection.channel()
+        if args.confirm:
+            await channel.confirm_select(max_in_flight=args.confirm)
+        started = time.monotonic()
+        sent = 0
+        while not run.stop.is_set() and (args.count is None or sent < args.count):
+            body = STAMP.pack(time.monotonic_ns()) + padding
+            try:
+                # Bounded, so that a broker that blocks the connection or never confirms
+                # cannot hold the run past its stop: the wait comes before the write, and
+                # a publish that timed out was not sent.
+                if args.confirm:
+                    await channel.publish_async("", run.queue, body, properties, mandatory=mandatory,
+                                                callback=counters.on_confirm, timeout=STOP_CHECK_SECONDS)
+                else:
+                    await channel.basic_publish("", run.queue, body, properties, mandatory=mandatory,
+                                                timeout=STOP_CHECK_SECONDS)
+            except OperationTimeout:
+                log.info("no room to publish for %s s", STOP_CHECK_SECONDS)
+                continue
+            sent += 1
+            counters.sent += 1
+            if args.rate:
+                ahead = started + sent / args.rate - time.monotonic()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+            elif sent % 16 == 0:
+                await asyncio.sleep(0)  # the consumers and the reporter share this loop
+        if args.confirm:
+            try:
+                await channel.wait_for_confirms(timeout=CONFIRM_DRAIN_SECONDS)
+            except PublishError:
+                pass  # counted as nacked by on_confirm
+            except OperationTimeout:
+                log.warning("publishes still unconfirmed %s s after the end", CONFIRM_DRAIN_SECONDS)
+    run.producers_done += 1
+    if run.producers_done == args.producers and (args.consumers == 0 or args.count is None):
+        run.finish("producers done" if args.count is not None else run.stop_reason)
+
+
+async def consume(run: Run) -> None:
+    args = run.args
+    counters = run.counters
+    every = args.multi_ack_every
+    expected = run.expected
+    async with aio.connect(run.settings.parameters) as connection:
+        channel = await connection.channel()
+        if args.prefetch and not args.autoack:
+            await channel.basic_qos(args.prefetch)
+        consumer = await channel.consume(run.queue, no_ack=args.autoack)
+        stopper = asyncio.ensure_future(_cancel_when_stopped(run, consumer))
+        unacked = 0
+        last_tag = 0
+        try:
+            async for message in consumer:
+                if run.stop.is_set():
+                    break  # what is still buffered goes back to the queue unacked
+                now = time.monotonic_ns()
+                if len(message.body) >= STAMP.size:
+                    counters.latencies_us.append((now - STAMP.unpack_from(message.body)[0]) // 1000)
+                counters.received += 1
+                if not args.autoack:
+                    unacked += 1
+                    last_tag = message.delivery_tag
+                    if unacked >= every:
+                        await channel.basic_ack(last_tag, multiple=every > 1)
+                        unacked = 0
+                if expected is not None and counters.received >= expected:
+                    run.finish("all messages received")
+                    break
+            if unacked:
+                await channel.basic_ack(last_tag, multiple=True)
+        finally:
+            stopper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stopper
+
+
+async def _cancel_when_stopped(run: Run, consumer: Any) -> None:
+    await run.stop.wait()
+    with contextlib.suppress(AmqwireError):
+        await consumer.cancel()
+
+
+def _rate_line(elapsed: float, sample: dict[str, Any]) -> str:
+    parts = [f"time {elapsed:.3f} s", f"sent: {sample['sent']:.0f} msg/s"]
+    if "confirmed" in sample:
+        parts += [f"confirmed: {sample['confirmed']:.0f} msg/s", f"nacked: {sample['nacked']:.0f} msg/s"]
+    parts.append(f"received: {sample['received']:.0f} msg/s")
+    latency = sample.get("latency_us")
+    if latency:
+        names = [name for name, _ in PERCENTILES if name != "max"]
+        parts.append(f"{'/'.join(names)} consumer latency: {'/'.join(str(latency[n]) for n in names)} µs")
+    return ", ".join(parts)
+
+
+async def report(run: Run, started: float, samples: list[dict[str, Any]], everything: LatencySample) -> None:
+    counters = run.counters
+    previous = (0, 0, 0, 0)
+    last = started
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(run.stop.wait(), timeout=max(last + run.args.interval - time.monotonic(), 0))
+        now = time.monotonic() if run.stopped_at is None else run.stopped_at
+        latencies, counters.latencies_us = counters.latencies_us, []
+        everything.add_all(latencies)
+        if run.stop.is_set() and now - last < run.args.interval / 2:
+            return  # a fraction of a second at the end would print a misleading rate
+        seconds = max(now - last, 1e-9)
+        current = (counters.sent, counters.confirmed, counters.nacked, counters.received)
+        sample: dict[str, Any] = {"time": round(now - started, 3), "sent": (current[0] - previous[0]) / seconds}
+        if run.args.confirm:
+            sample["confirmed"] = (current[1] - previous[1]) / seconds
+            sample["nacked"] = (current[2] - previous[2]) / seconds
+        sample["received"] = (current[3] - previous[3]) / seconds
+        sample["latency_us"] = percentiles(latencies)
+        samples.append(sample)
+        run.out.write(_rate_line(now - started, sample) + "\n")
+        run.out.flush()
+        previous, last = current, now
+        if run.stop.is_set():
+            return
+
+
+async def prepare_queue(run: Run) -> bool:
+    """Declare the queue; True when it is this run's own, to delete at the end."""
+    durable = "persistent" in run.args.flag
+    async with aio.connect(run.settings.parameters) as connection:
+        if run.args.queue:
+            try:
+                await (await connection.channel()).queue_declare(run.queue, passive=True)
+                return False
+            except NotFound:
+                pass  # that channel is closed now; the next one declares it
+        await (await connection.channel()).queue_declare(run.queue, durable=durable)
+    return not run.args.queue
+
+
+async def delete_queue(run: Run) -> None:
+    async with aio.connect(run.settings.parameters) as connection:
+        await (await connection.channel()).queue_delete(run.queue)
+
+
+async def perf(args: argparse.Namespace, settings: Settings, out: TextIO) -> dict[str, Any]:
+    queue = args.queue or f"amqwire-perf-{uuid.uuid4().hex[:12]}"
+    run = Run(args, settings, queue, out)
+    own_queue = await prepare_queue(run)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, run.finish, "interrupted")
+    samples: list[dict[str, Any]] = []
+    everything = LatencySample(SUMMARY_SAMPLE)
+    try:
+        # consumers first, so that the first messages find them
+        consumers = [asyncio.ensure_future(consume(run)) for _ in range(args.consumers)]
+        await asyncio.sleep(0.1 if consumers else 0)
+        started = time.monotonic()
+        reporter = asyncio.ensure_future(report(run, started, samples, everything))
+        producers = [asyncio.ensure_future(produce(run)) for _ in range(args.producers)]
+        if args.duration:
+            loop.call_later(args.duration, run.finish, "time limit reached")
+        workers = consumers + producers
+        try:
+            await supervise(run, workers)
+        except BaseException:
+            reporter.cancel()
+            raise
+        run.finish(run.stop_reason)
+        await reporter
+        elapsed = (run.stopped_at or time.monotonic()) - started
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        if own_queue:
+            with contextlib.suppress(AmqwireError, OSError):
+                await delete_queue(run)
+    counters = run.counters
+    summary: dict[str, Any] = {
+        "stopped": run.stop_reason,
+        "seconds": round(elapsed, 3),
+        "sent": counters.sent,
+        "received": counters.received,
+        "sending_rate": counters.sent / elapsed,
+        "receiving_rate": counters.received / elapsed,
+        "latency_us": percentiles(everything.values),
+    }
+    if args.confirm:
+        summary.update(confirmed=counters.confirmed, nacked=counters.nacked)
+    return {"settings": _settings_record(args, queue), "samples": samples, "summary": summary}
+
+
+async def supervise(run: Run, workers: Sequence[asyncio.Future[None]]) -> None:
+    """Wait for the workers: the first failure ends the run and is raised; once the run
+    stops, they have SHUTDOWN_GRACE_SECONDS to drain and close (a broker that went silent
+    would hold a close forever), then are abandoned with a warning."""
+    stopped: asyncio.Future[Any] = asyncio.ensure_future(run.stop.wait())
+    pending: set[asyncio.Future[Any]] = set(workers)
+    grace_ends: Optional[float] = None
+    try:
+        while pending:
+            if grace_ends is None and run.stop.is_set():
+                grace_ends = time.monotonic() + SHUTDOWN_GRACE_SECONDS
+            timeout = None if grace_ends is None else grace_ends - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                log.warning("%d connections did not close within %s s of the end: abandoned",
+                            len(pending), SHUTDOWN_GRACE_SECONDS)
+                for worker in pending:
+                    worker.cancel()
+                return
+            waiting: set[asyncio.Future[Any]] = set(pending) if grace_ends is not None else {*pending, stopped}
+            done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            pending -= done
+            for worker in done - {stopped}:
+                error = worker.exception()
+                if error is not None:
+                    run.finish("failed")
+                    for other in pending:
+                        other.cancel()
+                    if pending:
+                        await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_SECONDS)
+                    raise error
+    finally:
+        stopped.cancel()
+
+
+def _settings_record(args: argparse.Namespace, queue: str) -> dict[str, Any]:
+    return {"producers": args.producers, "consumers": args.consumers, "size": max(args.size, STAMP.size),
+            "queue": queue, "confirm": args.confirm, "prefetch": args.prefetch, "multi_ack_every": args.multi_ack_every,
+            "autoack": args.autoack, "flags": args.flag, "rate": args.rate, "duration": args.duration, "count": args.count}
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    summary = result["summary"]
+    lines = [f"test stopped ({summary['stopped']}) after {summary['seconds']:.3f} s: "
+             f"sent {summary['sent']}, received {summary['received']}"
+             + (f", confirmed {summary['confirmed']}, nacked {summary['nacked']}" if "confirmed" in summary else ""),
+             f"sending rate avg: {summary['sending_rate']:.0f} msg/s",
+             f"receiving rate avg: {summary['receiving_rate']:.0f} msg/s"]
+    latency = summary["latency_us"]
+    if latency:
+        names = [name for name, _ in PERCENTILES]
+        lines.append(f"consumer latency {'/'.join(names)}: {'/'.join(str(latency[n]) for n in names)} µs")
+    return lines
+
+
+def run_perf(args: argparse.Namespace, settings: Settings) -> int:
+    if args.producers == 0 and args.consumers == 0:
+        raise UsageError("nothing to run: -x and -y are both 0")
+    if args.size < STAMP.size:
+        log.info("bodies are %d bytes, the timestamp's size, not %d", STAMP.size, args.size)
+    if args.json_path:
+        try:
+            open(args.json_path, "a").close()  # fail now, not after the run
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.json_path}: {exc.strerror}") from None
+    result = asyncio.run(perf(args, settings, sys.stdout))
+    sys.stdout.write("\n".join(summary_lines(result)) + "\n")
+    if args.json_path:
+        with open(args.json_path, "w", encoding="utf-8") as file:
+            json.dump(result, file, indent=1)
+            file.write("\n")
+    return 0
