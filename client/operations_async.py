@@ -1102,24 +1102,10 @@ class AsyncStreamConsumer(AsyncConsumer, StreamConsumerBase):
         return self
 
     async def __anext__(self) -> Message:
-        while True:
-            buffer = self._buffer
-            if buffer:
-                message = buffer.popleft()
-            else:
-                item = await self._next_delivery(None)
-                if item is None:
-                    raise StopAsyncIteration
-                message = item
-            verdict = self._admit(message)
-            if verdict == HAND_OUT:
-                return message  # type: ignore[no-any-return]
-            if verdict != SKIP:
-                await self._end_here()
-                if verdict == LAST:
-                    return message  # type: ignore[no-any-return]
-                if verdict == TRUNCATED:
-                    raise self._truncation()
+        message = await self.get()
+        if message is None:
+            raise StopAsyncIteration
+        return message
 
     async def get(self, timeout: Optional[float] = None) -> Optional[Message]:
         """The next message; None after ``timeout`` seconds, or once the end offset was read

@@ -1099,24 +1099,10 @@ class SyncStreamConsumer(SyncConsumer, StreamConsumerBase):
         return self
 
     def __next__(self) -> Message:
-        while True:
-            buffer = self._buffer
-            if buffer:
-                message = buffer.popleft()
-            else:
-                item = self._next_delivery(None)
-                if item is None:
-                    raise StopIteration
-                message = item
-            verdict = self._admit(message)
-            if verdict == HAND_OUT:
-                return message  # type: ignore[no-any-return]
-            if verdict != SKIP:
-                self._end_here()
-                if verdict == LAST:
-                    return message  # type: ignore[no-any-return]
-                if verdict == TRUNCATED:
-                    raise self._truncation()
+        message = self.get()
+        if message is None:
+            raise StopIteration
+        return message
 
     def get(self, timeout: Optional[float] = None) -> Optional[Message]:
         """The next message; None after ``timeout`` seconds, or once the end offset was read
