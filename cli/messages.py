@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Optional
 
 from amqwire.client import BasicProperties, Channel, Message, connect
 
-from .main import Settings, UsageError, non_negative_int, positive_float, positive_int
+from .main import Settings, UsageError, int_range, non_negative_int, positive_float, positive_int
 
 QUEUE_TYPES = ("classic", "quorum", "stream")
 
@@ -40,7 +40,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     for name in ("content-type", "content-encoding", "correlation-id", "reply-to", "expiration", "message-id",
                  "type", "user-id", "app-id"):
         publish.add_argument(f"--{name}", metavar="TEXT")
-    publish.add_argument("--priority", type=_int_range(0, 255), metavar="0-255")
+    publish.add_argument("--priority", type=int_range(0, 255), metavar="0-255")
     publish.add_argument("--timestamp", type=_timestamp, metavar="SECONDS|now",
                          help="timestamp property: seconds since the epoch, or 'now'")
     publish.add_argument("--timeout", type=positive_float, default=30.0, metavar="SECONDS",
@@ -98,18 +98,6 @@ def _add_output_options(command: argparse.ArgumentParser) -> None:
                          help="one JSON object per message: body, properties, headers, routing")
     command.add_argument("--no-ack", dest="ack", action="store_false",
                          help="the broker forgets each message as it sends it (default: acked once written)")
-
-
-def _int_range(low: int, high: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high}: {text!r}")
-        return value
-    return parse
 
 
 def _timestamp(text: str) -> datetime.datetime:
