@@ -6,8 +6,11 @@
   find amqwire without help from the test suite.  A block that appears word for word on
   two pages (the README's short examples and their page) runs once.
 - ```toml blocks are bridge configuration files: each loads with ``load_config``.
-- Any other block (shell commands, program output, a layout) must say in the source why it
-  does not run, on the line before it: ``<!-- not run: the reason -->``.
+- ```sh blocks run with bash (``set -euo pipefail``) in an empty folder, this venv's bin/
+  (the installed commands) first on the PATH.
+- A block that cannot run (the whole test suite, a build, a cluster, program output, a
+  layout) says why in the source, on the line before it: ``<!-- not run: the reason -->``;
+  any other block without that line fails ``test_every_block_runs_or_says_why_not``.
 """
 import os
 import re
@@ -60,10 +63,12 @@ PYTHON = _unique("python")
 SPARK = [b for b in PYTHON if "pyspark" in b.code]
 PLAIN = [b for b in PYTHON if "pyspark" not in b.code]
 TOML = _unique("toml")
+SHELL = _unique("sh")
+RUN = ("python", "toml", "sh")
 
 
 def test_the_pages_have_examples():
-    assert PLAIN and SPARK and TOML
+    assert PLAIN and SPARK and TOML and SHELL
     assert len(PAGES) > 5, PAGES
     # the README itself carries an example of each part
     readme = [b.code for b in PYTHON if b.where.startswith("README.md:")]
@@ -73,8 +78,10 @@ def test_the_pages_have_examples():
 
 
 def test_every_block_runs_or_says_why_not():
-    silent = [b.where for b in BLOCKS if b.lang not in ("python", "toml") and not b.not_run]
+    silent = [b.where for b in BLOCKS if b.lang not in RUN and not b.not_run]
     assert not silent, f"blocks that neither run nor say why (<!-- not run: reason -->): {silent}"
+    empty = [b.where for b in BLOCKS if b.not_run is not None and not b.not_run]
+    assert not empty, f"<!-- not run: --> without a reason: {empty}"
     marked = [b.where for b in BLOCKS if b.lang in ("python", "toml") and b.not_run is not None]
     assert not marked, f"python/toml blocks are run, never marked: {marked}"
 
@@ -138,3 +145,13 @@ def test_config_example_loads(block, tmp_path):
     path.write_text(block.code)
     specs, _ = load_config(str(path))
     assert specs
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("block", SHELL, ids=[b.where for b in SHELL])
+def test_shell_example_runs(block, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("AMQP_URL", "AMQP_PASSWORD")}
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + block.code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=160)
+    assert done.returncode == 0, f"example {block.where} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
