@@ -23,8 +23,10 @@ from setuptools.command.build_py import build_py
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client", "amqwire.spark": "spark", "amqwire.bridge": "bridge",
             "amqwire.cli": "cli"}
-# ``python -m amqwire``: the top-level package stays a namespace (no __init__.py, so nothing to
-# shadow or import at start-up); its only module is the __main__ that cli/toplevel/ holds.
+# The top-level package, from cli/toplevel/: an __init__.py that imports nothing, and the
+# __main__ of ``python -m amqwire``.  A regular package, not a namespace: a folder named
+# ``amqwire`` earlier on sys.path (a checkout used from its parent folder) would otherwise
+# merge with the installed package and shadow its compiled modules.
 TOP_LEVEL = {"amqwire": "cli/toplevel"}
 # Subpackages: package_dir finds them under their parent's folder (client/producer/).
 SUBPACKAGES = ["amqwire.client.producer"]

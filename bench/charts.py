@@ -1,7 +1,12 @@
-"""Benchmark results as charts (PNG and SVG), from the JSON document each bench script writes.
+"""Benchmark results as SVG charts, from the JSON document each bench script writes.
 
-    python bench/codec_bench.py --chart bench/charts/codec      # run, then write the charts
-    python -m bench.charts codec results.json bench/charts/codec  # from a saved --json file
+    python bench/codec_bench.py --chart docs/charts/codec          # run, then write docs/charts/codec.svg
+    python -m bench.charts codec results.json docs/charts/codec    # from a saved results file
+
+The charts the docs show live in ``docs/charts/``; the raw results never go into the
+repository: a run given ``--chart`` or ``--results DIR`` keeps its JSON in DIR, by default
+``$XDG_CACHE_HOME/amqwire/bench`` (``~/.cache/amqwire/bench``), and ``--json PATH`` writes
+it to PATH.
 
 One panel per case, one horizontal bar per library: the bar is the best run, the black tick
 the median; amqwire's bars are coloured, the raw-socket limits grey, the other libraries
@@ -12,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -77,10 +84,12 @@ def subtitle(doc: dict[str, Any], what: str) -> str:
 
 def write(panels: list[tuple[str, list[Bar]]], prefix: str | Path, *, title: str, subtitle: str,
           unit: str, log: bool) -> list[Path]:
-    """Draw the panels and write ``prefix.png`` and ``prefix.svg``; return both paths."""
+    """Draw the panels and write ``prefix.svg``; return its path in a list."""
     import matplotlib
 
     matplotlib.use("Agg")
+    # text as text, not glyph outlines: a third of the size, and searchable
+    matplotlib.rcParams["svg.fonttype"] = "none"
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
@@ -115,11 +124,10 @@ def write(panels: list[tuple[str, list[Bar]]], prefix: str | Path, *, title: str
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.7 / inches))
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    paths = [prefix.with_name(prefix.name + ".png"), prefix.with_name(prefix.name + ".svg")]
-    fig.savefig(paths[0], dpi=110)
-    fig.savefig(paths[1], metadata={"Date": None})  # no timestamp: a re-render is byte-identical
+    path = prefix.with_name(prefix.name + ".svg")
+    fig.savefig(path, metadata={"Date": None})  # no timestamp: a re-render is byte-identical
     plt.close(fig)
-    return paths
+    return [path]
 
 
 def chart(kind: str, doc: dict[str, Any], prefix: str | Path) -> list[Path]:
@@ -141,6 +149,45 @@ def chart(kind: str, doc: dict[str, Any], prefix: str | Path) -> list[Path]:
     raise ValueError(f"unknown benchmark kind {kind!r}: codec, client or spark")
 
 
+def results_dir(explicit: str | Path | None = None) -> Path:
+    """Where raw results go: ``explicit``, else ``$XDG_CACHE_HOME/amqwire/bench``, else
+    ``~/.cache/amqwire/bench`` (outside the repository, as the XDG spec has it)."""
+    if explicit:
+        return Path(explicit)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "amqwire" / "bench"
+
+
+def save_results(kind: str, doc: dict[str, Any], json_path: str | Path | None = None,
+                 results: str | Path | None = None) -> Path:
+    """Write a run's JSON document to ``json_path``, else to a new ``kind-<time>.json`` in
+    :func:`results_dir`; return the path."""
+    if json_path:
+        path = Path(json_path)
+    else:
+        path = results_dir(results) / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, default=str))
+    return path
+
+
+def add_output_options(ap: argparse.ArgumentParser) -> None:
+    """The output options every charted bench script takes."""
+    ap.add_argument("--json", metavar="PATH", help="write the raw results as JSON to PATH")
+    ap.add_argument("--results", metavar="DIR",
+                    help="keep the raw results as JSON in DIR (default with --chart: $XDG_CACHE_HOME/amqwire/bench)")
+    ap.add_argument("--chart", metavar="PREFIX", help="draw the results as PREFIX.svg (docs/charts/<kind> for the docs)")
+
+
+def write_outputs(kind: str, doc: dict[str, Any], args: argparse.Namespace) -> None:
+    """What ``--json``, ``--results`` and ``--chart`` ask for: the raw results first (so a
+    chart that fails to draw loses nothing), then the chart."""
+    if args.json or args.results or args.chart:
+        print("wrote %s" % save_results(kind, doc, args.json, args.results))
+    if args.chart:
+        report(chart(kind, doc, args.chart))
+
+
 def report(paths: list[Path]) -> None:
     print("wrote %s" % ", ".join(str(p) for p in paths))
 
@@ -148,8 +195,8 @@ def report(paths: list[Path]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.charts", description=__doc__.splitlines()[0])
     ap.add_argument("kind", choices=["codec", "client", "spark"])
-    ap.add_argument("json", help="the file a bench script wrote with --json")
-    ap.add_argument("prefix", help="write PREFIX.png and PREFIX.svg")
+    ap.add_argument("json", help="a results file a bench script wrote (--json, --results)")
+    ap.add_argument("prefix", help="write PREFIX.svg")
     args = ap.parse_args(argv)
     report(chart(args.kind, json.loads(Path(args.json).read_text()), args.prefix))
     return 0

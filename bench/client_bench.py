@@ -58,7 +58,6 @@ import argparse
 import asyncio
 import gc
 import itertools
-import json
 import os
 import platform
 import select
@@ -1327,8 +1326,7 @@ def main(argv=None):
     ap.add_argument("--aa", action="store_true",
                     help="add an identical copy of each amqwire row (info), run beside it: the spread between "
                          "two rows doing the same thing is the benchmark's resolution on this machine")
-    ap.add_argument("--json", metavar="PATH", help="write results as JSON to PATH")
-    ap.add_argument("--chart", metavar="PREFIX", help="write the results as charts to PREFIX.png and PREFIX.svg")
+    _charts().add_output_options(ap)
     args = ap.parse_args(argv)
     count = args.count or (5000 if args.quick else 200000)
     repeats = args.repeats or (1 if args.quick else 3)
@@ -1404,7 +1402,7 @@ def main(argv=None):
     admin.close()
     ALARMS.close()
 
-    if args.json or args.chart:
+    if args.json or args.results or args.chart:
         doc = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "uptime_start": up0,
                "uptime_end": uptime(), "loadavg_start": load0, "loadavg_end": load1,
                "cpus": os.cpu_count(), "platform": platform.platform(), "broker": broker,
@@ -1417,13 +1415,7 @@ def main(argv=None):
                             "client_cpu_us_per_msg_all": r.cpu_us} for r in rows],
                "targets": [{"status": s, "target": d, "detail": t, "value_best": v}
                            for s, d, t, v in verdicts]}
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(doc, fh, indent=2, default=str)
-        print("wrote %s" % args.json)
-    if args.chart:
-        charts = _charts()
-        charts.report(charts.chart("client", doc, args.chart))
+    _charts().write_outputs("client", doc, args)
     return 1 if failed else 0
 
 

@@ -42,7 +42,6 @@ import argparse
 import datetime as _dt
 import gc
 import itertools
-import json
 import os
 import platform
 import statistics
@@ -1214,8 +1213,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=None, help="repeats per row (default 7, --quick 3)")
     ap.add_argument("--target-time", type=float, default=None,
                     help="seconds per repeat (default 0.2, --quick 0.04)")
-    ap.add_argument("--json", metavar="PATH", help="write results as JSON to PATH")
-    ap.add_argument("--chart", metavar="PREFIX", help="write the results as charts to PREFIX.png and PREFIX.svg")
+    _charts().add_output_options(ap)
     ap.add_argument("--cases", metavar="LIST", help="comma-separated subset of a,a',b,c,d,e "
                     "(a2 = a')")
     args = ap.parse_args(argv)
@@ -1290,13 +1288,7 @@ def main(argv=None):
            "loadavg_end": load1, "cpus": os.cpu_count(), "platform": platform.platform(),
            "versions": versions, "repeats": repeats, "target_time_s": target,
            "empty_loop_ns": loop_ns, "results": results, "targets": verdicts}
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(doc, fh, indent=2, default=str)
-        print("wrote %s" % args.json)
-    if args.chart:
-        charts = _charts()
-        charts.report(charts.chart("codec", doc, args.chart))
+    _charts().write_outputs("codec", doc, args)
     return 0
 
 

@@ -697,8 +697,7 @@ def main(argv=None):
     ap.add_argument("--driver-memory", default="2g", help="spark.driver.memory (default 2g)")
     ap.add_argument("--arrow-batch", type=int, default=None,
                     help="spark.sql.execution.arrow.maxRecordsPerBatch (default: Spark's, 10000)")
-    ap.add_argument("--json", metavar="PATH", help="write results as JSON to PATH")
-    ap.add_argument("--chart", metavar="PREFIX", help="write the results as charts to PREFIX.png and PREFIX.svg")
+    cb._charts().add_output_options(ap)
     args = ap.parse_args(argv)
     n = args.rows or (50_000 if args.quick else 1_000_000)
     repeats = args.repeats or (1 if args.quick else 3)
@@ -814,7 +813,7 @@ def main(argv=None):
              sum(v[0] == "n/a" for v in verdicts), len(failed),
              len(cb.ALARMS.intervals) if cb.ALARMS else 0, time.monotonic() - t_start))
 
-    if args.json or args.chart:
+    if args.json or args.results or args.chart:
         doc = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "uptime_start": up0, "uptime_end": up1,
                "loadavg_start": load0, "loadavg_end": load1, "cpus": os.cpu_count(),
                "platform": platform.platform(), "broker": broker.broker if broker else None,
@@ -827,13 +826,7 @@ def main(argv=None):
                             "rows_s_all": r.rates, "seconds_all": r.secs} for r in rows],
                "targets": [{"status": s, "target": d, "detail": t, "value_best": v}
                            for s, d, t, v in verdicts]}
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(doc, fh, indent=2, default=str)
-        print("wrote %s" % args.json)
-    if args.chart:
-        charts = cb._charts()
-        charts.report(charts.chart("spark", doc, args.chart))
+    cb._charts().write_outputs("spark", doc, args)
     spark.stop()
     return 1 if failed else 0
 

@@ -14,7 +14,7 @@ logged and tried again at the next rescan).  A queue
 chosen by several specs is forwarded by the first.
 
 The configuration file (``--config``) is TOML: one ``[[bridge]]`` table per spec, see
-:func:`load_config` and the README.
+:func:`load_config` and docs/bridge.md.
 """
 from __future__ import annotations
 

@@ -244,7 +244,7 @@ def format_seconds(seconds: Optional[float]) -> str:
 
 class OperationTimeout(AMQPError, TimeoutError):
     """A wait with a ``timeout`` ran out: the reply to a request, a confirm, room in the
-    confirm window, channel.flow.  The channel stays usable (see the README)."""
+    confirm window, channel.flow.  The channel stays usable (see docs/client.md, "Timeouts and cancellation")."""
 
     def __init__(self, operation: str, timeout: Optional[float], channel: Optional[int] = None,
                  *, earlier: bool = False) -> None:

@@ -4,7 +4,7 @@ PySpark starts its Python workers with ``$PYSPARK_PYTHON``, or ``python3`` from 
 when that is unset: a script started as ``.venv/bin/python job.py`` without activating
 the venv gets workers that cannot import amqwire.  On a local master the workers run on
 this machine, so this interpreter is the right one; on a cluster it is the executors'
-business (``spark.archives`` or an install on each node, see the README).
+business (``spark.archives`` or an install on each node, see docs/spark.md, "On a cluster").
 """
 from __future__ import annotations
 
@@ -51,5 +51,5 @@ def workers_run_this_python(spark: Any) -> None:
         _warned.add(master)
         log.warning(
             "amqwire.spark: PYSPARK_PYTHON is unset, so the executors of %s run the 'python3' on "
-            "their PATH, which must have amqwire installed (see the README, 'On a cluster')", master
+            "their PATH, which must have amqwire installed (see docs/spark.md, 'On a cluster')", master
         )

@@ -1,4 +1,4 @@
-"""bench/charts.py: the benchmark results drawn as PNG and SVG from the scripts' JSON."""
+"""bench/charts.py: the benchmark results drawn as SVG from the scripts' JSON, which stays out of the repository."""
 import json
 import sys
 from pathlib import Path
@@ -37,13 +37,49 @@ CLIENT_DOC = {
 
 
 @pytest.mark.parametrize("kind, doc", [("codec", CODEC_DOC), ("client", CLIENT_DOC)])
-def test_png_and_svg_are_written(tmp_path, kind, doc):
+def test_one_svg_is_written(tmp_path, kind, doc):
     paths = charts.chart(kind, doc, tmp_path / "sub" / kind)
-    assert [p.name for p in paths] == [f"{kind}.png", f"{kind}.svg"]
-    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    svg = paths[1].read_text()
+    assert [p.name for p in paths] == [f"{kind}.svg"]
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == [f"{kind}.svg"]
+    svg = paths[0].read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
-    assert "load average" in svg and "run finished 2026-11-22 21:00:00" in svg
+    # text is text (searchable, and far smaller than glyph outlines)
+    assert "<text" in svg and "load average" in svg and "run finished 2026-11-22 21:00:00" in svg
+
+
+def test_raw_results_go_to_the_cache_by_default_never_the_repository(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    saved = charts.save_results("codec", CODEC_DOC)
+    assert saved.parent == tmp_path / "cache" / "amqwire" / "bench" and saved.name.startswith("codec-")
+    assert json.loads(saved.read_text())["results"] == CODEC_DOC["results"]
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert charts.results_dir() == tmp_path / "home" / ".cache" / "amqwire" / "bench"
+    assert charts.results_dir(tmp_path / "mine") == tmp_path / "mine"
+    assert charts.save_results("codec", CODEC_DOC, json_path=tmp_path / "exact.json") == tmp_path / "exact.json"
+
+
+def test_a_bench_run_writes_what_its_options_ask_for(tmp_path, monkeypatch):
+    import argparse
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    ap = argparse.ArgumentParser()
+    charts.add_output_options(ap)
+    charts.write_outputs("client", CLIENT_DOC, ap.parse_args(["--chart", str(tmp_path / "charts" / "client")]))
+    assert [p.name for p in (tmp_path / "charts").iterdir()] == ["client.svg"]
+    assert len(list((tmp_path / "cache" / "amqwire" / "bench").glob("client-*.json"))) == 1
+    charts.write_outputs("client", CLIENT_DOC, ap.parse_args(["--results", str(tmp_path / "raw")]))
+    assert len(list((tmp_path / "raw").glob("client-*.json"))) == 1
+    assert not (tmp_path / "raw" / "client.svg").exists()
+
+
+def test_the_repository_keeps_svg_charts_only():
+    assert not (REPO / "bench" / "charts").exists()
+    shown = sorted(p.name for p in (REPO / "docs" / "charts").iterdir())
+    assert shown == ["client.svg", "codec.svg", "spark.svg"], shown
+    page = (REPO / "docs" / "benchmarks.md").read_text()
+    for name in shown:
+        assert f"](charts/{name})" in page, name
 
 
 def test_panels_keep_what_ran_and_drop_what_did_not():
@@ -59,6 +95,6 @@ def test_the_command_line_renders_a_saved_run(tmp_path):
     saved = tmp_path / "codec.json"
     saved.write_text(json.dumps(CODEC_DOC))
     assert charts.main(["codec", str(saved), str(tmp_path / "out")]) == 0
-    assert (tmp_path / "out.png").exists() and (tmp_path / "out.svg").exists()
+    assert (tmp_path / "out.svg").exists() and not (tmp_path / "out.png").exists()
     with pytest.raises(ValueError):
         charts.chart("codec", dict(CODEC_DOC, results=[]), tmp_path / "none")

@@ -523,14 +523,15 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, text, e
     assert info.value.exit_code == 2
 
 
-def test_the_readme_config_example_loads(tmp_path):
+def test_the_documented_config_example_loads(tmp_path):
     import re
+    import textwrap
     from pathlib import Path
 
     from amqwire.bridge import load_config
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    examples = re.findall(r"```toml\n(.*?)```", readme, flags=re.S)
+    page = (Path(__file__).resolve().parent.parent / "docs" / "bridge.md").read_text()
+    examples = [textwrap.dedent(block) for block in re.findall(r"```toml\n(.*?)```", page, flags=re.S)]
     assert examples
     for example in examples:
         specs, _ = load_config(write_config(tmp_path, example))

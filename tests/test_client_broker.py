@@ -75,7 +75,7 @@ def busy(seconds):
 
 
 def all_types_headers():
-    """One header of every type the codec writes (README: Python -> AMQP mapping)."""
+    """One header of every type the codec writes (docs/codec.md: the Python -> AMQP mapping)."""
     return {
         "bool-true": True,
         "bool-false": False,

@@ -57,6 +57,12 @@ def test_the_sdist_ships_every_source_a_build_needs():
     # generated C and build products are not sources: a build from the sdist cythonizes afresh
     stray = sorted(n for n in names if re.search(r"\.(c|so|html|pyc)$", n))
     assert not stray, stray
+    # the docs' pages come along (the README links them, tests/test_readme.py runs their
+    # examples); benchmark results and charts do not
+    pages = sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))
+    assert pages and not sorted(set(pages) - names), sorted(set(pages) - names)
+    results = sorted(n for n in names if n.startswith(("bench/", "docs/")) and re.search(r"\.(png|svg|json)$", n))
+    assert not results, results
 
 
 def test_the_wheel_carries_the_product_and_not_the_tools():
@@ -102,9 +108,36 @@ def test_metadata_a_package_index_shows():
                      "Programming Language :: Python :: 3.11"):
         assert expected in classifiers
     assert any(c.startswith("Development Status ::") for c in classifiers)
-    assert meta["License-Expression"] == "MIT"
+    # the licence where every pip's `pip show` finds it: the License field and a classifier
+    assert meta["License"] == "MIT" and "License :: OSI Approved :: MIT License" in classifiers
+    assert meta.get_all("License-File") == ["LICENSE"]
     license_text = (REPO / "LICENSE").read_text()
     assert license_text.startswith("MIT License") and "2026 amqwire developers" in license_text
+    # the summary names every part a user can install this for
+    summary = meta["Summary"]
+    for part in ("codec", "client", "Producer", "bridge", "Spark source and sink", "amqwire command"):
+        assert part in summary, (part, summary)
+    assert "\n" not in summary and len(summary) < 200
+    # no made-up project URLs: the project has no public home yet
+    assert not meta.get_all("Project-URL") and not meta.get("Home-page")
+
+
+def test_the_wheels_metadata_is_what_pip_shows():
+    """The same checks on the METADATA file inside the built wheel (what an index would show)."""
+    import email
+
+    with zipfile.ZipFile(_one("amqwire-*.whl")) as whl:
+        name = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = email.message_from_bytes(whl.read(name))
+    assert meta["Name"] == "amqwire" and meta["License"] == "MIT"
+    assert "License :: OSI Approved :: MIT License" in meta.get_all("Classifier")
+    assert "Producer" in meta["Summary"] and "bridge" in meta["Summary"]
+    assert meta["Description-Content-Type"] == "text/markdown"
+    assert meta.get_payload().lstrip().startswith("# amqwire")  # the README is the long description
+    with zipfile.ZipFile(_one("amqwire-*.whl")) as whl:
+        entry_points = whl.read(name.replace("METADATA", "entry_points.txt")).decode()
+    assert "amqwire = amqwire.cli.main:main" in entry_points
+    assert "amqwire-bridge = amqwire.bridge.__main__:main" in entry_points
 
 
 def test_the_command_ships_in_both_archives_with_its_console_scripts():
@@ -113,12 +146,39 @@ def test_the_command_ships_in_both_archives_with_its_console_scripts():
     missing = sorted(set(cli) - _sdist_names())
     assert not missing, f"the sdist lacks {missing}"
     names = _wheel_names()
-    # cli/ is amqwire.cli; cli/toplevel/ holds the top-level package's only module, its
-    # __main__ (python -m amqwire): no amqwire/__init__.py, the top level stays a namespace
+    # cli/ is amqwire.cli; cli/toplevel/ holds the top-level package: its __init__.py (a
+    # regular package, see test_a_checkout_named_amqwire_does_not_shadow_the_installed_package)
+    # and its __main__ (python -m amqwire)
     wanted = {f"amqwire/{name}" for name in cli if not name.startswith("cli/toplevel/")}
-    wanted |= {"amqwire/__main__.py", "amqwire/cli/py.typed"}
+    wanted |= {"amqwire/__init__.py", "amqwire/__main__.py", "amqwire/cli/py.typed"}
     assert not sorted(wanted - names), sorted(wanted - names)
-    assert "amqwire/__init__.py" not in names and not any("toplevel" in n for n in names)
+    assert not any("toplevel" in n for n in names)
     scripts = {e.name: e.value for e in importlib.metadata.entry_points(group="console_scripts")
                if e.dist is not None and e.dist.name == "amqwire"}
     assert scripts == {"amqwire": "amqwire.cli.main:main", "amqwire-bridge": "amqwire.bridge.__main__:main"}
+
+
+def test_a_checkout_named_amqwire_does_not_shadow_the_installed_package(tmp_path):
+    """A clone in a folder named ``amqwire``, used from its parent folder: the folder is on
+    sys.path first (the current directory), and must not take the place of the installed,
+    compiled package (it once did: ``No module named 'amqwire.codec.methods'``)."""
+    import os
+    import shutil
+    import subprocess
+
+    clone = tmp_path / "amqwire"
+    if (REPO / ".git").exists():
+        subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)], check=True,
+                       capture_output=True, timeout=120)
+    else:  # an unpacked sdist: copy it
+        shutil.copytree(REPO, clone, ignore=shutil.ignore_patterns(".venv", "build", "dist", "__pycache__"))
+    assert (clone / "codec" / "__init__.py").exists() and not (clone / "__init__.py").exists()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    imported = subprocess.run(
+        [sys.executable, "-c", "import amqwire, amqwire.codec.methods, amqwire.codec as c; print(c.__file__)"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert imported.returncode == 0, imported.stderr
+    assert not imported.stdout.strip().startswith(str(clone)), imported.stdout
+    helped = subprocess.run([sys.executable, "-m", "amqwire", "--help"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "publish" in helped.stdout, helped.stderr

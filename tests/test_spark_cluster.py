@@ -35,7 +35,7 @@ def cluster_job(standalone, amqp_url, tmp_path_factory):
     directory = tmp_path_factory.mktemp("cluster-job")
     prefix, stream_dir = prepare(amqp_url, directory, ROWS)
     # the executors run on this machine: PYSPARK_PYTHON is this venv's python, as a cluster
-    # whose nodes have amqwire installed would set it (README, "On a cluster")
+    # whose nodes have amqwire installed would set it (docs/spark.md, "On a cluster")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     done = run_job(["--master", standalone.url], amqp_url, prefix, ROWS, stream_dir, directory, env)
     standalone.wait_for_workers()  # a worker that failed to start shows its log here

@@ -1,4 +1,4 @@
-"""The Producer (see the README's "The Producer"), one module per role.
+"""The Producer (see docs/producer.md), one module per role.
 
 Users import it from ``amqwire.client`` (``Producer``, ``SendFuture``, ``SendResult``, the
 errors, ``ProducerStats``, ...) and ``amqwire.client.aio`` (``Producer``); the modules here

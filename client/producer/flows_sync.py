@@ -41,7 +41,7 @@ _Self = TypeVar("_Self", bound="Producer")
 
 
 class Producer(ProducerCore):
-    """A producer over one or several brokers (see the README).
+    """A producer over one or several brokers (see docs/producer.md).
 
     Blocking (``amqwire.client.Producer``, thread-safe): ``Producer(urls, **options)``
     connects (to every broker with ``policy='round_robin'``, to the first that answers with
