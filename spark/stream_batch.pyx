@@ -36,13 +36,13 @@ from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySeque
 from cpython.unicode cimport PyUnicode_Check
 from libc.math cimport isnan, isinf
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, INT32_MAX
-from libc.string cimport memcpy, memset, strlen
+from libc.string cimport memcpy, strlen
 
 from amqwire.codec.parser cimport Delivery
 from amqwire.codec.properties cimport BasicProperties
 
-from amqwire.spark.decode import PROPERTY_FIELDS, header_text
-from amqwire.spark.errors import MessageRowError
+from amqwire.spark.decode import PROPERTY_FIELDS as _PROPERTY_FIELDS, header_text as _header_text
+from amqwire.spark.errors import MessageRowError as _MessageRowError
 
 cdef extern from "Python.h":
     bint PyBool_Check(object o)
@@ -67,7 +67,6 @@ import datetime as _dt
 cdef object _UTC = _dt.timezone.utc
 cdef object _pa = None          # pyarrow, imported on first use
 cdef object _SCHEMA = None
-cdef int64_t _US_PER_DAY = 86400 * 1000000
 
 
 # ---------------------------------------------------------------------------- buffers
@@ -215,7 +214,7 @@ cdef class _Column:
 # ---------------------------------------------------------------------------- field values
 
 cdef inline int _fail(Py_ssize_t index, str field, str problem) except -1:
-    raise MessageRowError(index=index, field=field, problem=problem)
+    raise _MessageRowError(index=index, field=field, problem=problem)
 
 
 cdef inline const char *_utf8(object text, Py_ssize_t *n, Py_ssize_t index, str field) except NULL:
@@ -454,7 +453,7 @@ cdef int _add_rendered(_Column items, object value, Py_ssize_t index) except -1:
     cdef Py_ssize_t n = 0
     cdef const char *p
     try:
-        text = header_text(value)
+        text = _header_text(value)
     except (TypeError, ValueError) as exc:
         return _fail(index, "headers", f"a value of type {type(value).__name__} cannot be shown as text: {exc}")
     if text is None:
@@ -478,7 +477,7 @@ def stream_schema():
             pa.field("timestamp", pa.timestamp("us", tz="UTC")),
             pa.field("exchange", pa.string()),
             pa.field("routing_key", pa.string()),
-            pa.field("properties", pa.struct([(name, kinds[kind]) for name, kind in PROPERTY_FIELDS])),
+            pa.field("properties", pa.struct([(name, kinds[kind]) for name, kind in _PROPERTY_FIELDS])),
             pa.field("headers", pa.map_(pa.string(), pa.string())),
         ])
     return _SCHEMA
@@ -529,7 +528,7 @@ def build_batch(messages, str stream not None):
     cdef _Column timestamps = _Column(n, 8, False)
     cdef _Column exchanges = _Column(n, 4, True)
     cdef _Column routing_keys = _Column(n, 4, True)
-    cdef list texts = [_Column(n, 4, True) for j in range(N_TEXT_PROPERTIES)]
+    cdef list texts = [_Column(n, 4, True) for _ in range(N_TEXT_PROPERTIES)]
     cdef _Column delivery_modes = _Column(n, 4, False)
     cdef _Column priorities = _Column(n, 4, False)
     cdef _Column prop_timestamps = _Column(n, 8, False)
@@ -622,8 +621,10 @@ def build_batch(messages, str stream not None):
     # stream: the same text in every row
     cdef _Column streams = _Column(0, 4, True)
     streams.data = _Buffer(n * stream_len)
-    for i in range(n):
+    i = 0
+    while i < n:
         streams.add_bytes(stream_utf8, stream_len)
+        i += 1
 
     string, binary = pa.string(), pa.binary()
     large_string = pa.large_string()
