@@ -60,7 +60,8 @@ def parse(data: bytes) -> list:
 
 
 def pyarrow_from_lists(messages: list, stream: str) -> pa.RecordBatch:
-    """The plain builder: pa.array over lists of Python values."""
+    """The plain builder: pa.array over lists of Python values (headers without the
+    broker's x-stream-offset, as the source's)."""
     ts = pa.timestamp("us", tz="UTC")
     kinds = {"string": pa.string(), "int32": pa.int32(), "timestamp": ts}
     props = [m.properties for m in messages]
@@ -73,7 +74,7 @@ def pyarrow_from_lists(messages: list, stream: str) -> pa.RecordBatch:
         pa.array([m.routing_key for m in messages], pa.string()),
         pa.array([{name: getattr(p, name) for name, _ in PROPERTY_FIELDS} for p in props],
                  pa.struct([(name, kinds[kind]) for name, kind in PROPERTY_FIELDS])),
-        pa.array([None if p.headers is None else [(k, header_text(v)) for k, v in p.headers.items()]
+        pa.array([[(k, header_text(v)) for k, v in (p.headers or {}).items() if k != "x-stream-offset"] or None
                   for p in props], pa.map_(pa.string(), pa.string())),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=stream_schema())

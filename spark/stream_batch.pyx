@@ -5,7 +5,9 @@ messages' fields straight into growable Arrow buffers, which pyarrow then wraps 
 copy (``pa.Array.from_buffers`` over ``pa.py_buffer``).
 
 The output is exactly what :func:`amqwire.spark.stream_rows.build_batch` (plain pyarrow)
-builds from the same messages; :func:`stream_schema` is the schema.
+builds from the same messages; :func:`stream_schema` is the schema.  ``headers`` holds the
+message's headers but the broker's ``x-stream-offset`` (that is the ``offset`` column), and
+is null when none are left.
 
 Offsets: string and binary columns have 32-bit offsets (``binary``/``string``); a column
 whose data passes 2 GiB - 1 bytes in one batch switches to its ``large_`` variant (64-bit
@@ -36,7 +38,7 @@ from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySeque
 from cpython.unicode cimport PyUnicode_Check
 from libc.math cimport isnan, isinf
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, INT32_MAX
-from libc.string cimport memcpy, strlen
+from libc.string cimport memcmp, memcpy, strlen
 
 from amqwire.codec.parser cimport Delivery
 from amqwire.codec.properties cimport BasicProperties
@@ -67,6 +69,10 @@ import datetime as _dt
 cdef object _UTC = _dt.timezone.utc
 cdef object _pa = None          # pyarrow, imported on first use
 cdef object _SCHEMA = None
+# The header in which RabbitMQ gives a stream delivery's offset: the offset column, so
+# left out of the headers column (as amqwire.spark.stream_rows does).
+cdef const char *_OFFSET_HEADER = b"x-stream-offset"
+cdef Py_ssize_t _OFFSET_HEADER_LEN = 15
 
 
 # ---------------------------------------------------------------------------- buffers
@@ -471,9 +477,10 @@ def stream_schema():
         pa = _pyarrow()
         kinds = {"string": pa.string(), "int32": pa.int32(), "timestamp": pa.timestamp("us", tz="UTC")}
         _SCHEMA = pa.schema([
-            pa.field("body", pa.binary(), nullable=False),
-            pa.field("stream", pa.string(), nullable=False),
-            pa.field("offset", pa.int64(), nullable=False),
+            # Nullable as Spark makes them of the source's DDL, though never null here.
+            pa.field("body", pa.binary()),
+            pa.field("stream", pa.string()),
+            pa.field("offset", pa.int64()),
             pa.field("timestamp", pa.timestamp("us", tz="UTC")),
             pa.field("exchange", pa.string()),
             pa.field("routing_key", pa.string()),
@@ -520,7 +527,7 @@ def build_batch(messages, str stream not None):
     cdef long long offset
     cdef Py_ssize_t kn = 0
     cdef const char *kp
-    cdef int32_t entries = 0
+    cdef int32_t entries = 0, first_entry
     cdef int64_t us
 
     cdef _Column bodies = _Column(n, 4, True)
@@ -609,14 +616,17 @@ def build_batch(messages, str stream not None):
             if not isinstance(headers, dict):
                 _fail(i, "headers", f"expected dict, got {type(headers).__name__}")
         pos = 0
+        first_entry = entries
         while PyDict_Next(headers, &pos, &key, &value):
             kp = _utf8(<object>key, &kn, i, "headers")
+            if kn == _OFFSET_HEADER_LEN and memcmp(kp, _OFFSET_HEADER, _OFFSET_HEADER_LEN) == 0:
+                continue        # the broker's, and the offset column already
             header_keys.add_bytes(kp, kn)
             _add_header_value(header_items, scratch, <object>value, i)
             if entries == INT32_MAX:
                 _fail(i, "headers", "more than 2**31 - 1 header entries in one batch")
             entries += 1
-        header_maps.add_int32(entries, True)
+        header_maps.add_int32(entries, entries > first_entry)
 
     # stream: the same text in every row
     cdef _Column streams = _Column(0, 4, True)
