@@ -4,10 +4,12 @@ Every batch is compared with a reference built here with plain pyarrow from Pyth
 values (pa.array over lists), and validated in full.  Messages are built directly, or
 parsed by the codec from hand-written frames (every field type of RabbitMQ's tables)."""
 import datetime
+import os
 import struct
 from decimal import Decimal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -371,3 +373,16 @@ def test_random_messages_equal_the_python_builder_of_the_source(batch, stream):
     got = build_batch(batch, stream)
     expected = stream_rows.build_batch(batch, stream)
     assert got.schema == expected.schema and got.equals(expected)
+
+
+@pytest.mark.skipif(os.environ.get("AMQWIRE_BIG_BATCH") != "1",
+                    reason="needs ~4 GB of memory: AMQWIRE_BIG_BATCH=1 runs it")
+def test_bodies_past_2_gib_become_large_binary():
+    body = b"\x01" * (1100 << 20)                      # 1.1 GiB, twice: past 2**31 - 1
+    got = build_batch([message(1, b"head"), message(2, body), message(3, body), message(4, b"tail")], "s")
+    got.validate()
+    column = got.column("body")
+    assert column.type == pa.large_binary() and got.schema.field("stream").type == pa.string()
+    assert column[3].as_py() == b"tail" and column[0].as_py() == b"head"
+    assert pc.binary_length(column).to_pylist() == [4, len(body), len(body), 4]
+    assert pc.all(pc.equal(column.slice(2, 1), pa.array([body], pa.large_binary()))).as_py()
