@@ -12,8 +12,9 @@ header RabbitMQ adds) are written as frames and parsed once by the codec into
   Python values (one dict/tuple per row for properties and headers), checked equal
 - stream_rows (Python): ``amqwire.spark.stream_rows.build_batch``, when that module exists
 
-Rows/s best and median, the ratio of the medians to the plain pyarrow builder, and the
-load average around the run.  Nothing needs a broker.
+Rows/s best and median, the ratio of the medians to the plain pyarrow builder, the
+median CPU time per row of this process (steadier than wall time on a loaded machine),
+and the load average around the run.  Nothing needs a broker.
 
     python -m bench.stream_batch_bench --count 100000 --repeats 5
 """
@@ -80,10 +81,11 @@ def pyarrow_from_lists(messages: list, stream: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=stream_schema())
 
 
-def timed(fn, *args) -> tuple[float, object]:
-    t0 = time.perf_counter()
-    result = fn(*args)
-    return time.perf_counter() - t0, result
+def timed(fn, *args) -> tuple[float, float]:
+    """Wall and CPU seconds of one call."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn(*args)
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def main() -> None:
@@ -118,15 +120,16 @@ def main() -> None:
     medians = {}
     print(f"{args.count:,} messages of {len(BODY)} B with {len(HEADERS)} headers (+ x-stream-offset), "
           f"best and median of {args.repeats}")
-    print(f"{'row':<24} {'best rows/s':>13} {'median rows/s':>14} {'vs pyarrow':>11}")
+    print(f"{'row':<24} {'best rows/s':>13} {'median rows/s':>14} {'vs pyarrow':>11} {'CPU ns/row':>11}")
     results = {}
     for name, (fn, *fn_args) in rows.items():
-        walls = [timed(fn, *fn_args)[0] for _ in range(args.repeats)]
-        results[name] = walls
-        medians[name] = args.count / statistics.median(walls)
-    for name, walls in results.items():
+        results[name] = [timed(fn, *fn_args) for _ in range(args.repeats)]
+        medians[name] = args.count / statistics.median(wall for wall, _ in results[name])
+    for name, runs in results.items():
         ratio = medians[name] / medians["pyarrow from lists"]
-        print(f"{name:<24} {args.count / min(walls):>13,.0f} {medians[name]:>14,.0f} {ratio:>10.1f}x")
+        best = args.count / min(wall for wall, _ in runs)
+        cpu = statistics.median(cpu for _, cpu in runs) / args.count * 1e9
+        print(f"{name:<24} {best:>13,.0f} {medians[name]:>14,.0f} {ratio:>10.1f}x {cpu:>11,.0f}")
     load_after = os.getloadavg()
     print(f"load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
           f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; {os.cpu_count()} CPUs")
