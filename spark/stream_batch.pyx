@@ -25,7 +25,7 @@ cimport cython
 from cpython.buffer cimport PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact
 from cpython.datetime cimport (
-    import_datetime, PyDateTime_Check, PyDateTime_GET_YEAR, PyDateTime_GET_MONTH,
+    import_datetime, PyDateTime_Check, PyDateTime_CheckExact, PyDateTime_GET_YEAR, PyDateTime_GET_MONTH,
     PyDateTime_GET_DAY, PyDateTime_DATE_GET_HOUR, PyDateTime_DATE_GET_MINUTE,
     PyDateTime_DATE_GET_SECOND, PyDateTime_DATE_GET_MICROSECOND, datetime_tzinfo,
 )
@@ -448,7 +448,7 @@ cdef int _add_header_value(_Column items, _Buffer scratch, object value, Py_ssiz
         _text_double(scratch, PyFloat_AS_DOUBLE(value))
     elif PyBytes_CheckExact(value):
         _text_base64(scratch, <const uint8_t *>PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value))
-    elif PyDateTime_Check(value) and <object>datetime_tzinfo(value) is _UTC:
+    elif PyDateTime_CheckExact(value) and <object>datetime_tzinfo(value) is _UTC:
         _text_utc_datetime(scratch, value)
     else:
         return _add_rendered(items, value, index)
@@ -588,11 +588,12 @@ def build_batch(messages, str stream not None):
             header_maps.add_int32(entries, False)
             continue
 
-        if p.timestamp is None:
+        stamp = p.timestamp     # held: a tzinfo's utcoffset() is Python code
+        if stamp is None:
             timestamps.add_int64(0, False)
             prop_timestamps.add_int64(0, False)
         else:
-            us = _epoch_us(p.timestamp, i, "properties.timestamp")
+            us = _epoch_us(stamp, i, "properties.timestamp")
             timestamps.add_int64(us, True)
             prop_timestamps.add_int64(us, True)
         _add_text(<_Column>texts[CONTENT_TYPE], p.content_type, i, "properties.content_type")
@@ -618,11 +619,14 @@ def build_batch(messages, str stream not None):
         pos = 0
         first_entry = entries
         while PyDict_Next(headers, &pos, &key, &value):
-            kp = _utf8(<object>key, &kn, i, "headers")
+            # held, not borrowed: rendering a value may run Python code (header_text)
+            header_key = <object>key
+            header_value = <object>value
+            kp = _utf8(header_key, &kn, i, "headers")
             if kn == _OFFSET_HEADER_LEN and memcmp(kp, _OFFSET_HEADER, _OFFSET_HEADER_LEN) == 0:
                 continue        # the broker's, and the offset column already
             header_keys.add_bytes(kp, kn)
-            _add_header_value(header_items, scratch, <object>value, i)
+            _add_header_value(header_items, scratch, header_value, i)
             if entries == INT32_MAX:
                 _fail(i, "headers", "more than 2**31 - 1 header entries in one batch")
             entries += 1
