@@ -35,7 +35,7 @@ from cpython.long cimport PyLong_Check, PyLong_CheckExact
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from cpython.object cimport PyObject
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_GET_ITEM
-from cpython.unicode cimport PyUnicode_Check
+from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact
 from libc.math cimport isnan, isinf
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, INT32_MAX
 from libc.string cimport memcmp, memcpy, strlen
@@ -225,6 +225,13 @@ cdef inline int _fail(Py_ssize_t index, str field, str problem) except -1:
 
 cdef inline const char *_utf8(object text, Py_ssize_t *n, Py_ssize_t index, str field) except NULL:
     """The UTF-8 of a str (ASCII read in place); MessageRowError for anything else."""
+    if PyUnicode_CheckExact(text) and PyUnicode_IS_COMPACT_ASCII(text):
+        n[0] = PyUnicode_GET_LENGTH(text)
+        return <const char *>PyUnicode_DATA(text)
+    return _utf8_slow(text, n, index, field)
+
+
+cdef const char *_utf8_slow(object text, Py_ssize_t *n, Py_ssize_t index, str field) except NULL:
     if not PyUnicode_Check(text):
         _fail(index, field, f"expected str, got {type(text).__name__}")
     if PyUnicode_IS_COMPACT_ASCII(text):
