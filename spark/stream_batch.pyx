@@ -133,14 +133,16 @@ cdef class _Column:
     cdef int64_t nulls
     cdef bint wide              # offsets are int64 (the data passed 2 GiB - 1)
 
-    def __cinit__(self, Py_ssize_t rows, int width, bint variable):
+    def __cinit__(self, Py_ssize_t rows, int width, bint variable, Py_ssize_t bytes_per_row=0):
+        # Row columns know their length: their values and validity never grow.  Bytes are
+        # allocated for ``bytes_per_row`` and grow from there.
         self.values = _Buffer((rows + 1) * width)
         self.validity = _Buffer((rows + 7) // 8)
         self.length = 0
         self.nulls = 0
         self.wide = False
         if variable:
-            self.data = _Buffer(rows * 16)
+            self.data = _Buffer(rows * bytes_per_row)
             (<int32_t *>self.values.data)[0] = 0
             self.values.len = 4
 
@@ -537,18 +539,18 @@ def build_batch(messages, str stream not None):
     cdef int32_t entries = 0, first_entry
     cdef int64_t us
 
-    cdef _Column bodies = _Column(n, 4, True)
+    cdef _Column bodies = _Column(n, 4, True, 128)
     cdef _Column offsets = _Column(n, 8, False)
     cdef _Column timestamps = _Column(n, 8, False)
-    cdef _Column exchanges = _Column(n, 4, True)
-    cdef _Column routing_keys = _Column(n, 4, True)
+    cdef _Column exchanges = _Column(n, 4, True, 8)
+    cdef _Column routing_keys = _Column(n, 4, True, 16)
     cdef list texts = [_Column(n, 4, True) for _ in range(N_TEXT_PROPERTIES)]
     cdef _Column delivery_modes = _Column(n, 4, False)
     cdef _Column priorities = _Column(n, 4, False)
     cdef _Column prop_timestamps = _Column(n, 8, False)
     cdef _Column header_maps = _Column(n, 4, False)   # map offsets: entries so far
-    cdef _Column header_keys = _Column(n * 3, 4, True)
-    cdef _Column header_items = _Column(n * 3, 4, True)
+    cdef _Column header_keys = _Column(n * 3, 4, True, 8)
+    cdef _Column header_items = _Column(n * 3, 4, True, 16)
     cdef _Buffer scratch = _Buffer(64)
 
     (<int32_t *>header_maps.values.data)[0] = 0
@@ -640,8 +642,7 @@ def build_batch(messages, str stream not None):
         header_maps.add_int32(entries, entries > first_entry)
 
     # stream: the same text in every row
-    cdef _Column streams = _Column(0, 4, True)
-    streams.data = _Buffer(n * stream_len)
+    cdef _Column streams = _Column(n, 4, True, stream_len)
     i = 0
     while i < n:
         streams.add_bytes(stream_utf8, stream_len)
