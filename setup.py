@@ -32,7 +32,7 @@ TOP_LEVEL = {"amqwire": "cli/toplevel"}
 SUBPACKAGES = ["amqwire.client.producer"]
 # (folder, module): compiled in this order; spark's modules cimport the codec's
 CYTHON_MODULES = [("codec", name) for name in ["buffer", "table", "properties", "methods", "writer", "parser"]]
-CYTHON_MODULES += [("spark", name) for name in ["arrow_view", "encode"]]
+CYTHON_MODULES += [("spark", name) for name in ["arrow_view", "encode", "stream_batch"]]
 # Development tools that live beside the code they generate but are not part of the product.
 NOT_SHIPPED = {("amqwire.codec", "codegen"), ("amqwire.client", "make_sync")}
 

@@ -199,18 +199,8 @@ cdef class Delivery:
     # properties: CPython 3.11 specializes attribute access to slots, not to properties,
     # and a consumer reads several of these per message.  A slot can be deleted (NULL), so
     # no code of this module reads them after the parser filled them in: __init__,
-    # __repr__ and __reduce__ go through getattr/setattr.
-    cdef object channel_id
-    cdef object channel
-    cdef object consumer_tag
-    cdef object delivery_tag
-    cdef object redelivered
-    cdef object exchange
-    cdef object routing_key
-    cdef object message_count
-    cdef object properties
-    cdef object body
-    cdef object stream_offset
+    # __repr__ and __reduce__ go through getattr/setattr.  The fields are declared in
+    # parser.pxd.
 
     def __init__(self, int channel_id, delivery_tag, redelivered, exchange, routing_key,
                  properties, body, consumer_tag=None, message_count=None, channel=None,

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from amqwire.codec.errors import AMQPSyntaxError, AmqwireError
 
-__all__ = ["ArrowTypeError", "RowEncodeError", "SinkError"]
+__all__ = ["ArrowTypeError", "MessageRowError", "RowEncodeError", "SinkError"]
 
 
 class ArrowTypeError(AmqwireError, TypeError):
@@ -50,3 +50,22 @@ class SinkError(AmqwireError, RuntimeError):
 
 def _rebuild_sink_error(message: str, rows_confirmed: int, reply_code: Optional[int]) -> SinkError:
     return SinkError(message, rows_confirmed=rows_confirmed, reply_code=reply_code)
+
+
+class MessageRowError(AmqwireError, ValueError):
+    """A received message that cannot become a row of a stream source's batch: no stream
+    offset, or a field of a type no column holds (a message built by hand).  ``index`` is
+    the message's position in the sequence given, ``field`` the attribute at fault."""
+
+    def __init__(self, message: Optional[str] = None, *, index: int, field: str, problem: str = "") -> None:
+        super().__init__(message if message is not None else f"message {index}: {field}: {problem}")
+        self.index = index
+        self.field = field
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_message_error, (str(self), self.index, self.field, self.problem), self.__dict__)
+
+
+def _rebuild_message_error(message: str, index: int, field: str, problem: str = "") -> MessageRowError:
+    return MessageRowError(message, index=index, field=field, problem=problem)

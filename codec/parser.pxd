@@ -1,0 +1,17 @@
+# The parser's flattened delivery, for Cython modules that read many of them (the Spark
+# stream source builds Arrow batches from their fields).  The fields are also member slots
+# (see _expose_delivery_fields in parser.pyx): Python code may delete one, leaving NULL, so
+# a reader that cimports this must check a field for NULL before it takes a reference.
+
+cdef class Delivery:
+    cdef object channel_id
+    cdef object channel
+    cdef object consumer_tag
+    cdef object delivery_tag
+    cdef object redelivered
+    cdef object exchange
+    cdef object routing_key
+    cdef object message_count
+    cdef object properties
+    cdef object body
+    cdef object stream_offset

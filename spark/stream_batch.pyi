@@ -1,0 +1,6 @@
+from typing import Any, Sequence
+
+from amqwire.codec import Delivery
+
+def stream_schema() -> Any: ...
+def build_batch(messages: Sequence[Delivery], stream: str) -> Any: ...
