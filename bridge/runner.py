@@ -443,8 +443,7 @@ class Direction:
     async def _publish_traced(self, batch: Batch, tracing: Any) -> None:
         """``_publish`` with a span per forwarded message, from the decision to forward it
         to the batch's write; the headers (traceparent with them) go on unchanged."""
-        spans = tracing.start_forwards(batch.messages, self.queue, self.exchange, self.routing_key,
-                                       self.destination.params)
+        spans = tracing.start_forwards(batch.messages, self.queue, self.exchange, self.routing_key, self.destination)
         try:
             await self._publish(batch)
         except BaseException as exc:

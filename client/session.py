@@ -155,7 +155,7 @@ class ConnectionBase:
         "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
         "exception_handler", "_observer", "_seen_published", "_to_stamp",
         "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned",
-        "_seen_delivered", "_seen_got", "_tracing", "__weakref__"
+        "_seen_delivered", "_seen_got", "_tracing", "_peer", "__weakref__"
     )
 
     _channels: dict[int, Any]
@@ -234,6 +234,7 @@ class ConnectionBase:
         # OpenTelemetry (tracing.py); None while off: the hot paths check this alone, and
         # nothing of OpenTelemetry is imported.
         self._tracing: Optional[Tracing] = None
+        self._peer: Any = None  # (address, port) of the socket's far end, set by the transport
         if tracing is not None and tracing is not False:
             from .tracing import tracing_from_option
 

@@ -150,10 +150,17 @@ class Tracing:
     # attributes ------------------------------------------------------------------------
 
     @staticmethod
-    def _server(attributes: dict[str, Any], params: Any) -> None:
-        if params is not None:
-            attributes["server.address"] = params.host
-            attributes["server.port"] = params.port
+    def _server(attributes: dict[str, Any], connection: Any) -> None:
+        """The broker: as the URL names it, and the address the socket reached."""
+        if connection is None:
+            return
+        params = connection.params
+        attributes["server.address"] = params.host
+        attributes["server.port"] = params.port
+        peer = connection._peer
+        if peer:
+            attributes["network.peer.address"] = peer[0]
+            attributes["network.peer.port"] = peer[1]
 
     @staticmethod
     def _message(attributes: dict[str, Any], properties: Optional[BasicProperties], size: int) -> None:
@@ -165,7 +172,7 @@ class Tracing:
                 attributes["messaging.message.conversation_id"] = properties.correlation_id
 
     def _send_attributes(self, exchange: str, routing_key: str, body: Any, properties: Optional[BasicProperties],
-                         params: Any, operation: str = "send") -> dict[str, Any]:
+                         connection: Any, operation: str = "send") -> dict[str, Any]:
         attributes: dict[str, Any] = {
             "messaging.system": SYSTEM,
             "messaging.operation.type": "send",
@@ -175,7 +182,7 @@ class Tracing:
         if routing_key:
             attributes["messaging.rabbitmq.destination.routing_key"] = routing_key
         self._message(attributes, properties, len(body))
-        self._server(attributes, params)
+        self._server(attributes, connection)
         return attributes
 
     @staticmethod
@@ -183,7 +190,7 @@ class Tracing:
         # The default exchange routes by queue name: the routing key is the destination.
         return f"send {exchange or routing_key or 'amq.default'}"
 
-    def _delivery_attributes(self, message: Any, queue: str, operation: str, params: Any) -> dict[str, Any]:
+    def _delivery_attributes(self, message: Any, queue: str, operation: str, connection: Any) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             "messaging.system": SYSTEM,
             "messaging.operation.type": operation,
@@ -197,7 +204,7 @@ class Tracing:
         if message.consumer_tag:
             attributes["messaging.consumer.group.name"] = message.consumer_tag
         self._message(attributes, message.properties, len(message.body))
-        self._server(attributes, params)
+        self._server(attributes, connection)
         return attributes
 
     # publishing ------------------------------------------------------------------------
@@ -212,8 +219,7 @@ class Tracing:
                 properties: Optional[BasicProperties]) -> Iterator[Optional[BasicProperties]]:
         """A ``send`` span around a client publish, current while it runs (its exception
         recorded); yields the properties to publish, with the span's context."""
-        params = channel._connection.params
-        attributes = self._send_attributes(exchange, routing_key, body, properties, params)
+        attributes = self._send_attributes(exchange, routing_key, body, properties, channel._connection)
         attributes["messaging.rabbitmq.channel"] = channel.channel_id
         span = self._tracer.start_span(self._send_name(exchange, routing_key), kind=self._producer,
                                        attributes=attributes)
@@ -225,12 +231,12 @@ class Tracing:
         finally:
             _SENDING.reset(token)
 
-    def start_producer_send(self, message: Any, params: Any) -> Any:
+    def start_producer_send(self, message: Any) -> Any:
         """A Producer's ``send`` span: from the call to the send's result (ended by
         ``end``); the message's properties get its context.  Not made current: the send
         goes on in the Producer's sender."""
         properties = message.properties
-        attributes = self._send_attributes(message.exchange, message.routing_key, message.body, properties, params)
+        attributes = self._send_attributes(message.exchange, message.routing_key, message.body, properties, None)
         span = self._tracer.start_span(self._send_name(message.exchange, message.routing_key), kind=self._producer,
                                        attributes=attributes)
         message.properties = self.inject(span, properties)
@@ -248,20 +254,20 @@ class Tracing:
 
     # consuming -------------------------------------------------------------------------
 
-    def start_delivery(self, message: Any, queue: str, operation: str, params: Any,
+    def start_delivery(self, message: Any, queue: str, operation: str, connection: Any,
                        start_time: Optional[int] = None) -> Any:
         """A ``process`` (push) or ``receive`` (basic.get) span for one delivery: a child of
         the context its headers carry, else of the current span."""
         return self._tracer.start_span(
             f"{operation} {queue or message.routing_key}", context=self.extract(message.properties),
-            kind=self._consumer, attributes=self._delivery_attributes(message, queue, operation, params),
+            kind=self._consumer, attributes=self._delivery_attributes(message, queue, operation, connection),
             start_time=start_time,
         )
 
     @contextlib.contextmanager
-    def processing(self, message: Any, queue: str, params: Any) -> Iterator[Any]:
+    def processing(self, message: Any, queue: str, connection: Any) -> Iterator[Any]:
         """A ``process`` span around a consumer callback, current while it runs."""
-        span = self.start_delivery(message, queue, "process", params)
+        span = self.start_delivery(message, queue, "process", connection)
         with self._trace.use_span(span, end_on_exit=True, record_exception=True, set_status_on_exception=True):
             yield span
 
@@ -270,18 +276,18 @@ class Tracing:
         stays one: the span covers the coroutine)."""
         tracing = self
 
-        def params() -> Any:
-            return consumer.channel._connection.params
+        def connection() -> Any:
+            return consumer.channel._connection
 
         if inspect.iscoroutinefunction(callback):
             async def traced_coroutine(message: Any) -> Any:
-                with tracing.processing(message, consumer.queue, params()):
+                with tracing.processing(message, consumer.queue, connection()):
                     return await callback(message)
 
             return functools.update_wrapper(traced_coroutine, callback)
 
         def traced(message: Any) -> Any:
-            with tracing.processing(message, consumer.queue, params()):
+            with tracing.processing(message, consumer.queue, connection()):
                 return callback(message)
 
         return functools.update_wrapper(traced, callback)
@@ -289,7 +295,7 @@ class Tracing:
     def hand_out(self, consumer: Any, message: Any) -> None:
         """An iterator hands ``message`` out: its ``process`` span starts and is current
         until the consumer is asked for the next message (``handled``)."""
-        span = self.start_delivery(message, consumer.queue, "process", consumer.channel._connection.params)
+        span = self.start_delivery(message, consumer.queue, "process", consumer.channel._connection)
         current = self._trace.set_span_in_context(span)
         consumer._traced = (span, current, self._context.attach(current))
 
@@ -311,20 +317,20 @@ class Tracing:
         empty queue's get-empty: nothing was received)."""
         if message is None:
             return
-        span = self.start_delivery(message, queue, "receive", channel._connection.params, start_time)
+        span = self.start_delivery(message, queue, "receive", channel._connection, start_time)
         span.end()
 
     # the bridge ------------------------------------------------------------------------
 
     def start_forwards(self, messages: Sequence[Any], queue: str, exchange: str, routing_key: Optional[str],
-                       params: Any) -> list[Any]:
+                       connection: Any) -> list[Any]:
         """One span per message a bridge forwards: ``send <destination>`` (PRODUCER), a
         child of the publisher's span its headers carry, which it passes on unchanged."""
         tracer = self._tracer
         spans = []
         for message in messages:
             key = message.routing_key if routing_key is None else routing_key
-            attributes = self._send_attributes(exchange, key, message.body, message.properties, params, "forward")
+            attributes = self._send_attributes(exchange, key, message.body, message.properties, connection, "forward")
             attributes["messaging.source.name"] = queue
             spans.append(tracer.start_span(self._send_name(exchange, key), context=self.extract(message.properties),
                                            kind=self._producer, attributes=attributes))

@@ -55,6 +55,7 @@ def check_send(send, queue, body_size):
     assert attributes["messaging.rabbitmq.destination.routing_key"] == queue
     assert attributes["messaging.message.body.size"] == body_size
     assert attributes["server.address"] and attributes["server.port"] > 0
+    assert attributes["network.peer.address"] and attributes["network.peer.port"] == attributes["server.port"]
 
 
 def check_child(span, parent, operation, queue):

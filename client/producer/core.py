@@ -252,7 +252,7 @@ class ProducerCore:
         if self.before_send is not None:
             self.before_send(message)
         if self._tracing is not None:
-            message.span = self._tracing.start_producer_send(message, None)
+            message.span = self._tracing.start_producer_send(message)
         return message
 
     def _check(self, exchange: str, routing_key: str, body: Body, properties: Optional[BasicProperties],
@@ -730,6 +730,10 @@ def _result_attributes(message: OutgoingMessage, result: Optional[SendResult]) -
     if broker is not None:
         attributes["server.address"] = broker.params.host
         attributes["server.port"] = broker.params.port
+        peer = broker.connection._peer if broker.connection is not None else None
+        if peer:
+            attributes["network.peer.address"] = peer[0]
+            attributes["network.peer.port"] = peer[1]
     if result is not None:
         attributes["amqwire.producer.broker"] = result.broker
         attributes["amqwire.producer.attempts"] = result.attempts
