@@ -328,6 +328,7 @@ def test_tracing_without_opentelemetry_is_a_typed_error_and_bad_options_are_refu
     assert issubclass(TracingUnavailable, ImportError)
 
 
+@pytest.mark.timeout(300)  # when it is the run's first Spark test, it waits for the JVM: minutes on a loaded machine
 def test_spark_sink_takes_the_trace_context_from_a_column(spark, amqp_url, names):
     import amqwire.spark
     from pyspark.sql import functions as F
@@ -368,3 +369,24 @@ def test_the_docs_examples_run(amqp_url, index):
     done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=90,
                           env={**__import__("os").environ, "AMQP_URL": amqp_url})
     assert done.returncode == 0, f"docs/tracing.md example {index + 1} failed:\n{done.stderr[-4000:]}"
+
+
+def test_a_send_refused_at_the_call_ends_its_span_with_the_error(amqp_url, names, traced):
+    from amqwire.client import BufferFullError
+
+    provider, exporter = traced
+    queue = names.queue()
+    with connect(amqp_url) as conn:
+        conn.channel().queue_declare(queue)
+    # linger: the first send waits in the producer's queue, holding the whole buffer
+    with Producer(amqp_url, tracing=provider, buffer_memory=100, buffer_full="raise", linger=30,
+                  batch_size=1000) as producer:
+        first = producer.send_async("", queue, b"x" * 80)
+        with pytest.raises(BufferFullError):
+            producer.send_async("", queue, b"y" * 80)
+        refused = only(spans_named(exporter, "send "), "the spans ended so far")
+        assert refused.status.status_code is StatusCode.ERROR
+        assert refused.attributes["error.type"] == "BufferFullError"
+        producer.flush(30)
+        first.result(30)
+    assert len(spans_named(exporter, "send ")) == 2

@@ -255,6 +255,18 @@ class ProducerCore:
             message.span = self._tracing.start_producer_send(message)
         return message
 
+    def _refused(self, message: OutgoingMessage, error: BaseException) -> None:
+        """A send that raised before it was queued (closed, full buffer, no room in time):
+        its span ends with the error.  One that was queued settles as usual (a pacing wait
+        interrupted after its offer leaves it on its way)."""
+        if message.span is None:
+            return
+        with self._lock:
+            accepted = message.done or message in self._inflight or message in self._retrying \
+                or message in self._inbox or message in self._queue
+        if not accepted:
+            self._tracing.end(message.span, error)
+
     def _check(self, exchange: str, routing_key: str, body: Body, properties: Optional[BasicProperties],
                mandatory: bool) -> bytes:
         """The slow path of _prepare: types, and the codec's checks of names and properties."""
