@@ -99,7 +99,7 @@ class Tracing:
     or use another format).  One Tracing may serve many connections.
     """
 
-    __slots__ = ("_tracer", "_propagator", "_trace", "_context", "_producer", "_consumer")
+    __slots__ = ("_tracer", "_propagator", "_w3c", "_trace", "_context", "_producer", "_consumer")
 
     def __init__(self, tracer_provider: Any = None, propagator: Any = None) -> None:
         try:
@@ -114,6 +114,7 @@ class Tracing:
         self._context: Any = context
         self._tracer: Any = trace.get_tracer("amqwire", _version(), tracer_provider=tracer_provider)
         self._propagator: Any = propagator if propagator is not None else TraceContextTextMapPropagator()
+        self._w3c = propagator is None
         self._producer: Any = trace.SpanKind.PRODUCER
         self._consumer: Any = trace.SpanKind.CONSUMER
 
@@ -125,7 +126,16 @@ class Tracing:
     def inject(self, span: Any, properties: Optional[BasicProperties]) -> Optional[BasicProperties]:
         """``properties`` with ``span``'s context in its headers (a copy; unchanged when the
         span carries no valid context, as with OpenTelemetry's no-op provider)."""
-        carrier: dict[str, Any] = {}
+        if self._w3c:  # the default propagator's two headers, written here without building a Context
+            span_context = span.get_span_context()
+            if not span_context.is_valid:
+                return properties
+            carrier: dict[str, Any] = {TRACEPARENT: "00-%032x-%016x-%02x" % (
+                span_context.trace_id, span_context.span_id, span_context.trace_flags)}
+            if span_context.trace_state:
+                carrier[TRACESTATE] = span_context.trace_state.to_header()
+            return with_headers(properties, carrier)
+        carrier = {}
         self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
         if not carrier:
             return properties
@@ -217,8 +227,9 @@ class Tracing:
     @contextlib.contextmanager
     def sending(self, channel: Any, exchange: str, routing_key: str, body: Any,
                 properties: Optional[BasicProperties]) -> Iterator[Optional[BasicProperties]]:
-        """A ``send`` span around a client publish, current while it runs (its exception
-        recorded); yields the properties to publish, with the span's context."""
+        """A ``send`` span around a client publish (its exception recorded); yields the
+        properties to publish, with the span's context.  Not made current: nothing inside a
+        publish starts spans, and attaching a context costs as much as the rest."""
         attributes = self._send_attributes(exchange, routing_key, body, properties, channel._connection)
         attributes["messaging.rabbitmq.channel"] = channel.channel_id
         span = self._tracer.start_span(self._send_name(exchange, routing_key), kind=self._producer,
@@ -226,8 +237,12 @@ class Tracing:
         traced = self.inject(span, properties)
         token = _SENDING.set(True)
         try:
-            with self._trace.use_span(span, end_on_exit=True, record_exception=True, set_status_on_exception=True):
-                yield traced
+            yield traced
+        except BaseException as exc:
+            self.end(span, exc)
+            raise
+        else:
+            span.end()
         finally:
             _SENDING.reset(token)
 
