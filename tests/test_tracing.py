@@ -360,16 +360,6 @@ def test_spark_sink_takes_the_trace_context_from_a_column(spark, amqp_url, names
         assert conn.channel().basic_get(queue, no_ack=True).properties.headers == {"traceparent": parents[0]}
 
 
-DOC = __import__("pathlib").Path(__file__).resolve().parent.parent / "docs" / "tracing.md"
-
-
-@pytest.mark.parametrize("index", range(len(re.findall(r"```python\n", DOC.read_text()))))
-def test_the_docs_examples_run(amqp_url, index):
-    block = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)[index]
-    done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=90,
-                          env={**__import__("os").environ, "AMQP_URL": amqp_url})
-    assert done.returncode == 0, f"docs/tracing.md example {index + 1} failed:\n{done.stderr[-4000:]}"
-
 
 def test_a_send_refused_at_the_call_ends_its_span_with_the_error(amqp_url, names, traced):
     from amqwire.client import BufferFullError
