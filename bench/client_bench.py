@@ -890,6 +890,30 @@ def with_metrics(fn):
     return run
 
 
+def with_tracing(fn):
+    """The same amqwire row with ``connect(..., tracing=provider)``: OpenTelemetry's SDK
+    TracerProvider, a SimpleSpanProcessor and an exporter that drops the spans.  So the row
+    pays for what amqwire does (a span per publish or delivery, the traceparent written into
+    or read from the headers) and for the SDK recording each span, not for exporting it."""
+
+    def run(ctx, queue, n):
+        # imported here: an amqwire without tracing, or no opentelemetry-sdk, fails this row only
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+        class Dropped(SpanExporter):
+            def export(self, spans):
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(Dropped()))
+        return fn(ctx, queue, n, tracing=provider)
+
+    run.__name__ = fn.__name__ + "_tracing"
+    run.__doc__ = (fn.__doc__ or "") + " With OpenTelemetry tracing (SDK, spans dropped)."
+    return run
+
+
 def with_aa_copies(rows):
     """Each amqwire row followed by an identical copy (an A/A test): whatever separates the
     two is noise, which bounds the differences the run can resolve (e.g. a +metrics row)."""
@@ -945,6 +969,10 @@ def build_rows():
           note="info: as amqwire blocking, metrics=InMemoryMetrics()"),
         R("publish", "amqwire asyncio +metrics", "amqwire", with_metrics(aw_aio_publish), info=True, na=na,
           note="info: as amqwire asyncio, metrics=InMemoryMetrics()"),
+        R("publish", "amqwire blocking +tracing", "amqwire", with_tracing(aw_blocking_publish), info=True, na=na,
+          note="info: as amqwire blocking, tracing=an SDK TracerProvider"),
+        R("publish", "amqwire asyncio +tracing", "amqwire", with_tracing(aw_aio_publish), info=True, na=na,
+          note="info: as amqwire asyncio, tracing=an SDK TracerProvider"),
         R("publish", "amqwire blocking, no batch", "amqwire", aw_blocking_publish_nobatch,
           info=True, na=na, note="info: basic_publish without batch()"),
         R("publish", "pika", "pika", pika_publish, note="BlockingConnection.basic_publish"),
@@ -962,6 +990,10 @@ def build_rows():
           note="info: as amqwire blocking, metrics=InMemoryMetrics()"),
         R("confirm", "amqwire asyncio +metrics", "amqwire", with_metrics(aw_aio_confirm), info=True, na=na,
           note="info: as amqwire asyncio, metrics=InMemoryMetrics()"),
+        R("confirm", "amqwire blocking +tracing", "amqwire", with_tracing(aw_blocking_confirm), info=True, na=na,
+          note="info: as amqwire blocking, tracing=an SDK TracerProvider"),
+        R("confirm", "amqwire asyncio +tracing", "amqwire", with_tracing(aw_aio_confirm), info=True, na=na,
+          note="info: as amqwire asyncio, tracing=an SDK TracerProvider"),
         R("confirm", "pika", "pika", pika_confirm,
           note="confirm_delivery + basic_publish (blocks per message)"),
         R("confirm", "py-amqp", "py-amqp", amqp_confirm,
@@ -981,6 +1013,10 @@ def build_rows():
           note="info: as amqwire blocking, metrics=InMemoryMetrics()"),
         R("consume", "amqwire asyncio +metrics", "amqwire", with_metrics(aw_aio_consume), info=True, na=na,
           note="info: as amqwire asyncio, metrics=InMemoryMetrics()"),
+        R("consume", "amqwire blocking +tracing", "amqwire", with_tracing(aw_blocking_consume), info=True, na=na,
+          note="info: as amqwire blocking, tracing=an SDK TracerProvider"),
+        R("consume", "amqwire asyncio +tracing", "amqwire", with_tracing(aw_aio_consume), info=True, na=na,
+          note="info: as amqwire asyncio, tracing=an SDK TracerProvider"),
         R("consume", "pika", "pika", pika_consume, note="basic_consume callback, start_consuming"),
         R("consume", "py-amqp", "py-amqp", amqp_consume, note="basic_consume callback, drain_events"),
         R("consume", "aio-pika", "aio-pika", aiopika_consume, note="queue.consume(callback)"),

@@ -14,7 +14,7 @@ interpreter and the codec.  What it cannot count: the broker, waiting, lock hand
 kernel, cache misses.  What still varies: how the broker's acks and deliveries fall into
 socket reads (a read carrying more frames costs less per frame), so repeats differ by ~1%.
 
-    python -m bench.instructions                       # the amqwire rows, with and without metrics
+    python -m bench.instructions                       # the amqwire rows, with and without metrics, tracing
     python -m bench.instructions --only "consume" --count 30000 --repeats 3 --json /tmp/i.json
 
 Needs valgrind (``apt-get install valgrind``).  Each row takes 20-60 s under callgrind.
@@ -39,7 +39,8 @@ except ImportError:  # run as a script: bench/ is on sys.path
     import client_bench as cb  # type: ignore[no-redef]
     from rows import select_rows  # type: ignore[no-redef]
 
-DEFAULT_ROWS = ("amqwire blocking", "amqwire asyncio")  # each case, with and without +metrics
+DEFAULT_ROWS = ("amqwire blocking", "amqwire asyncio")  # each case, with and without +metrics, +tracing
+_VARIANTS = (" +metrics", " +tracing")  # rows measured beside the row without them
 _TOTALS = re.compile(rb"^(?:summary|totals):\s+(\d+)", re.M)
 
 
@@ -89,7 +90,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=1, help="measurements per row (median; default 1)")
     ap.add_argument("--only", metavar="SUBSTR", help="rows whose 'case: label' contains one of these "
                     "comma-separated substrings; '=case: label' selects that row alone (default: the amqwire "
-                    "rows, with and without +metrics)")
+                    "rows, with and without +metrics and +tracing)")
     ap.add_argument("--url", default=os.environ.get("AMQP_URL") or cb.DEFAULT_URL)
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     ap.add_argument("--child", nargs=3, metavar=("KEY", "N", "QUEUE"), help=argparse.SUPPRESS)
@@ -127,10 +128,10 @@ def main(argv=None):
     finally:
         admin.close()
     print()
-    print("  %-38s %14s  %s" % ("row", "instr/msg", "with metrics / without"))
+    print("  %-38s %14s  %s" % ("row", "instr/msg", "with metrics or tracing / without"))
     for row in rows:
         value = statistics.median(results[row.key])
-        base_key = row.key[:-len(" +metrics")] if row.key.endswith(" +metrics") else None
+        base_key = next((row.key[:-len(s)] for s in _VARIANTS if row.key.endswith(s)), None)
         ratio = ""
         if base_key in results:
             ratio = "%+.1f%%" % (100 * (value / statistics.median(results[base_key]) - 1))

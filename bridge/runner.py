@@ -371,7 +371,10 @@ class Direction:
                 for start in range(0, len(messages), step):
                     batch = forwarder.prepare(messages[start:start + step] if len(messages) > step else messages)
                     if batch.count:
-                        await self._publish(batch)
+                        if self.bridge.tracing is not None:
+                            await self._publish_traced(batch, self.bridge.tracing)
+                        else:
+                            await self._publish(batch)
                     # Synchronously from the publish on: the forwarder numbers the batch's
                     # publishes after everything that happened before it (a channel reopened
                     # while the publish waited restarts the seqnos) and before anything after.
@@ -436,6 +439,17 @@ class Direction:
                     raise
         if future is not None:
             future.add_done_callback(lambda f, b=batch: self._on_batch_settled(b, f))
+
+    async def _publish_traced(self, batch: Batch, tracing: Any) -> None:
+        """``_publish`` with a span per forwarded message, from the decision to forward it
+        to the batch's write; the headers (traceparent with them) go on unchanged."""
+        spans = tracing.start_forwards(batch.messages, self.queue, self.exchange, self.routing_key, self.destination)
+        try:
+            await self._publish(batch)
+        except BaseException as exc:
+            tracing.end_all(spans, exc)
+            raise
+        tracing.end_all(spans)
 
     async def _apply(self, actions: list[Action]) -> None:
         channel = self._src_ch
@@ -514,6 +528,9 @@ class Bridge:
     ``demand``: consume only while the destination has consumers on the queue of the
     source queue's name (see ``demand.py``; learned from the ``rabbitmq_event_exchange``
     plugin's events where the destination has it, and every ``demand_interval`` seconds).
+    ``tracing``: OpenTelemetry (True, a TracerProvider or an ``amqwire.client.tracing.Tracing``;
+    see docs/tracing.md): one ``send`` span per forwarded message, a child of the context in
+    its ``traceparent`` header, which goes on unchanged.
 
         async with Bridge(src, "orders", dest, dest_exchange="orders") as bridge:
             ...                      # runs until the block ends; stop() drains
@@ -550,6 +567,7 @@ class Bridge:
         management_port: Optional[int] = 15672,
         demand: bool = False,
         demand_interval: float = 2.0,
+        tracing: Any = False,
     ) -> None:
         try:
             self.ack_mode = AckMode(ack_mode)
@@ -609,6 +627,12 @@ class Bridge:
         self.management_port = management_port
         self.demand = demand
         self.demand_interval = demand_interval
+        # OpenTelemetry (amqwire.client.tracing): a span per forwarded message; None: off
+        self.tracing: Any = None
+        if tracing is not None and tracing is not False:
+            from amqwire.client.tracing import tracing_from_option
+
+            self.tracing = tracing_from_option(tracing)
         self.demand_source: Optional[str] = None  # "events" or "polling", once started on demand
         self._demand_wake: Optional[asyncio.Event] = None
         self._demand_queues: set[str] = set()  # named by events since the last look

@@ -197,6 +197,7 @@ class AsyncioIO:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with connection._lock:
             connection._socket_up(transport.abort)
+            connection._peer = transport.get_extra_info("peername")
             self._transport = transport
             self._stream = stream
             connection._set_write_paused(False)

@@ -145,6 +145,8 @@ class ThreadIO:
         sock.setblocking(False)
         with connection._lock:
             connection._socket_up(sock.close)
+            with contextlib.suppress(OSError):
+                connection._peer = sock.getpeername()
             self._sock = sock
             self._tls = isinstance(sock, ssl.SSLSocket)
             self._monitor = proto.HeartbeatMonitor(0, time.monotonic())

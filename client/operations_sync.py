@@ -524,7 +524,11 @@ class SyncChannel(ChannelBase):
     def basic_get(self, queue: str, *, no_ack: bool = False, timeout: Optional[float] = None) -> Optional[Message]:
         """One message from the queue, or None if it is empty (``message_count``: how many remain)."""
         self._get_no_ack = no_ack
+        tracing = self._connection._tracing
+        started = 0 if tracing is None else tracing.now()
         message: Optional[Message] = self._rpc(BasicGet(0, queue, no_ack), timeout, record=False)
+        if tracing is not None:
+            tracing.received(self, queue, message, started)
         return message
 
     def basic_cancel(self, consumer_tag: str, *, timeout: Optional[float] = None) -> None:
@@ -662,6 +666,10 @@ class SyncChannel(ChannelBase):
         broker's verdict and raises PublishNacked or MessageReturned (mandatory,
         unroutable).  ``timeout`` bounds every wait."""
         connection = self._connection
+        if connection._tracing is not None and connection._tracing.outside_send():
+            with connection._tracing.sending(self, exchange, routing_key, body, properties) as traced:
+                self.basic_publish(exchange, routing_key, body, traced, mandatory=mandatory, timeout=timeout)
+            return
         if self._confirm:
             deadline = _deadline(timeout)
             token: Any = self.publish_async(
@@ -710,6 +718,10 @@ class SyncChannel(ChannelBase):
         if not self._confirm:
             raise InvalidStateError("publish_async needs confirm mode: call confirm_select() first")
         connection = self._connection
+        if connection._tracing is not None and connection._tracing.outside_send():
+            with connection._tracing.sending(self, exchange, routing_key, body, properties) as traced:
+                return self.publish_async(exchange, routing_key, body, traced, mandatory=mandatory,
+                                                callback=callback, timeout=timeout)
         if connection._held or self._flow_paused or self._unsettled >= self._max_in_flight:
             self._wait_for_room(1, _deadline(timeout))
         token = self._waits.new_token(1, callback)
@@ -1021,7 +1033,7 @@ class SyncConsumer(ConsumerBase):
     """A subscription: iterate it for messages (``for`` on the blocking transport, ``async
     for`` on asyncio), or give ``consume()`` a callback."""
 
-    __slots__ = ("_buffer",)
+    __slots__ = ("_buffer", "_tracing", "_traced")
 
     channel: SyncChannel
     _inbox: Inbox
@@ -1036,10 +1048,15 @@ class SyncConsumer(ConsumerBase):
 
     def __next__(self) -> Message:
         buffer = self._buffer
-        if buffer:
+        if buffer and self._tracing is None:
             return buffer.popleft()  # type: ignore[no-any-return]
+        tracing = self._tracing
+        if tracing is not None:
+            tracing.handled(self)  # asking for the next message ends the last one's span
         item = self._inbox.next(None)
         if type(item) is Message:
+            if tracing is not None:
+                tracing.hand_out(self, item)
             return item
         if item is END:
             raise StopIteration
@@ -1047,8 +1064,13 @@ class SyncConsumer(ConsumerBase):
 
     def get(self, timeout: Optional[float] = None) -> Optional[Message]:
         """The next message; None after ``timeout`` seconds or once the consumer is cancelled."""
+        tracing = self._tracing
+        if tracing is not None:
+            tracing.handled(self)
         item = self._inbox.next(timeout)
         if item is None or type(item) is Message:
+            if tracing is not None and item is not None:
+                tracing.hand_out(self, item)
             return item
         if item is END:
             return None
@@ -1057,6 +1079,8 @@ class SyncConsumer(ConsumerBase):
     def cancel(self) -> None:
         """Stop the subscription; messages already received can still be read.  While the
         connection recovers: the subscription is not restored."""
+        if self._tracing is not None:
+            self._tracing.handled(self)
         if self.active:
             if self.channel.is_open:
                 self.channel.basic_cancel(self.consumer_tag)

@@ -26,7 +26,7 @@ import inspect
 import logging
 import ssl
 import time
-from typing import Any, Callable, Optional, Sequence, TypedDict, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypedDict, TypeVar, Union
 
 from amqwire.codec import BasicCancel, BasicConsumeOk, CodecError, ProtocolHeaderError
 
@@ -78,6 +78,9 @@ from .recovery import END, RecoveryPolicy, Topology, recoverable
 from .connect import unverified_tls
 from .url import ConnectionParameters, ParametersLike, parameters_list
 
+if TYPE_CHECKING:
+    from .tracing import Tracing
+
 _clock = time.monotonic
 _CHANNEL_OPEN = ChannelPhase.OPEN
 _ANY = 1 << 62  # a confirm waiter that wants every change
@@ -100,6 +103,8 @@ class ConnectOptions(TypedDict, total=False):
     fails for good);
     ``exception_handler``: called with a CallbackError for exceptions of user callbacks
     (default: log them); ``metrics``: a MetricsCollector (default: none, nothing counted);
+    ``tracing``: OpenTelemetry tracing of publishes and deliveries (True: the global
+    TracerProvider; a TracerProvider; a ``tracing.Tracing``; default off, see docs/tracing.md);
     ``consumer_workers`` (blocking only): run consumer and return callbacks on that many
     worker threads, in order per channel, instead of in ``process_events``.
     """
@@ -117,6 +122,7 @@ class ConnectOptions(TypedDict, total=False):
     rpc_timeout: Optional[float]
     exception_handler: Optional[ExceptionHandler]
     metrics: Optional[MetricsCollector]
+    tracing: Any
     consumer_workers: int
 
 
@@ -149,7 +155,7 @@ class ConnectionBase:
         "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
         "exception_handler", "_observer", "_seen_published", "_to_stamp",
         "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned",
-        "_seen_delivered", "_seen_got", "__weakref__"
+        "_seen_delivered", "_seen_got", "_tracing", "_peer", "__weakref__"
     )
 
     _channels: dict[int, Any]
@@ -169,6 +175,7 @@ class ConnectionBase:
         rpc_timeout: Optional[float] = DEFAULT_RPC_TIMEOUT,
         exception_handler: Optional[ExceptionHandler] = None,
         metrics: Optional[MetricsCollector] = None,
+        tracing: Any = False,
     ) -> None:
         if blocked_action not in ("wait", "raise"):
             raise ValueError(f"blocked_action must be 'wait' or 'raise', not {blocked_action!r}")
@@ -224,6 +231,14 @@ class ConnectionBase:
         self.exception_handler: ExceptionHandler = exception_handler or log_callback_error
         # Listeners and metrics; None while nothing watches: the hot paths check this alone.
         self._observer: Optional[Observer] = None if metrics is None else Observer(metrics)
+        # OpenTelemetry (tracing.py); None while off: the hot paths check this alone, and
+        # nothing of OpenTelemetry is imported.
+        self._tracing: Optional[Tracing] = None
+        self._peer: Any = None  # (address, port) of the socket's far end, set by the transport
+        if tracing is not None and tracing is not False:
+            from .tracing import tracing_from_option
+
+            self._tracing = tracing_from_option(tracing)
         if metrics is not None:
             self._lifecycle.watch = _ConnectionGauge(metrics)
         self._seen_published = 0  # the core's count of queued publishes, reported to the metrics
@@ -1368,6 +1383,12 @@ class ConsumerBase:
     def __init__(self, channel: Any, queue_name: str, callback: Optional[Callable[[Message], Any]], method: Any) -> None:
         self.channel = channel
         self.queue = queue_name
+        # With tracing, each message reaches the callback inside a ``process`` span, and an
+        # iterator keeps the span of the message it handed out last in _traced.
+        self._tracing = tracing = channel._connection._tracing
+        self._traced: Any = None
+        if tracing is not None and callback is not None:
+            callback = tracing.traced_callback(callback, self)
         self.callback = callback
         self.consumer_tag = ""
         self._method = method

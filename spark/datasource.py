@@ -10,7 +10,9 @@
 Columns, as in Spark's Kafka sink: ``body`` (binary or string; a struct with
 ``body_format`` json/table) is required; ``routing_key``, ``exchange`` (the options of the
 same names override the columns), ``headers`` (map) and ``properties`` (struct of basic
-properties) are optional.  Any other column is an error.
+properties) are optional.  Any other column is an error, but the one the
+``traceparentColumn`` option names: a string column of W3C trace contexts, each written
+into its row's headers as ``traceparent`` (see docs/tracing.md).
 
 Each task opens its own connection in ``write()``, encodes every Arrow batch into publish
 frames in one pass and sends them with pipelined publisher confirms; its commit message
@@ -51,13 +53,13 @@ _BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "
 _CONNECT_OPTIONS = {"blocked_action": str, "blocked_timeout": float}
 _SINK_OPTIONS = {
     "url", "exchange", "routing_key", "mandatory", "confirm_window", "confirm_timeout",
-    "frame_max", "body_format",
+    "frame_max", "body_format", "traceparent_column",
 }
 # Spark's camelCase spellings (options arrive lower-cased: Spark's options are
 # case-insensitive) of the snake_case names.
 _ALIASES = {
     "routingkey": "routing_key", "confirmwindow": "confirm_window", "confirmtimeout": "confirm_timeout",
-    "bodyformat": "body_format", "framemax": "frame_max",
+    "bodyformat": "body_format", "framemax": "frame_max", "traceparentcolumn": "traceparent_column",
 }
 # Options Spark itself hands every data source (the save() path, streaming bookkeeping).
 _SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
@@ -86,6 +88,7 @@ class SinkSettings:
     body_format: str
     connect_kwargs: tuple[tuple[str, Any], ...]  # (name, value) pairs for connect()
     columns: tuple[str, ...]  # the DataFrame's column names, in order
+    traceparent_column: Optional[str] = None  # a column of W3C traceparents, written into the headers
 
     @classmethod
     def from_options(cls, options: Any, schema: StructType) -> "SinkSettings":
@@ -95,7 +98,7 @@ class SinkSettings:
                 raise ValueError(
                     f"unknown option {key!r} for the amqp data source (known: "
                     f"{', '.join(sorted(_SINK_OPTIONS))} (or routingKey, confirmWindow, confirmTimeout, "
-                    f"bodyFormat, frameMax), and amqp.* connection options)"
+                    f"bodyFormat, frameMax, traceparentColumn), and amqp.* connection options)"
                 )
         urls = options.get("url") or options.get("path") or DEFAULT_URL  # save(url) works too
         url_list = [part.strip() for part in urls.replace(",", " ").split()] if isinstance(urls, str) else list(urls)
@@ -121,7 +124,17 @@ class SinkSettings:
             overrides["frame_max"] = frame_max
         parameters = tuple(parameters_list(url_list, **overrides))
         names = tuple(field.name for field in schema.fields)
-        unknown = [name for name in names if name not in COLUMNS]
+        traceparent_column = options.get("traceparent_column")
+        if traceparent_column is not None:
+            if traceparent_column not in names:
+                raise ValueError(f"traceparentColumn: the DataFrame has no column {traceparent_column!r}")
+            if traceparent_column in COLUMNS:
+                raise ValueError(f"traceparentColumn: {traceparent_column!r} is one of the sink's own columns")
+            from .trace_headers import check_types
+
+            check_types(schema[traceparent_column].dataType,
+                        schema["headers"].dataType if "headers" in names else None)
+        unknown = [name for name in names if name not in COLUMNS and name != traceparent_column]
         if unknown:
             raise ValueError(
                 f"the amqp data source does not know the column(s) {', '.join(map(repr, unknown))}; "
@@ -145,6 +158,7 @@ class SinkSettings:
             body_format=body_format,
             connect_kwargs=tuple(sorted(connect_kwargs.items())),
             columns=names,
+            traceparent_column=traceparent_column,
         )
         settings.encoder(1, frame_max or 131072)  # bad encoder settings fail here, on the driver
         return settings
@@ -241,6 +255,10 @@ def publish_batches(settings: SinkSettings, batches: Iterator[Any]) -> AMQPCommi
                 channel.confirm_select(max_in_flight=settings.confirm_window)
                 encoder = settings.encoder(channel.channel_id, conn.frame_max)
             columns = {name: batch.column(index) for index, name in enumerate(batch.schema.names)}
+            if settings.traceparent_column is not None:
+                from .trace_headers import with_traceparent
+
+                columns["headers"] = with_traceparent(columns.get("headers"), columns.pop(settings.traceparent_column))
             frames = encoder.encode_frames(**columns)
             # a broker that stops confirming, blocks the connection or pauses the channel
             # fails the task after confirm_timeout instead of hanging it

@@ -87,7 +87,8 @@ class ProducerCore:
         "_next_sweep", "_no_broker_until", "_sender_idle", "_flushing", "_room_waiters", "_pace_at", "_pacing",
         "_closed", "_stopping",
         "_waiting", "_sent", "_confirmed", "_oneway", "_retried", "_failed", "_bytes",
-        "_latencies", "_backend", "_lock", "_new_future", "_resolve", "_resolve_all", "_wake", "_notify"
+        "_latencies", "_backend", "_lock", "_new_future", "_resolve", "_resolve_all", "_wake", "_notify",
+        "_tracing",
     )
 
     def __init__(
@@ -123,6 +124,7 @@ class ProducerCore:
         heartbeat: Optional[int] = None,
         ssl_context: Any = None,
         client_properties: Optional[dict[str, Any]] = None,
+        tracing: Any = False,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 or None, not {timeout!r}")
@@ -174,6 +176,13 @@ class ProducerCore:
             self._connect_options["ssl_context"] = ssl_context
         if client_properties is not None:
             self._connect_options["client_properties"] = client_properties
+        # OpenTelemetry: a send span per send, from the call to its result.  The producer's
+        # connections do not trace: their publishes are the producer's (see tracing.py).
+        self._tracing: Any = None
+        if tracing is not None and tracing is not False:
+            from ..tracing import tracing_from_option
+
+            self._tracing = tracing_from_option(tracing)
         self._random = random.Random()
         # the accumulator.  Callers append to _inbox without the lock (deque.append is
         # atomic under the GIL): with many sending threads, a lock taken per send turns into
@@ -242,7 +251,21 @@ class ProducerCore:
                                   with_id)
         if self.before_send is not None:
             self.before_send(message)
+        if self._tracing is not None:
+            message.span = self._tracing.start_producer_send(message)
         return message
+
+    def _refused(self, message: OutgoingMessage, error: BaseException) -> None:
+        """A send that raised before it was queued (closed, full buffer, no room in time):
+        its span ends with the error.  One that was queued settles as usual (a pacing wait
+        interrupted after its offer leaves it on its way)."""
+        if message.span is None:
+            return
+        with self._lock:
+            accepted = message.done or message in self._inflight or message in self._retrying \
+                or message in self._inbox or message in self._queue
+        if not accepted:
+            self._tracing.end(message.span, error)
 
     def _check(self, exchange: str, routing_key: str, body: Body, properties: Optional[BasicProperties],
                mandatory: bool) -> bytes:
@@ -381,6 +404,8 @@ class ProducerCore:
                 self._failed += 1
         if error is not None and message.oneway:
             log.warning("one-way send of message %s dropped: %s", message.message_id, error)
+        if message.span is not None:
+            self._tracing.end(message.span, error, _result_attributes(message, result))
         if message.future is not None:
             self._resolve(message.future, result, error)
         if self.after_send is not None:
@@ -470,6 +495,10 @@ class ProducerCore:
             self._bytes += size
             self._pending -= len(settled)
             self._confirmed += len(settled)
+        if self._tracing is not None:
+            for message, result in zip(settled, results):
+                if message.span is not None:
+                    self._tracing.end(message.span, None, _result_attributes(message, result))
         self._resolve_all(futures, results)
         after = self.after_send
         if after is not None:
@@ -703,3 +732,21 @@ class ProducerCore:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<Producer {state} brokers={[b.url for b in self.brokers]} pending={self._pending}>"
+
+
+def _result_attributes(message: OutgoingMessage, result: Optional[SendResult]) -> dict[str, Any]:
+    """A send span's last attributes: the broker it went to last, and for a confirmed send
+    the attempts it took."""
+    attributes: dict[str, Any] = {}
+    broker = message.broker
+    if broker is not None:
+        attributes["server.address"] = broker.params.host
+        attributes["server.port"] = broker.params.port
+        peer = broker.connection._peer if broker.connection is not None else None
+        if peer:
+            attributes["network.peer.address"] = peer[0]
+            attributes["network.peer.port"] = peer[1]
+    if result is not None:
+        attributes["amqwire.producer.broker"] = result.broker
+        attributes["amqwire.producer.attempts"] = result.attempts
+    return attributes

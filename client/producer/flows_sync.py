@@ -191,9 +191,13 @@ class Producer(ProducerCore):
         """Send and wait for the broker's confirm: the SendResult, or SendFailed (with the
         attempts) / SendTimeout (naming the wait it was in) / the codec's error for bad input."""
         message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
-        offered = self._offer(message)
-        if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
-            self._enqueue(message, offered)
+        try:
+            offered = self._offer(message)
+            if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
+                self._enqueue(message, offered)
+        except BaseException as exc:
+            self._refused(message, exc)
+            raise
         return self._wait_result(message.future)
 
     def send_async(
@@ -210,9 +214,13 @@ class Producer(ProducerCore):
         """Queue a send and return its future (its result: a SendResult); ``callback(future)``
         runs exactly once when it settles.  Waits only for room in the buffer."""
         message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
-        offered = self._offer(message)
-        if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
-            self._enqueue(message, offered)
+        try:
+            offered = self._offer(message)
+            if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
+                self._enqueue(message, offered)
+        except BaseException as exc:
+            self._refused(message, exc)
+            raise
         future: SendFuture = message.future
         if callback is not None:
             message.future.add_done_callback(callback)
@@ -231,9 +239,13 @@ class Producer(ProducerCore):
         queued, and the message may be lost (a connection lost before the broker read it, an
         unroutable message).  Counted in ``stats().oneway``; a drop is logged."""
         message = self._prepare(exchange, routing_key, body, properties, False, timeout, True)
-        offered = self._offer(message)
-        if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
-            self._enqueue(message, offered)
+        try:
+            offered = self._offer(message)
+            if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
+                self._enqueue(message, offered)
+        except BaseException as exc:
+            self._refused(message, exc)
+            raise
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Write everything queued now, without lingering, and wait until each of those sends

@@ -46,7 +46,7 @@ class OutgoingMessage:
     __slots__ = (
         "exchange", "routing_key", "body", "_properties", "_with_id", "mandatory", "message_id", "oneway",
         "timeout", "deadline", "started", "attempts", "future", "size", "not_before", "stage",
-        "epoch", "done", "broker", "solo",
+        "epoch", "done", "broker", "solo", "span",
     )
 
     def __init__(self, exchange: str, routing_key: str, body: bytes, properties: Optional[BasicProperties],
@@ -75,6 +75,7 @@ class OutgoingMessage:
         self.done = False
         self.broker: Any = None
         self.solo = False  # sent alone, its confirm awaited before the next (see _batch_cb)
+        self.span: Any = None  # its OpenTelemetry send span, with tracing on
 
     @property
     def properties(self) -> Optional[BasicProperties]:
