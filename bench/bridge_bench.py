@@ -60,6 +60,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
+import glob
 import json
 import os
 import signal
@@ -346,15 +348,20 @@ def _per_message(seconds: float, n: int) -> float:
     return seconds / n * 1e6
 
 
-async def run_fan_bridge(node_a: BrokerNode, node_b: BrokerNode, mode: str, per_queue: int, prefetch: int) -> Measured:
+async def run_fan_bridge(node_a: BrokerNode, node_b: BrokerNode, mode: str, per_queue: int, prefetch: int,
+                         profile: Optional[str] = None) -> Measured:
     """One amqwire bridge process (``python -m amqwire.bridge`` with a --src-queue per
-    queue: the Connector) with its defaults but the prefetch; URLs from the environment."""
+    queue: the Connector) with its defaults but the prefetch; URLs from the environment.
+    ``profile``: run it under cProfile, writing ``<profile>.<n>.prof`` (slower: diagnosis only)."""
     a, b = node_a.url, node_b.url
     n = per_queue * len(FAN_QUEUES)
     await reset_fan(a, b)
     await fill_fan(a, per_queue)
     nodes = NodeCpu(node_a, node_b)
     command = [sys.executable, "-m", "amqwire.bridge", "--prefetch", str(prefetch)]
+    if profile:
+        n_profiles = len(glob.glob(glob.escape(profile) + ".*.prof"))
+        command[1:1] = ["-m", "cProfile", "-o", f"{profile}.{n_profiles + 1}.prof"]
     for q in FAN_QUEUES:
         command += ["--src-queue", q]
     env = dict(os.environ, AMQWIRE_SRC_URL=a, AMQWIRE_DEST_URL=b)
@@ -434,11 +441,11 @@ WINDOW_ROW = "confirm publish, prefetch window (ceiling)"
 BOTH_ROW = "consume + publish at once (ceiling)"
 
 
-def rows(only: list[str], n: int, per_queue: int) -> list[tuple[str, Any, str, int]]:
+def rows(only: list[str], n: int, per_queue: int, profile: Optional[str] = None) -> list[tuple[str, Any, str, int]]:
     """(name, function, ack mode, its count argument) of each row, in the order they run."""
     out = [(f"bridge {m}", run_bridge, m, n) for m in MODES]
     out += [(f"shovel {m}", run_shovel, m, n) for m in MODES]
-    out += [(FAN_BRIDGE_ROW, run_fan_bridge, "on-confirm", per_queue),
+    out += [(FAN_BRIDGE_ROW, functools.partial(run_fan_bridge, profile=profile), "on-confirm", per_queue),
             (FAN_SHOVEL_ROW, run_fan_shovel, "on-confirm", per_queue)]
     out += [("consume (ceiling)", run_consume, "", n), ("confirm publish (ceiling)", run_publish, "", n),
             (WINDOW_ROW, run_publish_window, "", n), (BOTH_ROW, run_both, "", n)]
@@ -484,6 +491,9 @@ def main(argv=None) -> int:
                    help="prefetch of the bridge, the shovel (src-prefetch-count) and the consume ceiling (1000: "
                         "the default of both; in on-confirm mode it bounds the messages in flight)")
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--bridge-profile", default=None, metavar="PREFIX",
+                   help="run the 8-queue bridge process under cProfile, one PREFIX.<n>.prof per run (slows it: "
+                        "for diagnosis, not for the numbers)")
     p.add_argument("--erl-args", default="", help="extra Erlang VM arguments for both nodes (e.g. '+sbwt none': "
                    "no scheduler busy-waiting, for hosts with fewer cores than busy processes); default: none")
     args = p.parse_args(argv)
@@ -494,7 +504,7 @@ def main(argv=None) -> int:
     n = args.count or (2000 if args.quick else 200_000)
     per_queue = args.fan_count or (500 if args.quick else 25_000)
     repeats = args.repeats or (1 if args.quick else 3)
-    selected = rows([s.strip() for s in args.only.split(",") if s.strip()], n, per_queue)
+    selected = rows([s.strip() for s in args.only.split(",") if s.strip()], n, per_queue, args.bridge_profile)
     print(f"bridge benchmark: {n:,} persistent 100-byte messages ({len(FAN_QUEUES)} queues x {per_queue:,} in the "
           f"8-queue rows), {repeats} repeat(s), prefetch {args.prefetch:,}; {load()}", flush=True)
     print(f"uptime: {uptime()}", flush=True)
