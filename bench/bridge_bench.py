@@ -469,6 +469,8 @@ def _fan_verdict(summary: dict[str, Any], per_queue: int) -> Optional[str]:
     else:
         line += f"  -> target {FAN_TARGET}x (best and median, informational) " + (
             "MET" if min(rb, rm) >= FAN_TARGET else "MISSED")
+    if len(b["runs"]) == len(s["runs"]):  # run side by side in each repeat: the spread the target is judged against
+        line += "\n  per repeat: " + ", ".join(f"{x / y:.2f}x" for x, y in zip(b["runs"], s["runs"]))
     for name, row in ((FAN_BRIDGE_ROW, b), (FAN_SHOVEL_ROW, s)):
         cpu = row.get("cpu_us_median")
         if cpu:
