@@ -293,14 +293,18 @@ async def fill_fan(a: str, per_queue: int) -> None:
         await ch.wait_for_confirms()
 
 
-async def watch_fan(b: str, per_queue: int, limit: float, on_first: Any) -> tuple[float, float]:
+async def watch_fan(b: str, per_queue: int, limit: float, on_first: Any,
+                    check: Any = None) -> tuple[float, float]:
     """Poll B's queues: the time the first forwarded message is seen there (``on_first()``
     is called then) and the time every queue holds exactly ``per_queue`` (a queue with
     more fails the run: a duplicate).  The first is seen at most one poll (8 passive
-    declares, ~1-3 ms) late."""
+    declares, ~1-3 ms) late.  ``check()``, called at each poll, raises when the forwarder
+    is gone."""
     async with aio.connect(b) as cb, cb.channel() as ch:
         deadline = time.monotonic() + limit
         while True:
+            if check is not None:
+                check()
             counts = await _counts(ch, FAN_QUEUES)
             if any(counts):
                 first = time.perf_counter()
@@ -318,6 +322,8 @@ async def watch_fan(b: str, per_queue: int, limit: float, on_first: Any) -> tupl
             if time.monotonic() > deadline:
                 raise RuntimeError(f"timed out: destination {counts}, {per_queue} sent to each")
             await asyncio.sleep(0.02)
+            if check is not None:
+                check()
             counts = await _counts(ch, FAN_QUEUES)
 
 
@@ -375,21 +381,30 @@ async def run_fan_bridge(node_a: BrokerNode, node_b: BrokerNode, mode: str, per_
             nodes.start()
             bridge_at_first = cpu_seconds(proc.pid)
 
+        def running() -> None:  # without reaping it: os.wait4 does, for its rusage
+            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                raise RuntimeError("the bridge process ended before the destination had every message")
+
+        failure: Optional[BaseException] = None
         try:
-            first, done = await watch_fan(b, per_queue, 600, on_first)
+            first, done = await watch_fan(b, per_queue, 600, on_first, running)
             bridge_window = cpu_seconds(proc.pid) - bridge_at_first
             nodes.stop()
             settled_at_source(node_a)
+        except Exception as exc:  # noqa: BLE001 - raised below, with the bridge's stderr
+            failure = exc
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # drains, then exits 0
+            # os.kill, not send_signal (which reaps an ended child): until os.wait4 reaps it,
+            # its pid is not reused; it drains, then exits 0 (a no-op if it ended)
+            os.kill(proc.pid, signal.SIGTERM)
             _, status, usage = await asyncio.to_thread(os.wait4, proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         stopped = [line for line in out.read().splitlines() if line.startswith("stopped:")]
-        if proc.returncode != 0 or not stopped:
-            raise RuntimeError(f"the bridge process exited {proc.returncode}: {err.read()[-1500:]}")
+        if failure is not None or proc.returncode != 0 or not stopped:
+            raise RuntimeError(f"{failure or 'the bridge process failed'} (exit status {proc.returncode}); "
+                               f"its stderr: {err.read()[-1500:]}") from failure
     await check_fan(a, b, per_queue)
     cpu = {"bridge process": _per_message(usage.ru_utime + usage.ru_stime, n),
            "bridge, timed window": _per_message(bridge_window, n)}
