@@ -1,0 +1,511 @@
+"""Real network faults against a real three-node cluster (issue 26): nodes in network
+namespaces of their own (tests/netns_cluster.py), partitions and packet loss made with
+iptables inside those namespaces, delay and jitter with a user-space proxy, nodes
+SIGKILLed; every message counted by tests/fault_checker.py (confirmed-but-missing and
+unsettled must be 0).
+
+The cluster boots once for the module (about 30 s idle, more under load); each test
+heals and restarts what it broke in its teardown.  CI runs a few thousand messages per
+scenario; ``AMQWIRE_FAULT_SCALE=full`` (the fault suite's long-run switch) runs
+100,000 per publishing scenario:
+
+    AMQWIRE_FAULT_SCALE=full bash tests/run tests/test_net_faults.py -s
+
+Each scenario prints one ``[net-fault] ...`` line (also recorded as the test's
+``net_fault`` property) and the module prints them all as a table at the end.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from broker_node import BrokerNodeError
+from conftest import WaitTimedOut, within
+from fault_checker import FaultChecker, Report
+from netns_cluster import CLIENT, NetnsCluster, NetnsError, netns_unsupported
+
+FULL = os.environ.get("AMQWIRE_FAULT_SCALE", "ci") == "full"
+HEARTBEAT = 2
+LINES: list[str] = []
+
+# CI: the first test also boots the cluster (30 s idle, up to 2 min under load)
+pytestmark = pytest.mark.timeout(1800 if FULL else 400)
+
+
+def scaled(ci: int, full: int) -> int:
+    return full if FULL else ci
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def _cluster_module(request):
+    reason = netns_unsupported()
+    if reason:
+        pytest.skip(reason)
+    try:
+        cluster = NetnsCluster(3, start_timeout=180).start()
+    except (NetnsError, BrokerNodeError, OSError) as exc:
+        pytest.fail(f"the three-node cluster in network namespaces could not be made: {exc}", pytrace=False)
+    yield cluster
+    cluster.cleanup()
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    for line in LINES:
+        (reporter.write_line if reporter else print)(line)
+
+
+@pytest.fixture
+def cluster(_cluster_module):
+    """The module's cluster, whole; healed, and its killed nodes restarted, after the test."""
+    yield _cluster_module
+    _cluster_module.ensure_whole()
+
+
+@pytest.fixture
+def report(record_property):
+    def done(rep: Report) -> Report:
+        line = rep.line()
+        LINES.append(line)
+        print("\n" + line)
+        record_property("net_fault", line)
+        rep.verify()
+        return rep
+
+    return done
+
+
+def persistent(api):
+    return api.BasicProperties(delivery_mode=2)
+
+
+QUORUM = {"x-queue-type": "quorum"}
+CLASSIC: dict = {}
+
+
+def recovering_options(**more):
+    from amqwire.client import RecoveryPolicy
+
+    return dict(heartbeat=HEARTBEAT, connection_timeout=2,
+                recovery=RecoveryPolicy(initial_delay=0.2, max_delay=1.0), **more)
+
+
+def watch_recovery(conn, check: FaultChecker) -> dict:
+    """Records when the connection's recovery starts (the loss detected) and succeeds."""
+    seen: dict = {}
+
+    def started(event):
+        seen.setdefault("detected", time.monotonic())
+        seen.setdefault("cause", event.error)
+
+    def succeeded(event):
+        seen.setdefault("recovered", time.monotonic())
+        check.resumed()
+
+    conn.add_recovery_started_listener(started)
+    conn.add_recovery_succeeded_listener(succeeded)
+    return seen
+
+
+async def drain(api, urls, queue: str, *, delete: bool = True, timeout: float = 60) -> list[bytes]:
+    """Every message of ``queue`` (no_ack), read through the first reachable of ``urls``."""
+    conn = await api.connect(urls, connection_timeout=3)
+    ch = await conn.channel()
+    expected = (await ch.queue_declare(queue, passive=True)).message_count
+    bodies: list[bytes] = []
+    if expected:
+        await ch.basic_qos(prefetch_count=2000)
+        consumer = await ch.consume(queue, no_ack=True)
+        while len(bodies) < expected:
+            bodies.append(bytes((await api.next(consumer, timeout=timeout)).body))
+    if delete:
+        await ch.queue_delete(queue)
+    await conn.close()
+    return bodies
+
+
+async def settle(api, check: FaultChecker, futures: dict, budget: float = 90) -> None:
+    """Each publish future's outcome into the checker; one budget for them all."""
+    E = api.errors
+    deadline = time.monotonic() + budget
+    for n, future in futures.items():
+        try:
+            await api.wait(future, timeout=max(0.01, deadline - time.monotonic()))
+            check.confirmed(n)
+        except E.AMQPError as exc:
+            check.failed(n, exc)
+        except WaitTimedOut:
+            check.unsettled(n)
+
+
+async def publish_through(api, check: FaultChecker, urls, queue: str, total: int, fault, *,
+                          arguments=QUORUM) -> dict:
+    """Confirmed, persistent, pipelined publishing of ``total`` messages on a recovering
+    connection; ``fault()`` (blocking: it heals what it breaks before returning) runs in a
+    thread from a third of the way on; publishing goes on (a trickle past ``total``) until
+    it returned.  Every outcome goes into ``check``."""
+    E = api.errors
+    conn = await api.connect(urls, **recovering_options())
+    seen = watch_recovery(conn, check)
+    ch = await conn.channel()
+    await ch.queue_declare(queue, durable=True, arguments=arguments)
+    await ch.confirm_select(max_in_flight=1000)
+    props = persistent(api)
+    futures: dict = {}
+    fault_task = None
+    n = 0
+    while n < total or fault_task is None or not fault_task.done():
+        if fault_task is None and n >= total // 3:
+            check.fault_started()
+            fault_task = asyncio.ensure_future(asyncio.to_thread(fault))
+        try:
+            futures[n] = await ch.publish_async("", queue, check.body(n), props)
+        except E.AMQPConnectionError as exc:
+            check.failed(n, exc)
+            if not await conn.wait_recovered(120):
+                pytest.fail(f"no recovery within 120 s after {exc!r}")
+        n += 1
+        if n >= total:
+            await asyncio.sleep(0.02)
+        elif n % 200 == 0:
+            await asyncio.sleep(0)
+    await fault_task
+    await settle(api, check, futures)
+    await conn.close()
+    if "detected" in seen:
+        check.extra["detect_s"] = round(seen["detected"] - check._fault_at, 2)
+        check.extra["cause"] = type(seen["cause"]).__name__
+    return seen
+
+
+# --------------------------------------------------------------------------- (a) client partitioned from its node
+
+
+@pytest.mark.parametrize("queue_type", ["quorum", "classic"])
+def test_a_publish_while_partitioned_from_its_node(run, cluster, report, transport, queue_type):
+    """The client is cut off from the node it publishes to (packets dropped both ways, no
+    RST) for a few heartbeats, then healed: the heartbeat finds the loss, recovery
+    reconnects once it heals; every confirmed message is stored, nothing unsettled."""
+    total = scaled(4_000, 100_000)
+    outage = 8.0
+
+    def fault():
+        cluster.partition({CLIENT}, {1})
+        time.sleep(outage)
+        cluster.heal()
+
+    async def scenario(api):
+        check = FaultChecker(f"a partition client|node1 {outage:g}s, {queue_type}", api.name)
+        queue = api.names.unique("netq")
+        await publish_through(api, check, cluster.url(1), queue, total, fault,
+                              arguments=QUORUM if queue_type == "quorum" else CLASSIC)
+        report(check.report(await drain(api, cluster.urls(), queue)))
+
+    run(scenario, timeout=1200 if FULL else 170)
+
+
+# --------------------------------------------------------------------------- (b) its node SIGKILLed
+
+
+def test_b_publish_while_its_node_is_killed(run, cluster, report, transport):
+    """The node the client publishes to is SIGKILLed (its quorum queue's leader there); with
+    the three URLs the client recovers to another node, the queue elects a new leader; the
+    node is restarted after the test."""
+    total = scaled(4_000, 100_000)
+
+    def fault():
+        cluster.kill(1)
+
+    async def scenario(api):
+        check = FaultChecker("b SIGKILL node1 (leader), quorum", api.name)
+        queue = api.names.unique("netq")
+        await publish_through(api, check, cluster.urls(), queue, total, fault)
+        report(check.report(await drain(api, cluster.urls()[1:], queue)))
+
+    run(scenario, timeout=1200 if FULL else 170)
+
+
+# --------------------------------------------------------------------------- (c) half-open connection
+
+
+def test_c_half_open_connection_found_by_heartbeat(run, cluster, report, transport):
+    """Packets to and from the client's node vanish (no FIN, no RST): only the heartbeat can
+    tell.  The loss is reported as HeartbeatTimeout (the kernel would take many minutes),
+    recovery reconnects once the link heals, and the connection publishes and consumes again."""
+
+    async def scenario(api):
+        E = api.errors
+        check = FaultChecker(f"c half-open, heartbeat {HEARTBEAT}s", api.name)
+        queue = api.names.unique("netq")
+        conn = await api.connect(cluster.url(1), **recovering_options())
+        seen = watch_recovery(conn, check)
+        ch = await conn.channel()
+        await ch.queue_declare(queue, durable=True, arguments=QUORUM)
+        await ch.confirm_select()
+        # Manual acks: until the broker itself notices the dead connection (its own
+        # heartbeat), its consumer there is still subscribed and takes its share of the
+        # deliveries; with no_ack those would be gone, with acks they are requeued.
+        consumer = await ch.consume(queue)
+        cluster.partition({CLIENT}, {1})
+        check.fault_started()
+        limit = 10 * HEARTBEAT
+        try:
+            await api.pump(conn, lambda: "detected" in seen, timeout=limit)
+        finally:
+            cluster.heal()
+        assert "detected" in seen, f"the half-open connection was not detected within {limit} s"
+        assert isinstance(seen["cause"], E.HeartbeatTimeout), f"lost with {seen['cause']!r}, not a heartbeat timeout"
+        assert await conn.wait_recovered(60), "no recovery within 60 s of healing"
+        received = []
+        for n in range(100):
+            await api.wait(await ch.publish_async("", queue, check.body(n), persistent(api)), timeout=30)
+            check.confirmed(n)
+        while len({check.ident(body) for body in received}) < 100:
+            message = await api.next(consumer, timeout=30)
+            received.append(bytes(message.body))
+            await message.ack()
+        check.extra["detect_s"] = round(seen["detected"] - check._fault_at, 2)
+        check.extra["heartbeat_s"] = HEARTBEAT
+        await conn.close()
+        report(check.report(received + await drain(api, cluster.urls(), queue)))
+
+    run(scenario, timeout=120)
+
+
+# --------------------------------------------------------------------------- (d) consumer, its node killed
+
+
+async def fill(api, check: FaultChecker, url: str, queue: str, total: int) -> None:
+    """``total`` confirmed messages into a new quorum queue (its leader: the node of ``url``)."""
+    conn = await api.connect(url)
+    ch = await conn.channel()
+    await ch.queue_declare(queue, durable=True, arguments=QUORUM)
+    await ch.confirm_select(max_in_flight=2000)
+    props = persistent(api)
+    futures = {n: await ch.publish_async("", queue, check.body(n), props) for n in range(total)}
+    await settle(api, check, futures)
+    await conn.close()
+    assert check.report([]).confirmed == total, f"the fill was not all confirmed: {check.failure_kinds}"
+
+
+def test_d_consumer_resumes_when_its_node_is_killed(run, cluster, report, transport):
+    """A manual-ack consumer (prefetch 100) on a quorum queue whose leader is on the node it
+    is connected to; that node is SIGKILLed a third of the way: with the three URLs the
+    consumer recovers to another node and goes on; every message is consumed (missing 0),
+    what comes twice is counted."""
+    total = scaled(3_000, 30_000)
+
+    async def scenario(api):
+        E = api.errors
+        check = FaultChecker("d consumer, SIGKILL node1 (leader), quorum", api.name)
+        queue = api.names.unique("netq")
+        await fill(api, check, cluster.url(1), queue, total)
+        conn = await api.connect(cluster.urls(), **recovering_options())
+        watch_recovery(conn, check)
+        ch = await conn.channel()
+        await ch.basic_qos(prefetch_count=100)
+        consumer = await ch.consume(queue)
+        received: list[bytes] = []
+        unique: set = set()
+        refused_acks = 0
+        killed = False
+        while len(unique) < total:
+            try:
+                message = await api.next(consumer, timeout=60)
+            except E.AMQPConnectionError as exc:
+                if not await conn.wait_recovered(120):
+                    pytest.fail(f"the consumer's connection did not recover within 120 s after {exc!r}")
+                continue
+            received.append(bytes(message.body))
+            unique.add(check.ident(message.body))
+            try:
+                await message.ack()
+            except E.AMQPConnectionError:
+                refused_acks += 1  # a delivery of the lost connection: it comes again
+            if not killed and len(received) >= total // 3:
+                check.fault_started()
+                await asyncio.to_thread(cluster.kill, 1)
+                killed = True
+        await conn.close()
+        check.extra["refused_acks"] = refused_acks
+        report(check.report(received + await drain(api, cluster.urls()[1:], queue)))
+
+    run(scenario, timeout=1200 if FULL else 170)
+
+
+# --------------------------------------------------------------------------- (e) the Producer, three URLs
+
+
+def _producer_options():
+    return dict(policy="pinned", timeout=60, retries=5, retry_backoff=0.1, avoid_backoff=2.0, heartbeat=HEARTBEAT,
+                connection_timeout=2, max_in_flight=2000)
+
+
+def test_e_producer_goes_on_through_the_other_nodes(run, cluster, report, transport):
+    """The Producer with the three nodes' URLs sends a steady stream; the node it sends to
+    is SIGKILLed (and restarted), then node 2 is cut off from everyone (a minority of one):
+    sends go on through the others, retried where a broker was lost; every send confirmed
+    is stored, every other one failed with its error, none left unsettled."""
+    total = scaled(6_000, 100_000)
+    window = 1000
+    state = {"fault_done": False}
+
+    def fault():
+        cluster.kill(1)
+        time.sleep(3)
+        cluster.ensure_whole()  # node 1 back (a few seconds of sends through the others meanwhile)
+        cluster.isolate(2)
+        time.sleep(8)
+        cluster.heal()
+        state["fault_done"] = True
+
+    async def scenario(api):
+        E = api.errors
+        check = FaultChecker("e Producer pinned, 3 URLs: SIGKILL node1, then isolate node2", api.name)
+        queue = api.names.unique("netq")
+        conn = await api.connect(cluster.url(1))
+        ch = await conn.channel()
+        await ch.queue_declare(queue, durable=True, arguments=QUORUM)
+        await conn.close()
+        props = persistent(api)
+
+        def record(n, outcome):
+            if isinstance(outcome, BaseException):
+                check.failed(n, outcome)
+            else:
+                check.confirmed(n)
+
+        if api.name == "aio":
+            from amqwire.client import aio
+
+            producer = await within(aio.Producer(cluster.urls(), **_producer_options()), 60, "the producer to open")
+            futures: dict = {}
+            fault_task = None
+            n = 0
+            try:
+                while n < total or fault_task is None or not fault_task.done():
+                    if fault_task is None and n >= total // 3:
+                        check.fault_started()
+                        fault_task = asyncio.ensure_future(asyncio.to_thread(fault))
+                    if n >= window:
+                        await asyncio.wait([futures[n - window]], timeout=90)
+                    futures[n] = await producer.send_async("", queue, check.body(n), props)
+                    n += 1
+                    if n >= total:
+                        await asyncio.sleep(0.01)
+                await fault_task
+                done, _ = await asyncio.wait(list(futures.values()), timeout=90)
+            finally:
+                await within(producer.close(), 60, "the producer's close")
+            for k, fut in futures.items():
+                if not fut.done():
+                    check.unsettled(k)
+                else:
+                    record(k, fut.exception() or fut.result())
+        else:
+            from amqwire.client import Producer
+
+            def feed():
+                futures: dict = {}
+                thread = None
+                n = 0
+                producer = Producer(cluster.urls(), **_producer_options())
+                try:
+                    while n < total or thread is None or thread.is_alive():
+                        if thread is None and n >= total // 3:
+                            check.fault_started()
+                            thread = threading.Thread(target=fault, daemon=True, name="fault")
+                            thread.start()
+                        if n >= window:
+                            try:
+                                futures[n - window].exception(90)
+                            except E.OperationTimeout:
+                                pass  # still open after 90 s: counted as unsettled below
+                        futures[n] = producer.send_async("", queue, check.body(n), props)
+                        n += 1
+                        if n >= total:
+                            time.sleep(0.01)
+                    thread.join(120)
+                    deadline = time.monotonic() + 90
+                    for k, fut in futures.items():
+                        try:
+                            record(k, fut.result(max(0.01, deadline - time.monotonic())))
+                        except E.AMQPError as exc:
+                            if fut.done():
+                                record(k, exc)
+                            else:
+                                check.unsettled(k)
+                finally:
+                    closer = threading.Thread(target=producer.close, daemon=True)
+                    closer.start()
+                    closer.join(60)
+
+            await asyncio.to_thread(feed)
+        assert state["fault_done"], "the fault did not finish"
+        report(check.report(await drain(api, cluster.urls(), queue)))
+
+    run(scenario, timeout=1200 if FULL else 170)
+
+
+# --------------------------------------------------------------------------- (f) a lossy link, a slow link
+
+
+async def publish_and_consume(api, check: FaultChecker, url: str, queue: str, total: int) -> dict:
+    """``total`` confirmed publishes then ``total`` manual-ack deliveries over ``url``; the
+    rates, and how often a recovery started (a false heartbeat timeout: must be 0)."""
+    E = api.errors
+    conn = await api.connect(url, **recovering_options())
+    seen = watch_recovery(conn, check)
+    ch = await conn.channel()
+    await ch.queue_declare(queue, durable=True, arguments=QUORUM)
+    await ch.confirm_select(max_in_flight=1000)
+    props = persistent(api)
+    t0 = time.monotonic()
+    futures = {n: await ch.publish_async("", queue, check.body(n), props) for n in range(total)}
+    await settle(api, check, futures, budget=240)
+    t1 = time.monotonic()
+    await ch.basic_qos(prefetch_count=500)
+    consumer = await ch.consume(queue)
+    received = []
+    while len(received) < total:
+        try:
+            message = await api.next(consumer, timeout=60)
+        except E.AMQPConnectionError as exc:
+            pytest.fail(f"the consumer lost its connection on the degraded link: {exc!r}")
+        received.append(bytes(message.body))
+        if len(received) % 100 == 0 or len(received) == total:
+            await message.ack(multiple=True)
+    t2 = time.monotonic()
+    await conn.close()
+    assert "detected" not in seen, f"a recovery started on a degraded but working link: {seen.get('cause')!r}"
+    return {"publish_per_s": round(total / (t1 - t0)), "consume_per_s": round(total / (t2 - t1)),
+            "received": received}
+
+
+@pytest.mark.parametrize("link", ["clean", "loss 2%", "delay 100ms jitter 20ms"])
+def test_f_degraded_link_keeps_working(run, cluster, report, transport, link):
+    """Confirmed publishing and consuming over a clean link, one that drops 2 % of the
+    packets each way, and one that delays them 100 ms ± 20 ms each way (user-space proxy):
+    everything arrives, no heartbeat timeout; the rates are reported beside the clean link's."""
+    total = scaled(3_000, 100_000)
+
+    async def scenario(api):
+        check = FaultChecker(f"f {link}", api.name)
+        queue = api.names.unique("netq")
+        url = cluster.url(1)
+        if link.startswith("loss"):
+            cluster.drop(0.02, between=(CLIENT, 1))
+        elif link.startswith("delay"):
+            url = cluster.proxy_url(cluster.delay_proxy(1, delay=0.1, jitter=0.02))
+        try:
+            got = await publish_and_consume(api, check, url, queue, total)
+        finally:
+            cluster.heal()
+        check.extra.update(publish_per_s=got["publish_per_s"], consume_per_s=got["consume_per_s"])
+        report(check.report(got["received"] + await drain(api, cluster.urls(), queue)))
+
+    run(scenario, timeout=1200 if FULL else 170)
