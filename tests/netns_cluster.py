@@ -315,6 +315,12 @@ class NetnsCluster:
         out = self.nodes[i].eval("rabbit_mnesia:cluster_nodes(running).")
         return sorted(part.strip(" []'\n") for part in out.split(",") if part.strip(" []'\n"))
 
+    def partitions(self, i: int) -> str:
+        """The partitions node ``i``'s Mnesia remembers ('' if none): a node that came back
+        from a partition without rejoining keeps its own view of queues and bindings."""
+        out = self.nodes[i].eval("rabbit_node_monitor:partitions().")
+        return "" if out == "[]" else out
+
     # ------------------------------------------------------------------ faults
 
     def _ns_iptables(self, i: int, *rule: str) -> None:
@@ -389,13 +395,14 @@ class NetnsCluster:
         while True:
             try:
                 seen = {i: len(self.running_nodes(i)) for i in self.nodes}
+                split = {i: self.partitions(i) for i in self.nodes}
             except BrokerNodeError:
-                seen = {}
-            if seen and all(n == self.size for n in seen.values()):
+                seen, split = {}, {}
+            if seen and all(n == self.size for n in seen.values()) and not any(split.values()):
                 return
             if time.monotonic() > deadline:
                 raise NetnsError(f"{self.id}: the cluster is not whole {timeout:.0f} s after healing: running "
-                                 f"nodes seen per node {seen}")
+                                 f"nodes seen per node {seen}, partitions seen {split}")
             time.sleep(0.5)
 
     # ------------------------------------------------------------------ teardown
