@@ -606,3 +606,85 @@ def test_g_bridge_on_confirm_through_a_partition(cluster, report):
         report(check.report(arrived + left))
 
     asyncio.run(within(main(), 1200 if FULL else 200, "the bridge scenario to finish"))
+
+
+# --------------------------------------------------------------------------- (h) the Spark sink, its broker cut off
+
+
+def test_h_spark_sink_through_a_partition(spark, cluster, report):
+    """df.write.format("amqp") with the three nodes' URLs into a quorum queue; once rows
+    arrive, the writers' node (node 1) is cut off from the client for 8 s: the running
+    tasks lose their connections (heartbeat), fail, and Spark's retries (local[2,3]: 3
+    attempts a task) write them again through node 2, so the job succeeds and the queue
+    holds every row at least once (missing 0; rows of a failed attempt come twice)."""
+    import amqwire.spark
+    from pyspark.sql import functions as F
+
+    amqwire.spark.register(spark)
+    total = scaled(30_000, 200_000)
+    outage = 8.0
+    check = FaultChecker(f"h Spark sink, partition writers|node1 {outage:g}s", "spark")
+    queue = Names.unique("spark")
+    state: dict = {}
+
+    async def declare():
+        from amqwire.client import aio
+
+        conn = await aio.connect(cluster.url(1))
+        ch = await conn.channel()
+        await ch.queue_declare(queue, durable=True, arguments=QUORUM)
+        await conn.close()
+
+    asyncio.run(within(declare(), 30, "the queue's declare"))
+
+    def cutter(done: threading.Event):
+        """Cut node 1 off once the write is well under way (rows in the queue), heal 8 s later."""
+        while not done.is_set():
+            try:
+                count = asyncio.run(message_count(cluster.url(3), queue))
+            except Exception:  # noqa: BLE001 - a probe may fail while nodes settle
+                count = 0
+            if count > 1_000:
+                state["cut_at"] = count
+                cluster.partition({CLIENT}, {1})
+                check.fault_started()
+                time.sleep(outage)
+                cluster.heal()
+                return
+            time.sleep(0.05)
+
+    df = spark.range(0, total, 1, 4).select(F.expr(f"cast(concat('{check.run_id}:', id) as binary)").alias("body"))
+    done = threading.Event()
+    thread = threading.Thread(target=cutter, args=(done,), daemon=True, name="cutter")
+    thread.start()
+    t0 = time.monotonic()
+    try:
+        (df.write.format("amqp").mode("append").option("url", " ".join(cluster.urls()))
+         .option("routing_key", queue).option("confirm_window", "200").option("mandatory", "true")
+         .option("amqp.heartbeat", str(HEARTBEAT)).option("amqp.connection_timeout", "2").save())
+        state["ok"] = True
+    except Exception as exc:  # noqa: BLE001 - the job failing is the test failing, said below
+        state["error"] = exc
+    finally:
+        done.set()
+        thread.join(60)
+        cluster.heal()
+    assert "cut_at" in state, "the write finished before the partition: nothing was tested"
+    assert "ok" in state, f"the job failed although Spark retries each task 3 times: {state.get('error')!s:.3000}"
+    for n in range(total):
+        check.body(n)
+        check.confirmed(n)  # the job committed: each row was confirmed by one attempt or another
+    check.resumed()
+    check.extra.update(cut_at_rows=state["cut_at"], job_s=round(time.monotonic() - t0, 1))
+
+    async def read_back(api):
+        return await drain(api, cluster.urls(), queue, timeout=60)
+
+    async def main():
+        api = Api("aio", cluster.url(1), Names())
+        try:
+            return await read_back(api)
+        finally:
+            await api.aclose()
+
+    report(check.report(asyncio.run(within(main(), 240, "reading the queue back"))))
