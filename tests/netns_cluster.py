@@ -207,6 +207,7 @@ class NetnsCluster:
         self._epmds: dict[int, subprocess.Popen] = {}
         self._proxies: list[DelayProxy] = []
         self._made = False
+        self._touched = False  # a partition, a drop or a kill since the last ensure_whole
 
     # ------------------------------------------------------------------ naming
 
@@ -332,6 +333,7 @@ class NetnsCluster:
         if x == CLIENT:
             x, y = y, x
         i = self._node(x)
+        self._touched = True
         self._ns_iptables(i, "-A", CHAIN, "-s", self.address(y), *extra, "-j", "DROP")
         if y == CLIENT:
             self._ns_iptables(i, "-A", CHAIN, "-d", self.address(y), *extra, "-j", "DROP")
@@ -379,30 +381,50 @@ class NetnsCluster:
 
     def kill(self, i: int) -> None:
         """SIGKILL node ``i``'s Erlang VM (clients see the TCP connection drop)."""
+        self._touched = True
         self.nodes[self._node(i)].kill()
 
     def restart(self, i: int) -> None:
         """Start node ``i`` again (after :meth:`kill` or a stop): same data, so it rejoins."""
         self.nodes[self._node(i)].start()
 
+    # Per node: how many nodes it sees running, and the partitions it remembers (one
+    # rabbitmqctl call for the whole cluster: each call starts an Erlang VM, a second or two).
+    _HEALTH = ("[{N, catch length(rpc:call(N, rabbit_mnesia, cluster_nodes, [running], 5000)), "
+               "catch rpc:call(N, rabbit_node_monitor, partitions, [], 5000)} "
+               "|| N <- rabbit_mnesia:cluster_nodes(all)].")
+
+    def whole(self) -> tuple[bool, str]:
+        """(every node runs, sees all the others and remembers no partition; what was seen)."""
+        for i in sorted(self.nodes):
+            if not self.nodes[i].is_running:
+                continue
+            try:
+                out = self.nodes[i].eval(self._HEALTH, timeout=30)
+            except BrokerNodeError as exc:
+                return False, str(exc)[-300:]
+            healthy = out.count(f",{self.size},[]}}") == self.size
+            return healthy, out
+        return False, "no node runs"
+
     def ensure_whole(self, timeout: float = 120) -> None:
-        """Heal, restart any node that is down, and wait until node 1 sees every node
-        running: what each test's teardown leaves for the next."""
+        """Heal, restart any node that is down, and wait until every node sees every
+        other running and none remembers a partition: what each test's teardown leaves
+        for the next.  Nothing broken since the last call: only the heal."""
         self.heal()
+        if not self._touched and all(node.is_running for node in self.nodes.values()):
+            return
         down = [i for i, node in self.nodes.items() if not node.is_running]
         self._parallel(self.restart, down)
         deadline = time.monotonic() + timeout
         while True:
-            try:
-                seen = {i: len(self.running_nodes(i)) for i in self.nodes}
-                split = {i: self.partitions(i) for i in self.nodes}
-            except BrokerNodeError:
-                seen, split = {}, {}
-            if seen and all(n == self.size for n in seen.values()) and not any(split.values()):
+            ok, seen = self.whole()
+            if ok:
+                self._touched = False
                 return
             if time.monotonic() > deadline:
-                raise NetnsError(f"{self.id}: the cluster is not whole {timeout:.0f} s after healing: running "
-                                 f"nodes seen per node {seen}, partitions seen {split}")
+                raise NetnsError(f"{self.id}: the cluster is not whole {timeout:.0f} s after healing: "
+                                 f"(node, running nodes it sees, its partitions): {seen}")
             time.sleep(0.5)
 
     # ------------------------------------------------------------------ teardown
