@@ -231,11 +231,11 @@ def reap_orphans() -> list[str]:
     return reaped
 
 
-def _epmd_names() -> set[str]:
-    """Names of the nodes registered with the local epmd (NAMES_REQ); empty if none runs."""
+def _epmd_names(host: str = "127.0.0.1") -> set[str]:
+    """Names of the nodes registered with the epmd at ``host`` (NAMES_REQ); empty if none runs."""
     port = int(os.environ.get("ERL_EPMD_PORT") or 4369)
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+        with socket.create_connection((host, port), timeout=1) as s:
             s.sendall(b"\x00\x01n")
             data = b""
             while True:
@@ -286,11 +286,23 @@ class BrokerNode:
         start_timeout: float = 60.0,
         stop_timeout: float = 30.0,
         erl_args: str = "",
+        netns: Optional[str] = None,
+        host: str = "127.0.0.1",
+        name: Optional[str] = None,
+        cookie: Optional[str] = None,
     ):
         """``plugins``: plugins to enable (e.g. ``["rabbitmq_shovel"]``); ``config``:
         extra ``rabbitmq.conf`` settings (key -> value), added after the defaults;
-        ``erl_args``: extra arguments of the Erlang VM (e.g. ``"+sbwt none"``)."""
+        ``erl_args``: extra arguments of the Erlang VM (e.g. ``"+sbwt none"``).
+
+        A node of a cluster in network namespaces (tests/netns_cluster.py) gives
+        ``netns`` (the node and every rabbitmqctl run inside it, through ``ip netns
+        exec``), ``host`` (its address there: AMQP listener, Erlang distribution, epmd),
+        ``name`` (``rabbit@<host name>``) and the cluster's shared ``cookie``.  The
+        namespace is the node's own, so it takes RabbitMQ's standard ports."""
         self.erl_args = erl_args
+        self.netns = netns
+        self.host = host
         global _reaped
         self.scripts = find_rabbitmq_scripts()
         if not _reaped:
@@ -299,9 +311,12 @@ class BrokerNode:
         self.plugins = tuple(plugins)
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
-        self._name = f"amqwire-test-{uuid.uuid4().hex[:10]}@localhost"
-        self._port, self._dist_port = _pick_ports(2)
-        (self._ctl_port,) = _pick_ports(1, span=11)
+        self._name = name or f"amqwire-test-{uuid.uuid4().hex[:10]}@localhost"
+        if netns is None:
+            self._port, self._dist_port = _pick_ports(2)
+            (self._ctl_port,) = _pick_ports(1, span=11)
+        else:
+            self._port, self._dist_port, self._ctl_port = 5672, 25672, 35672
         self.base_dir = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
         self.log_dir = self.base_dir / "log"
         self.mnesia_base = self.base_dir / "mnesia"
@@ -317,14 +332,14 @@ class BrokerNode:
         self._beam_pid: Optional[int] = None
         self._saved_watermark: Optional[str] = None
         self.timings: dict[str, list[float]] = {"start": [], "stop": [], "kill": []}
-        self._write_files(config or {})
+        self._write_files(config or {}, cookie or uuid.uuid4().hex.upper())
         self._env = self._make_env()
 
     # ------------------------------------------------------------------ set-up
 
-    def _write_files(self, extra: Mapping[str, object]) -> None:
+    def _write_files(self, extra: Mapping[str, object], cookie_value: str) -> None:
         settings = {
-            "listeners.tcp.1": f"127.0.0.1:{self._port}",
+            "listeners.tcp.1": f"{self.host}:{self._port}",
             "loopback_users.guest": "true",  # guest connects, from 127.0.0.1 only
             "log.console": "false",
             "log.file.level": "info",
@@ -335,7 +350,7 @@ class BrokerNode:
         self.plugins_file.write_text("[" + ",".join(self.plugins) + "].\n")
         (self.base_dir / "rabbitmq-env.conf").write_text("# private test node: everything is set in the environment\n")
         cookie = self.home / ".erlang.cookie"
-        cookie.write_text(uuid.uuid4().hex.upper())
+        cookie.write_text(cookie_value)
         cookie.chmod(0o400)
 
     def _make_env(self) -> dict[str, str]:
@@ -360,10 +375,10 @@ class BrokerNode:
             RABBITMQ_MNESIA_DIR=str(self.mnesia_base / self._name),
             RABBITMQ_LOG_BASE=str(self.log_dir),
             RABBITMQ_PID_FILE=str(self.pid_file),
-            ERL_EPMD_ADDRESS="127.0.0.1",  # only used if no epmd runs yet
+            ERL_EPMD_ADDRESS="127.0.0.1" if self.host == "127.0.0.1" else f"127.0.0.1,{self.host}",  # if none runs yet
             ERL_CRASH_DUMP=str(self.log_dir / "erl_crash.dump"),
             RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=(
-                "-kernel inet_dist_use_interface {127,0,0,1} "
+                "-kernel inet_dist_use_interface {" + self.host.replace(".", ",") + "} "
                 f"{_MARK} {self._name} -amqwire_owner {os.getpid()} -amqwire_base {self.base_dir}"
                 + (f" {self.erl_args}" if self.erl_args else "")
             ),
@@ -386,7 +401,7 @@ class BrokerNode:
 
     @property
     def url(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self._port}/"
+        return f"amqp://guest:guest@{self.host}:{self._port}/"
 
     @property
     def is_running(self) -> bool:
@@ -454,7 +469,8 @@ class BrokerNode:
         deadline = t0 + (self.start_timeout if timeout is None else timeout)
         # After a stop the ports are free at once (SO_REUSEADDR, as the node's own
         # listeners); give a socket of another process a moment before giving up.
-        while not (_bindable(self._port) and _bindable(self._dist_port)):
+        # (A node in a namespace of its own has its ports to itself.)
+        while self.netns is None and not (_bindable(self._port) and _bindable(self._dist_port)):
             if time.monotonic() > min(deadline, t0 + 10):
                 taken = [p for p in (self._port, self._dist_port) if not _bindable(p)]
                 raise self._fail(f"port(s) {taken} are taken by another process; cannot start")
@@ -464,7 +480,7 @@ class BrokerNode:
             console.write(f"=== start {time.strftime('%H:%M:%S')}\n".encode())
             console.flush()
             self._proc = subprocess.Popen(
-                [str(self.scripts / "rabbitmq-server")],
+                self._in_netns([str(self.scripts / "rabbitmq-server")]),
                 env=self._env,
                 cwd=self.base_dir,
                 stdin=subprocess.DEVNULL,
@@ -489,7 +505,7 @@ class BrokerNode:
                         f"not ready within {deadline - t0:.0f} s (AMQP port open: {listening}, "
                         f"await_startup done: {started}; rabbitmqctl errors: {ctl_failures[-1:]})"
                     )
-                if not started and ctl is None and short_name in _epmd_names():
+                if not started and ctl is None and short_name in _epmd_names(self.host):
                     ctl = subprocess.Popen(
                         self._ctl_cmd("await_startup", "--timeout", str(max(5, int(deadline - now)))),
                         env=self._env, cwd=self.base_dir, stdin=subprocess.DEVNULL,
@@ -506,7 +522,7 @@ class BrokerNode:
                     ctl = None
                 if not listening:
                     try:
-                        socket.create_connection(("127.0.0.1", self._port), timeout=0.5).close()
+                        socket.create_connection((self.host, self._port), timeout=0.5).close()
                         listening = True
                     except OSError:
                         pass
@@ -583,7 +599,7 @@ class BrokerNode:
         t0 = time.monotonic()
         self._ctl("stop_app")
         self._ctl("start_app")  # returns once the app runs, listeners included
-        socket.create_connection(("127.0.0.1", self._port), timeout=5).close()
+        socket.create_connection((self.host, self._port), timeout=5).close()
         self.timings.setdefault("restart_app", []).append(time.monotonic() - t0)
         return self
 
@@ -675,8 +691,11 @@ class BrokerNode:
 
     # ------------------------------------------------------------------ rabbitmqctl
 
+    def _in_netns(self, argv: list[str]) -> list[str]:
+        return argv if self.netns is None else ["ip", "netns", "exec", self.netns, *argv]
+
     def _ctl_cmd(self, *args: str) -> list[str]:
-        return [str(self.scripts / "rabbitmqctl"), "-n", self._name, *args]
+        return self._in_netns([str(self.scripts / "rabbitmqctl"), "-n", self._name, *args])
 
     def _ctl(self, *args: str, timeout: float = 60) -> str:
         done = subprocess.run(

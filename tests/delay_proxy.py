@@ -5,11 +5,17 @@ Each chunk read from the broker is stamped with ``arrival + delay`` and written 
 client, in order, once that time has come: every reply (handshake, confirms, deliveries)
 arrives ``delay`` late, while what the client sends passes at once.  ``delay`` may be
 changed at any time; it applies to what the broker sends from then on.
+
+``jitter`` adds a uniform random ``-jitter..+jitter`` to each chunk's delay (a chunk is
+never sent before the one read ahead of it: a TCP stream keeps its order), and
+``both_ways=True`` delays what the client sends as well: a slow link rather than a slow
+broker (tests/netns_cluster.py).
 """
 from __future__ import annotations
 
 import logging
 import queue
+import random
 import socket
 import threading
 import time
@@ -20,9 +26,13 @@ _END = object()
 
 
 class DelayProxy:
-    def __init__(self, host: str, port: int, delay: float = 0.0) -> None:
+    def __init__(self, host: str, port: int, delay: float = 0.0, jitter: float = 0.0, both_ways: bool = False) -> None:
+        if jitter < 0 or jitter > delay:
+            raise ValueError(f"jitter must be in 0..delay ({delay}), got {jitter}")
         self.target = (host, port)
         self.delay = delay
+        self.jitter = jitter
+        self.both_ways = both_ways
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", 0))
@@ -51,8 +61,13 @@ class DelayProxy:
             with self._lock:
                 self._sockets += [client, upstream]
             held: queue.Queue = queue.Queue()
-            for target, args in ((self._pump, (client, upstream)), (self._read_late, (upstream, held)),
-                                 (self._write_late, (held, client, upstream))):
+            jobs = [(self._read_late, (upstream, held)), (self._write_late, (held, client, upstream))]
+            if self.both_ways:
+                sent: queue.Queue = queue.Queue()
+                jobs += [(self._read_late, (client, sent)), (self._write_late, (sent, upstream, client))]
+            else:
+                jobs.append((self._pump, (client, upstream)))
+            for target, args in jobs:
                 threading.Thread(target=target, args=args, daemon=True, name="delay-proxy-pump").start()
 
     @staticmethod
@@ -77,12 +92,15 @@ class DelayProxy:
             self._shut(src, dst)
 
     def _read_late(self, upstream: socket.socket, held: queue.Queue) -> None:
+        last_due = 0.0
         try:
             while True:
                 data = upstream.recv(65536)
                 if not data:
                     break
-                held.put((time.monotonic() + self.delay, data))
+                late = self.delay + (random.uniform(-self.jitter, self.jitter) if self.jitter else 0.0)
+                last_due = max(last_due, time.monotonic() + late)
+                held.put((last_due, data))
         except OSError:
             pass
         finally:
