@@ -75,6 +75,7 @@ SAMPLES = {
     "queue": "orders",
     "requested": 0,
     "first_offset": 5000,
+    "stream": "orders",
 }
 
 
