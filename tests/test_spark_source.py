@@ -251,7 +251,42 @@ def test_batch_read_from_a_timestamp(spark, amqp, amqp_url, names):
 # --------------------------------------------------------------------------- streaming
 
 
-def test_streaming_max_offsets_per_trigger_while_a_producer_fills_two_streams(spark, amqp, amqp_url, names):
+# Spark gives a Python worker 10 s to start and connect back (not configurable); on a loaded
+# machine the streaming source's runner sometimes misses that and the query fails before
+# reading anything of ours.  Such a query is started again from its checkpoint (which is
+# the source's own recovery path), at most twice; any other failure fails the test.
+SPARK_WORKER_SLOW = "Python worker failed to connect back"
+
+
+def run_stream(start_query, finished, deadline):
+    """Start the query and poll ``finished(rows)`` (rows: how many it read so far) until it
+    says True or the query ends; returns the progress reports of every attempt."""
+    progress = []
+    for attempt in range(3):
+        query = start_query()
+        try:
+            while query.isActive and not finished(sum(p["numInputRows"] for p in progress + query.recentProgress)):
+                if deadline.expired():
+                    raise deadline.fail()
+                time.sleep(0.5)
+            if query.exception() is None and query.isActive:
+                query.processAllAvailable()
+            error = query.exception()
+            progress += query.recentProgress
+        finally:
+            query.stop()
+        if error is None:
+            return progress
+        if SPARK_WORKER_SLOW not in str(error) or attempt == 2:
+            raise AssertionError(f"the query failed: {error}")
+        print(f"attempt {attempt + 1}: {SPARK_WORKER_SLOW}; starting again from the checkpoint")
+    return progress
+
+
+def test_streaming_max_offsets_per_trigger_while_a_producer_fills_two_streams(spark, amqp, amqp_url, names,
+                                                                              tmp_path):
+    import json
+
     orders, payments = declare_stream(amqp_url, names), declare_stream(amqp_url, names)
     total, chunk, limit = 1200, 100, 150
     publish(amqp_url, orders, 0, chunk)
@@ -266,29 +301,23 @@ def test_streaming_max_offsets_per_trigger_while_a_producer_fills_two_streams(sp
         except Exception as exc:  # noqa: BLE001 - reported by the test below
             failures.append(exc)
 
-    table = "src_" + orders.replace("-", "_")
-    query = (spark.readStream.format("amqp").option("url", amqp_url).option("streams", f"{orders},{payments}")
-             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", limit).load()
-             .select("stream", "offset").writeStream.format("memory").queryName(table).start())
+    output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def start_query():
+        return (spark.readStream.format("amqp").option("url", amqp_url).option("streams", f"{orders},{payments}")
+                .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", limit).load()
+                .select("stream", "offset").writeStream.format("parquet").option("path", str(output))
+                .option("checkpointLocation", str(checkpoint)).start())
+
+    def read_everything(rows):
+        return rows >= 2 * total and not thread.is_alive()
+
     thread = threading.Thread(target=producer, daemon=True)
     thread.start()
-    try:
-        deadline = Deadline(120, "the query to read both streams")
-        while True:
-            assert query.exception() is None, query.exception()
-            count = spark.sql(f"select count(*) from {table}").collect()[0][0]
-            if count >= 2 * total and not thread.is_alive():
-                break
-            if deadline.expired():
-                raise deadline.fail(f"{count} of {2 * total} rows")
-            time.sleep(0.5)
-        thread.join(10)
-        query.processAllAvailable()
-        progress = list(query.recentProgress)
-        got = spark.sql(f"select stream, offset from {table}").collect()
-    finally:
-        query.stop()
+    progress = run_stream(start_query, read_everything, Deadline(240, "the query to read both streams"))
+    thread.join(10)
     assert not failures, failures
+    got = spark.read.parquet(str(output)).collect()
     for stream in (orders, payments):
         offsets = sorted(row["offset"] for row in got if row["stream"] == stream)
         assert offsets == list(range(total)), stream
@@ -297,10 +326,7 @@ def test_streaming_max_offsets_per_trigger_while_a_producer_fills_two_streams(sp
     for p in batches:
         assert p["numInputRows"] <= limit
         start, end = p["sources"][0]["startOffset"], p["sources"][0]["endOffset"]
-        begin = start if isinstance(start, dict) else {}
-        import json
-
-        begin = json.loads(start) if isinstance(start, str) else begin
+        begin = (json.loads(start) if isinstance(start, str) else start) or {}  # null: the first batch, from 0
         end = json.loads(end) if isinstance(end, str) else end
         assert sum(end[s] - begin.get(s, 0) for s in end) <= limit, (begin, end)
 
@@ -310,14 +336,15 @@ def test_trigger_available_now_twice_on_one_checkpoint(spark, amqp, amqp_url, na
     publish(amqp_url, queue, 0, 1000)
     checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"
 
+    def start_query():
+        return (spark.readStream.format("amqp").option("url", amqp_url).option("streams", queue)
+                .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 300).load()
+                .select("offset", "body").writeStream.format("parquet").option("path", str(output))
+                .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+
     def run():
-        query = (spark.readStream.format("amqp").option("url", amqp_url).option("streams", queue)
-                 .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 300).load()
-                 .select("offset", "body").writeStream.format("parquet").option("path", str(output))
-                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-        assert query.awaitTermination(180), "Trigger.AvailableNow did not end"
-        assert query.exception() is None, query.exception()
-        return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        progress = run_stream(start_query, lambda rows: False, Deadline(240, "Trigger.AvailableNow to end"))
+        return [p["numInputRows"] for p in progress if p["numInputRows"]]
 
     assert run() == [300, 300, 300, 100]
     publish(amqp_url, queue, 1000, 50)
@@ -345,9 +372,10 @@ def _commits(tmp_path) -> int:
     return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.exists() else 0
 
 
+@pytest.mark.timeout(1200 if FULL else 600)  # two driver JVMs of their own
 def test_driver_killed_mid_batch_replays_exactly_once(spark, amqp, amqp_url, names, tmp_path):
     queue = declare_stream(amqp_url, names)
-    count = 12_000 if FULL else 3_000
+    count = 12_000 if FULL else 2_000
     publish(amqp_url, queue, 0, count)
     (tmp_path / "marks").mkdir()
     kills = 3 if FULL else 1
