@@ -429,7 +429,7 @@ def read_range(settings: SourceSettings, part: StreamRange) -> Iterator[Any]:
             if not checked and consumer.first_offset is not None:
                 checked = True
                 if consumer.truncated:
-                    _check_loss(settings, connection, part)
+                    _check_loss(settings, channel, part)
             if message is None:
                 if consumer.active:
                     raise SourceError(f"amqp source: no message from stream {stream!r} for {settings.read_timeout} s "
@@ -453,11 +453,11 @@ def read_range(settings: SourceSettings, part: StreamRange) -> Iterator[Any]:
             log.debug("closing the source's connection failed", exc_info=True)
 
 
-def _check_loss(settings: SourceSettings, connection: Any, part: StreamRange) -> None:
+def _check_loss(settings: SourceSettings, channel: Any, part: StreamRange) -> None:
     """The first delivery came after the start: retention removed the start, or the start
     is one of the stream's own entries (offsets are not dense).  The stream's first offset
     tells which."""
-    first = connection.channel().stream_offsets(part.stream, wait=0.5).first
+    first = channel.stream_offsets(part.stream, wait=0.5).first
     if first is None or first <= part.start:
         return
     if settings.fail_on_data_loss:
@@ -514,8 +514,13 @@ class AMQPStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._tails: Optional[StreamTails] = None
         self._target: Optional[dict[str, int]] = None
         self._initial: Optional[dict[str, int]] = None
-        for stream in settings.streams:  # a missing stream or a classic queue fails here, on the driver
-            self._driver().offsets(stream)
+        try:
+            for stream in settings.streams:  # a missing stream or a classic queue fails here, on the driver
+                self._driver().offsets(stream)
+        finally:
+            # Spark makes a reader to plan the query too, in a worker it may reuse: the
+            # reader that answers for offsets connects again when first asked
+            self._driver().close()
 
     def __getstate__(self) -> dict[str, Any]:  # read() on the executors needs the settings only
         return {**self.__dict__, "_tails": None}

@@ -528,16 +528,24 @@ def test_one_clear_error_each_through_spark(spark, amqp, amqp_url, names, tmp_pa
         ({"streams": classic}, f"amqp source: '{classic}' is not a stream queue"),
     ]
     for options, message in cases:
-        with pytest.raises(Exception) as excinfo:
-            if streaming:
-                df = spark.readStream.format("amqp").option("url", amqp_url).options(**options).load()
-                query = (df.writeStream.format("memory").queryName("bad_" + os.urandom(4).hex())
-                         .option("checkpointLocation", str(tmp_path / os.urandom(4).hex())).start())
-                try:
-                    query.awaitTermination(60)
-                finally:
-                    query.stop()
-            else:
-                spark.read.format("amqp").option("url", amqp_url).options(**options).load().collect()
-        text = failure_text(excinfo)
+        text = ""
+        for _ in range(3):  # again only when Spark's Python worker missed its connect-back (see run_stream)
+            with pytest.raises(Exception) as excinfo:
+                start_bad_read(spark, amqp_url, options, streaming, tmp_path)
+            text = failure_text(excinfo)
+            if SPARK_WORKER_SLOW not in text:
+                break
         assert message in text, text[:3000]
+
+
+def start_bad_read(spark, amqp_url, options, streaming, tmp_path):
+    if streaming:
+        df = spark.readStream.format("amqp").option("url", amqp_url).options(**options).load()
+        query = (df.writeStream.format("memory").queryName("bad_" + os.urandom(4).hex())
+                 .option("checkpointLocation", str(tmp_path / os.urandom(4).hex())).start())
+        try:
+            query.awaitTermination(60)
+        finally:
+            query.stop()
+    else:
+        spark.read.format("amqp").option("url", amqp_url).options(**options).load().collect()
