@@ -23,6 +23,7 @@ and output may replace it, so callers go through that function only.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Sequence
 
 from amqwire.spark.decode import PROPERTY_FIELDS, header_text
@@ -41,6 +42,17 @@ STREAM_DDL = (
 )
 
 _PROPERTY_NAMES = tuple(name for name, _ in PROPERTY_FIELDS)
+_property_values = operator.attrgetter(*_PROPERTY_NAMES)
+
+
+def _text(value: Any) -> Any:
+    """header_text, with its two commonest cases (strings, ints) without a JSON encoder."""
+    kind = type(value)
+    if kind is str:
+        return value
+    if kind is int:
+        return str(value)  # what json.dumps writes for an int
+    return header_text(value)
 
 
 def stream_schema() -> Any:
@@ -84,12 +96,12 @@ def build_batch(messages: Sequence[Any], stream: str) -> Any:
         exchanges.append(message.exchange)
         routing_keys.append(message.routing_key)
         props = message.properties
-        for column, name in zip(properties, _PROPERTY_NAMES):
-            column.append(getattr(props, name))
+        for column, value in zip(properties, _property_values(props)):
+            column.append(value)
         table = props.headers
         pairs = None
         if table:
-            pairs = [(key, header_text(value)) for key, value in table.items() if key != STREAM_OFFSET_HEADER]
+            pairs = [(key, _text(value)) for key, value in table.items() if key != STREAM_OFFSET_HEADER]
         headers.append(pairs or None)
     property_type = schema.field("properties").type
     property_arrays = [
