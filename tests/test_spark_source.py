@@ -375,7 +375,7 @@ def _commits(tmp_path) -> int:
 @pytest.mark.timeout(1200 if FULL else 600)  # two driver JVMs of their own
 def test_driver_killed_mid_batch_replays_exactly_once(spark, amqp, amqp_url, names, tmp_path):
     queue = declare_stream(amqp_url, names)
-    count = 12_000 if FULL else 2_000
+    count = 12_000 if FULL else 1_200
     publish(amqp_url, queue, 0, count)
     (tmp_path / "marks").mkdir()
     kills = 3 if FULL else 1
