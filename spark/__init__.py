@@ -1,5 +1,6 @@
 """amqwire.spark: DataFrame rows to AMQP publish frames at Arrow speed, and an "amqp"
-data source that publishes a DataFrame (batch and streaming) with publisher confirms.
+data source that publishes a DataFrame (batch and streaming) with publisher confirms and
+reads RabbitMQ streams (``spark.read`` / ``spark.readStream``: docs/spark-read.md).
 
 Column functions: :func:`to_amqp_frames`, :func:`from_amqp_frames`.  Data source:
 :func:`register`, then ``df.write.format("amqp").mode("append")...save()``.  Without
@@ -10,7 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from amqwire.spark.decode import decode_batch
 from amqwire.spark.encode import DEFAULT_FRAME_MAX, PROPERTY_NAMES, PublishEncoder, encode_batch
-from amqwire.spark.errors import ArrowTypeError, RowEncodeError, SinkError
+from amqwire.spark.errors import (
+    ArrowTypeError,
+    DataLoss,
+    RowEncodeError,
+    SinkError,
+    SourceError,
+    SourceOptionError,
+    StreamUnavailable,
+)
 
 if TYPE_CHECKING:  # imported on first use at run time (they import pyspark): see __getattr__
     from amqwire.spark.datasource import AMQPCommitMessage, AMQPDataSource, register
@@ -20,11 +29,15 @@ __all__ = [
     "ArrowTypeError",
     "AMQPCommitMessage",
     "AMQPDataSource",
+    "DataLoss",
     "DEFAULT_FRAME_MAX",
     "PROPERTY_NAMES",
     "PublishEncoder",
     "RowEncodeError",
     "SinkError",
+    "SourceError",
+    "SourceOptionError",
+    "StreamUnavailable",
     "decode_batch",
     "encode_batch",
     "from_amqp_frames",

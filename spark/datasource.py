@@ -1,4 +1,5 @@
-"""The "amqp" Spark data source: DataFrames published to RabbitMQ, batch and streaming.
+"""The "amqp" Spark data source: DataFrames published to RabbitMQ, batch and streaming
+(reading RabbitMQ streams: amqwire.spark.source).
 
     import amqwire.spark
     amqwire.spark.register(spark)
@@ -100,29 +101,10 @@ class SinkSettings:
                     f"{', '.join(sorted(_SINK_OPTIONS))} (or routingKey, confirmWindow, confirmTimeout, "
                     f"bodyFormat, frameMax, traceparentColumn), and amqp.* connection options)"
                 )
-        urls = options.get("url") or options.get("path") or DEFAULT_URL  # save(url) works too
-        url_list = [part.strip() for part in urls.replace(",", " ").split()] if isinstance(urls, str) else list(urls)
-        overrides: dict[str, Any] = {}
-        connect_kwargs: dict[str, Any] = {}
-        for key, value in options.items():
-            if not key.startswith("amqp."):
-                continue
-            name = key[len("amqp."):]
-            if name in _CONNECT_OPTIONS:
-                try:
-                    connect_kwargs[name] = _CONNECT_OPTIONS[name](value)
-                except ValueError:
-                    raise ValueError(f"option {key}: {value!r} is not a {_CONNECT_OPTIONS[name].__name__}") from None
-            else:
-                try:
-                    overrides[name] = parse_option(name, value)
-                except ValueError as exc:
-                    raise ValueError(f"option {key}: {exc}") from None
         frame_max = None
         if options.get("frame_max") is not None:
             frame_max = _int_option(options, "frame_max", 4096, 0xFFFFFFFF)
-            overrides["frame_max"] = frame_max
-        parameters = tuple(parameters_list(url_list, **overrides))
+        parameters, connect_kwargs = connection_options(options, frame_max=frame_max)
         names = tuple(field.name for field in schema.fields)
         traceparent_column = options.get("traceparent_column")
         if traceparent_column is not None:
@@ -156,7 +138,7 @@ class SinkSettings:
             confirm_timeout=_float_option(options, "confirm_timeout", 120.0),
             frame_max=frame_max,
             body_format=body_format,
-            connect_kwargs=tuple(sorted(connect_kwargs.items())),
+            connect_kwargs=connect_kwargs,
             columns=names,
             traceparent_column=traceparent_column,
         )
@@ -178,14 +160,43 @@ class SinkSettings:
         return f"{', '.join(str(p) for p in self.parameters)} exchange={target}"
 
 
-def _canonical(options: Any) -> dict[str, Any]:
-    """Lower-cased option names with the camelCase spellings mapped onto the snake_case
-    ones; the same option given under both names is an error."""
+def connection_options(options: dict[str, Any], **overrides: Any) -> tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]]:
+    """The connection settings of a read or a write, from its canonical options: the
+    ConnectionParameters to try in order (``url``, a list, or ``path`` as in
+    ``save(url)``/``load(url)``, with the ``amqp.*`` URL options and ``overrides`` applied)
+    and the (name, value) pairs for connect().  ValueError naming the option."""
+    urls = options.get("url") or options.get("path") or DEFAULT_URL
+    url_list = [part.strip() for part in urls.replace(",", " ").split()] if isinstance(urls, str) else list(urls)
+    url_overrides: dict[str, Any] = {}
+    connect_kwargs: dict[str, Any] = {}
+    for key, value in options.items():
+        if not key.startswith("amqp."):
+            continue
+        name = key[len("amqp."):]
+        if name in _CONNECT_OPTIONS:
+            try:
+                connect_kwargs[name] = _CONNECT_OPTIONS[name](value)
+            except ValueError:
+                raise ValueError(f"option {key}: {value!r} is not a {_CONNECT_OPTIONS[name].__name__}") from None
+        else:
+            try:
+                url_overrides[name] = parse_option(name, value)
+            except ValueError as exc:
+                raise ValueError(f"option {key}: {exc}") from None
+    url_overrides.update((name, value) for name, value in overrides.items() if value is not None)
+    return tuple(parameters_list(url_list, **url_overrides)), tuple(sorted(connect_kwargs.items()))
+
+
+def _canonical(options: Any, aliases: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """Lower-cased option names with the camelCase spellings (``aliases``, the sink's by
+    default) mapped onto the snake_case ones; the same option given under both names is an
+    error."""
+    aliases = _ALIASES if aliases is None else aliases
     canonical: dict[str, Any] = {}
     given: dict[str, Any] = {}
     for key, value in dict(options).items():
         lowered = str(key).lower()
-        name = _ALIASES.get(lowered, lowered)
+        name = aliases.get(lowered, lowered)
         if name in canonical:
             raise ValueError(f"option {name} is given twice (as {given[name]!r} and {key!r}): keep one")
         canonical[name] = value
@@ -406,11 +417,29 @@ def _rows_to_batches(rows: Iterator[Any], schema: StructType, size: int = 10000)
 
 
 class AMQPDataSource(DataSource):
-    """``format("amqp")``: a write-only source (batch and streaming) that publishes rows."""
+    """``format("amqp")``: publishes rows (``df.write`` / ``writeStream``) and reads
+    RabbitMQ streams (``spark.read`` / ``readStream``: see amqwire.spark.source)."""
 
     @classmethod
     def name(cls) -> str:
         return "amqp"
+
+    def schema(self) -> str:  # a read's schema; writes use the DataFrame's
+        from amqwire.spark.stream_rows import STREAM_DDL
+
+        return STREAM_DDL
+
+    def reader(self, schema: StructType) -> Any:
+        from amqwire.spark.source import AMQPBatchReader, SourceSettings, check_schema
+
+        check_schema(schema)
+        return AMQPBatchReader(SourceSettings.from_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> Any:
+        from amqwire.spark.source import AMQPStreamReader, SourceSettings, check_schema
+
+        check_schema(schema)
+        return AMQPStreamReader(SourceSettings.from_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> AMQPBatchWriter:
         if overwrite:

@@ -1,12 +1,14 @@
-"""Errors of amqwire.spark: bad rows, unsupported column types, failed publishes; all are
-``amqwire.codec.AmqwireError``s, with the builtin each stands for as a second base."""
+"""Errors of amqwire.spark: bad rows, unsupported column types, failed publishes, bad
+source options, streams that cannot be read; all are ``amqwire.codec.AmqwireError``s, with
+the builtin each stands for as a second base."""
 from __future__ import annotations
 
 from typing import Any, Optional
 
 from amqwire.codec.errors import AMQPSyntaxError, AmqwireError
 
-__all__ = ["ArrowTypeError", "MessageRowError", "RowEncodeError", "SinkError"]
+__all__ = ["ArrowTypeError", "DataLoss", "MessageRowError", "RowEncodeError", "SinkError", "SourceError",
+           "SourceOptionError", "StreamUnavailable"]
 
 
 class ArrowTypeError(AmqwireError, TypeError):
@@ -69,3 +71,54 @@ class MessageRowError(AmqwireError, ValueError):
 
 def _rebuild_message_error(message: str, index: int, field: str, problem: str = "") -> MessageRowError:
     return MessageRowError(message, index=index, field=field, problem=problem)
+
+
+class SourceOptionError(AmqwireError, ValueError):
+    """An option of ``spark.read`` / ``spark.readStream.format("amqp")`` is missing or
+    wrong; raised on the driver before any task runs.  ``option`` is its name (snake_case)."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(option, problem)
+        self.option = option
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"amqp source option {self.option}: {self.problem}"
+
+
+class SourceError(AmqwireError, RuntimeError):
+    """Reading a stream with the "amqp" source failed; ``stream`` names it (None when the
+    failure is not one stream's)."""
+
+    def __init__(self, message: str, stream: Optional[str] = None) -> None:
+        super().__init__(message, stream)
+        self.stream = stream
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class StreamUnavailable(SourceError):
+    """A stream given to the "amqp" source does not exist, or is a classic or quorum queue."""
+
+
+class DataLoss(SourceError):
+    """Offsets Spark still had to read were removed by the stream's retention, and
+    ``failOnDataLoss`` is true: ``requested`` was the next offset to read, ``first_offset``
+    is the first one the stream still holds."""
+
+    def __init__(self, stream: str, requested: int, first_offset: int) -> None:
+        AmqwireError.__init__(self, stream, requested, first_offset)
+        self.stream = stream
+        self.requested = requested
+        self.first_offset = first_offset
+
+    @property
+    def lost(self) -> int:
+        """How many offsets were removed (at most: some offsets are the stream's own entries)."""
+        return self.first_offset - self.requested
+
+    def __str__(self) -> str:
+        return (f"stream {self.stream!r}: offsets {self.requested}..{self.first_offset - 1} were removed by "
+                f"retention before they were read ({self.lost} offsets lost); set failOnDataLoss=false to "
+                f"skip them, or start again from a new checkpoint")

@@ -193,10 +193,12 @@ class ConnectServer:
 
 JOB = Path(__file__).resolve().parent / "spark_jobs.py"
 KINDS = ("batch", "stream", "frames")
+SOURCE = "read"  # a stream queue, filled by prepare(), that the job reads with spark.read.format("amqp")
 
 
 def prepare(amqp_url: str, directory: Path, rows: int) -> tuple:
-    """Three fresh queues and three Parquet files for the stream: (prefix, stream_dir)."""
+    """Three fresh queues, a stream of ``rows`` messages (``read-<i>`` at offset i) and three
+    Parquet files for the streaming step: (prefix, stream_dir)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -206,6 +208,11 @@ def prepare(amqp_url: str, directory: Path, rows: int) -> tuple:
     with connect(amqp_url) as conn, conn.channel() as ch:
         for kind in KINDS:
             ch.queue_declare(f"{prefix}.{kind}")
+        ch.queue_declare(f"{prefix}.{SOURCE}", durable=True, arguments={"x-queue-type": "stream"})
+        ch.confirm_select()
+        for i in range(rows):
+            ch.publish_async("", f"{prefix}.{SOURCE}", f"{SOURCE}-{i}".encode())
+        ch.wait_for_confirms(timeout=60)
     stream_dir = directory / "stream-in"
     stream_dir.mkdir()
     third = rows // 3
@@ -251,7 +258,7 @@ def delete_queues(amqp_url: str, prefix: str) -> None:
     from amqwire.client import connect
 
     with connect(amqp_url) as conn, conn.channel() as ch:
-        for kind in KINDS:
+        for kind in (*KINDS, SOURCE):
             ch.queue_delete(f"{prefix}.{kind}")
 
 

@@ -11,7 +11,9 @@ Publishes into three queues the caller declared, every body distinct:
   stream (three Parquet files of N/3 rows already in DIR), bodies ``stream-<i>``;
 - ``P.frames``: N rows encoded by ``to_amqp_frames`` on the executors (and decoded back
   there by ``from_amqp_frames``, checked here), collected and sent by the driver with
-  ``publish_encoded`` under confirms, bodies ``frames-<i>``.
+  ``publish_encoded`` under confirms, bodies ``frames-<i>``;
+- and reads ``P.read``, a stream of N messages ``read-<i>``, with ``spark.read.format("amqp")``
+  in two tasks, checking every offset once with its body.
 Prints one ``done <step>`` line per step; any failure ends the process with its traceback.
 """
 from __future__ import annotations
@@ -88,6 +90,17 @@ def main(argv=None) -> int:
         data = b"".join(table.column("frames").to_pylist())
         ch.publish_encoded(data, table.num_rows).result(timeout=60)
     print("done frames", flush=True)
+
+    # the source: a stream read on the executors, two tasks; every offset once with its body
+    table = (spark.read.format("amqp").option("url", args.amqp_url).option("streams", f"{prefix}.read")
+             .option("minPartitions", 2).load().select("offset", "body").toArrow())
+    offsets = table.column("offset").to_pylist()
+    if sorted(offsets) != list(range(args.rows)):
+        raise AssertionError(f"read: {len(offsets)} rows, {len(set(offsets))} distinct offsets, not 0..{args.rows - 1}")
+    wrong = [o for o, b in zip(offsets, table.column("body").to_pylist()) if b != b"read-%d" % o]
+    if wrong:
+        raise AssertionError(f"read: offsets {wrong[:5]} have another body")
+    print(f"done read {len(offsets)}", flush=True)
     spark.stop()
     return 0
 

@@ -76,6 +76,7 @@ SAMPLES = {
     "requested": 0,
     "first_offset": 5000,
     "index": 3,
+    "stream": "orders",
 }
 
 

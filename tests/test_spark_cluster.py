@@ -63,3 +63,9 @@ def test_cluster_publishes_every_row(standalone, cluster_job, amqp_url, step):
     done, prefix = cluster_job
     job_step(done, standalone, step)
     assert_every_row_once(amqp_url, prefix, step, ROWS)
+
+
+def test_cluster_reads_a_stream(standalone, cluster_job):
+    """spark.read.format("amqp") on the workers: every offset of the stream once."""
+    done, _ = cluster_job
+    job_step(done, standalone, f"read {ROWS}")

@@ -52,3 +52,11 @@ def test_connect_publishes_every_row(connect_server, connect_job, amqp_url, step
         f"the client failed before finishing {step} (exit {done.returncode}):\n{done.stdout[-1500:]}\n"
         f"{done.stderr[-5000:]}\n--- server\n{connect_server.daemon.tail(3000)}")
     assert_every_row_once(amqp_url, prefix, step, ROWS)
+
+
+def test_connect_reads_a_stream(connect_server, connect_job):
+    """spark.read.format("amqp") through Spark Connect: every offset of the stream once."""
+    done, _ = connect_job
+    assert f"done read {ROWS}" in done.stdout, (
+        f"the client failed before finishing the read (exit {done.returncode}):\n{done.stdout[-1500:]}\n"
+        f"{done.stderr[-5000:]}\n--- server\n{connect_server.daemon.tail(3000)}")
