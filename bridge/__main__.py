@@ -124,6 +124,9 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--stats-interval", type=_positive_float, default=5.0, metavar="SECONDS",
                    help="statistics every SECONDS (5)")
     p.add_argument("--connection-timeout", type=_positive_float, default=10.0, metavar="SECONDS")
+    p.add_argument("--tracing", action="store_true",
+                   help="an OpenTelemetry span per forwarded message, with the global TracerProvider (run under "
+                        "opentelemetry-instrument, or set one up); needs opentelemetry-api (docs/tracing.md)")
     p.add_argument("--verbose", "-v", action="store_true", help="log at INFO (the statistics too) on stderr")
     return p
 
@@ -210,7 +213,16 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         raise BadConfiguration(f"--on-refused {args.on_refused} needs --ack-mode on-confirm or auto")
     if (args.config is None) == (not args.src_queue):
         raise BadConfiguration("give --src-queue (repeatable) or --config")
+    tracing = None
+    if args.tracing:
+        from amqwire.client.tracing import Tracing, TracingUnavailable
+
+        try:
+            tracing = Tracing()
+        except TracingUnavailable as exc:
+            raise BadConfiguration(f"--tracing: {exc}") from None
     options = dict(
+        tracing=tracing,
         dest_exchange=args.dest_exchange,
         dest_routing_key=args.dest_routing_key,
         keep_routing_key=args.keep_routing_key,

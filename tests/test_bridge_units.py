@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import struct
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -553,3 +555,20 @@ def test_command_bad_config_or_no_queue_exits_2_with_one_line(tmp_path, capsys):
         assert main(urls + args) == 2
         err = capsys.readouterr().err
         assert text in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_command_tracing_without_opentelemetry_exits_2_with_one_line(tmp_path):
+    """--tracing where opentelemetry-api cannot be imported: the usual one line and exit 2,
+    before anything connects (the URLs point where nothing listens)."""
+    script = (
+        "import sys; sys.modules['opentelemetry'] = None\n"  # import opentelemetry -> ImportError
+        "from amqwire.bridge.__main__ import main\n"
+        "sys.exit(main(['--tracing', '--src-queue', 'q', '--src', 'amqp://guest:guest@127.0.0.1:1/',"
+        " '--dest', 'amqp://guest:guest@127.0.0.1:1/'], prog='amqwire-bridge'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2, done
+    assert done.stderr.strip().splitlines() == [
+        "amqwire-bridge: error: --tracing: tracing needs opentelemetry-api: pip install 'amqwire[otel]' (or opentelemetry-api)"
+    ], done.stderr
+
