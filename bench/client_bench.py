@@ -21,19 +21,23 @@ queue name, a fresh non-durable queue for every run (declared before, deleted af
 
 Rows: ``raw socket`` (the limit: amqwire.codec frames on a bare socket, the handshake done
 with codec methods and CommandParser), amqwire blocking and asyncio (amqwire.client), and
-the anchors pika (BlockingConnection), py-amqp (the ``amqp`` package) and aio-pika.
-Rows marked ``info`` carry no target and are not anchors.
+the anchors pika (BlockingConnection), py-amqp (the ``amqp`` package) and aio-pika, and the
+compiled clients rabbitmq-c (C) and amqp091-go (Go): programs in bench/anchors/ doing the
+same phases in a child process that times itself (compiled_anchors.py builds them, or says
+in one line why their rows are skipped).  Rows marked ``info`` carry no target and are not
+anchors.
 
 Every row prints msg/s (best and median of the repeats) and ratios measured side by side:
 ``% raw`` = row / raw-socket row of the same case, ``x anchor`` = row / fastest anchor of
-the case (pika, py-amqp, aio-pika), and for amqwire's confirmed rows ``% unconf`` = row /
-the same transport's unconfirmed publish row.  Each ratio is given for best / median.
+the case (pika, py-amqp, aio-pika), ``x C`` = row / rabbitmq-c, and for amqwire's confirmed
+rows ``% unconf`` = row / the same transport's unconfirmed publish row.  Each ratio is given for best / median.
 ``cpu`` is the client process's CPU time / wall time over the timed part and ``us/msg`` its
 CPU microseconds per message (medians): the broker shares the machine, so a row far below
 100% cpu is waiting for the broker, and us/msg says what the client costs either way.
 Targets (judged on best, the least noise-contaminated figure on a shared VM; the line
 says when the median would disagree): publish >= 90% of raw and >= 2x the fastest anchor;
-confirmed publish >= 80% of our own unconfirmed rate; consume >= 2x the fastest anchor.
+confirmed publish >= 80% of our own unconfirmed rate; consume >= 2x the fastest anchor;
+confirmed publish and consume >= 1.00x rabbitmq-c; asyncio >= 90% of blocking in each case.
 
 Checks: after every publish run the queue must hold exactly N messages, after every
 consume run it must be empty (all acked); a row that fails a check, raises or exceeds its
