@@ -147,6 +147,7 @@ def main(argv=None):
                 high = count_instructions(valgrind, row, big, args.url, admin)
                 low = count_instructions(valgrind, row, small, args.url, admin)
                 values.append((high - low) / (big - small))
+                sys.stderr.write("     %s: %s instructions/msg\n" % (row.key, format(round(values[-1]), ",")))
             results[row.key] = values
     finally:
         admin.close()
