@@ -9,8 +9,8 @@ repository: a run given ``--chart`` or ``--results DIR`` keeps its JSON in DIR, 
 it to PATH.
 
 One panel per case, one horizontal bar per library: the bar is the best run, the black tick
-the median; amqwire's bars are coloured, the raw-socket limits grey, the other libraries
-neutral.  The subtitle carries what makes the numbers comparable: the date, the load
+the median; amqwire's bars are coloured, the raw-socket limits grey, the compiled clients
+(rabbitmq-c, amqp091-go) green, the other libraries neutral.  The subtitle carries what makes the numbers comparable: the date, the load
 average at the start and at the end, the repeats.  Needs matplotlib (the bench extra).
 """
 from __future__ import annotations
@@ -26,13 +26,15 @@ from typing import Any, NamedTuple
 AMQWIRE = "#c2410c"
 LIMIT = "#9ca3af"
 OTHER = "#4b6584"
+COMPILED = "#15803d"
+COMPILED_LIBS = ("rabbitmq-c", "amqp091-go")
 
 
 class Bar(NamedTuple):
     label: str
     best: float
     median: float
-    kind: str  # "amqwire", "limit" or "other"
+    kind: str  # "amqwire", "limit", "compiled" or "other"
 
 
 def _kind(lib: str | None, label: str) -> str:
@@ -40,6 +42,8 @@ def _kind(lib: str | None, label: str) -> str:
         return "amqwire"
     if lib == "raw" or "raw socket" in label or label.startswith("raw"):
         return "limit"
+    if lib in COMPILED_LIBS:
+        return "compiled"
     return "other"
 
 
@@ -100,7 +104,7 @@ def write(panels: list[tuple[str, list[Bar]]], prefix: str | Path, *, title: str
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (name, bars) in zip(axes[:, 0], panels):
         ys = range(len(bars))
-        colours = [{"amqwire": AMQWIRE, "limit": LIMIT}.get(b.kind, OTHER) for b in bars]
+        colours = [{"amqwire": AMQWIRE, "limit": LIMIT, "compiled": COMPILED}.get(b.kind, OTHER) for b in bars]
         ax.barh(list(ys), [b.best for b in bars], color=colours, height=0.6)
         ax.scatter([b.median for b in bars], list(ys), marker="|", s=160, color="black", zorder=3,
                    label="median")

@@ -21,19 +21,23 @@ queue name, a fresh non-durable queue for every run (declared before, deleted af
 
 Rows: ``raw socket`` (the limit: amqwire.codec frames on a bare socket, the handshake done
 with codec methods and CommandParser), amqwire blocking and asyncio (amqwire.client), and
-the anchors pika (BlockingConnection), py-amqp (the ``amqp`` package) and aio-pika.
-Rows marked ``info`` carry no target and are not anchors.
+the anchors pika (BlockingConnection), py-amqp (the ``amqp`` package) and aio-pika, and the
+compiled clients rabbitmq-c (C) and amqp091-go (Go): programs in bench/anchors/ doing the
+same phases in a child process that times itself (compiled_anchors.py builds them, or says
+in one line why their rows are skipped).  Rows marked ``info`` carry no target and are not
+anchors.
 
 Every row prints msg/s (best and median of the repeats) and ratios measured side by side:
 ``% raw`` = row / raw-socket row of the same case, ``x anchor`` = row / fastest anchor of
-the case (pika, py-amqp, aio-pika), and for amqwire's confirmed rows ``% unconf`` = row /
-the same transport's unconfirmed publish row.  Each ratio is given for best / median.
+the case (pika, py-amqp, aio-pika), ``x C`` = row / rabbitmq-c, and for amqwire's confirmed
+rows ``% unconf`` = row / the same transport's unconfirmed publish row.  Each ratio is given for best / median.
 ``cpu`` is the client process's CPU time / wall time over the timed part and ``us/msg`` its
 CPU microseconds per message (medians): the broker shares the machine, so a row far below
 100% cpu is waiting for the broker, and us/msg says what the client costs either way.
 Targets (judged on best, the least noise-contaminated figure on a shared VM; the line
 says when the median would disagree): publish >= 90% of raw and >= 2x the fastest anchor;
-confirmed publish >= 80% of our own unconfirmed rate; consume >= 2x the fastest anchor.
+confirmed publish >= 80% of our own unconfirmed rate; consume >= 2x the fastest anchor;
+confirmed publish and consume >= 1.00x rabbitmq-c; asyncio >= 90% of blocking in each case.
 
 Checks: after every publish run the queue must hold exactly N messages, after every
 consume run it must be empty (all acked); a row that fails a check, raises or exceeds its
@@ -76,8 +80,10 @@ import amqp
 import aio_pika
 
 try:
+    from bench import compiled_anchors
     from bench.rows import select_rows
 except ImportError:  # run as a script: bench/ is sys.path[0]
+    import compiled_anchors  # type: ignore[no-redef]
     from rows import select_rows  # type: ignore[no-redef]
 
 try:  # importlib.metadata gives the installed distribution versions
@@ -108,7 +114,10 @@ DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 PROGRESS_EVERY = 5.0      # seconds between progress lines on stderr
 
 ANCHORS = ("pika", "py-amqp", "aio-pika")
+COMPILED = ("rabbitmq-c", "amqp091-go")  # compiled clients: the bar for CPU per message
+C_ANCHOR = "rabbitmq-c"
 CASE_ORDER = ("publish", "confirm", "consume")
+CASE_NAMES = {"publish": "publish", "confirm": "confirmed publish", "consume": "consume"}
 CASE_TITLES = {
     "publish": "(1) publish, no confirms, 100 B bodies                          msg/s",
     "confirm": "(2) publish with confirms (the best way each client offers)     msg/s",
@@ -874,6 +883,40 @@ def aiopika_consume_iter(ctx, queue, n):
     return asyncio.run(_aiopika_consume_iter(ctx, queue, n))
 
 
+# =========================================================================== compiled
+def compiled_row(lib, case):
+    """A compiled anchor (bench/anchors/, built by compiled_anchors) running one case in a
+    child process that times the phase itself; the CPU is the child's getrusage."""
+
+    def run(ctx, queue, n):
+        binary = compiled_anchors.built(lib).binary
+        if binary is None:
+            raise RuntimeError("%s is not built: %s" % (lib, compiled_anchors.built(lib).version))
+        wall, cpu, done = compiled_anchors.run_phase(
+            binary, case, host=ctx.host, port=ctx.port, username=ctx.username,
+            password=ctx.password, vhost=ctx.vhost, queue=queue, n=n, prefetch=PREFETCH,
+            ack_every=ACK_EVERY, window=CONFIRM_WINDOW, timeout=run_time_limit(n))
+        if done != n:
+            raise SanityError("%s %s counted %d of %d messages" % (lib, case, done, n))
+        return wall, cpu
+
+    run.__name__ = "%s_%s" % (lib.replace("-", "_"), case)
+    return run
+
+
+def mark_unbuildable(rows):
+    """Build the compiled anchors the selected rows need; a row whose toolchain or library is
+    missing becomes n/a with the one-line reason.  Returns {lib: version or reason}."""
+    seen = {}
+    for r in rows:
+        if r.lib in COMPILED:
+            b = compiled_anchors.built(r.lib)
+            seen[r.lib] = b.version if b.binary else "skipped: " + b.version
+            if b.binary is None:
+                r.na = "n/a: %s skipped: %s" % (r.lib, b.version)
+    return seen
+
+
 def with_metrics(fn):
     """The same amqwire row with ``connect(..., metrics=InMemoryMetrics())``: the cost of
     counting, measured beside the row without it (the overhead is row / that row)."""
@@ -933,7 +976,7 @@ class Row:
     def __init__(self, case, label, lib, fn, info=False, note="", na=None):
         self.case = case
         self.label = label
-        self.lib = lib  # "raw", "amqwire", or one of ANCHORS
+        self.lib = lib  # "raw", "amqwire", one of ANCHORS or one of COMPILED
         self.fn = fn
         self.info = info  # informational: no target, not an anchor
         self.note = note
@@ -979,6 +1022,10 @@ def build_rows():
         R("publish", "py-amqp", "py-amqp", amqp_publish, note="basic_publish, Message reused"),
         R("publish", "aio-pika", "aio-pika", aiopika_publish,
           note="await exchange.publish, publisher_confirms=False"),
+        R("publish", "rabbitmq-c (C)", "rabbitmq-c", compiled_row("rabbitmq-c", "publish"),
+          note="amqp_basic_publish; amqp_queue_declare passive"),
+        R("publish", "amqp091-go (Go)", "amqp091-go", compiled_row("amqp091-go", "publish"),
+          note="Channel.Publish; QueueDeclarePassive"),
 
         R("confirm", "raw socket (limit)", "raw", raw_confirm, info=True,
           note="info: pre-encoded frames, acks read in the same select loop"),
@@ -1002,6 +1049,10 @@ def build_rows():
           note="confirm_select + events['basic_ack'], windows of %d" % CONFIRM_WINDOW),
         R("confirm", "aio-pika", "aio-pika", aiopika_confirm,
           note="gather() windows of %d publishes" % CONFIRM_WINDOW),
+        R("confirm", "rabbitmq-c (C)", "rabbitmq-c", compiled_row("rabbitmq-c", "confirm"),
+          note="batches of %d; amqp_simple_wait_frame for basic.ack" % CONFIRM_WINDOW),
+        R("confirm", "amqp091-go (Go)", "amqp091-go", compiled_row("amqp091-go", "confirm"),
+          note="batches of %d; NotifyPublish" % CONFIRM_WINDOW),
 
         R("consume", "raw socket (limit)", "raw", raw_consume,
           note="recv + CommandParser.feed, ack per chunk"),
@@ -1022,6 +1073,10 @@ def build_rows():
         R("consume", "aio-pika", "aio-pika", aiopika_consume, note="queue.consume(callback)"),
         R("consume", "aio-pika, iterator", "aio-pika", aiopika_consume_iter,
           note="async for in queue.iterator()"),
+        R("consume", "rabbitmq-c (C)", "rabbitmq-c", compiled_row("rabbitmq-c", "consume"),
+          note="amqp_consume_message; amqp_basic_ack multiple"),
+        R("consume", "amqp091-go (Go)", "amqp091-go", compiled_row("amqp091-go", "consume"),
+          note="range over Consume's channel; Delivery.Ack(true)"),
     ]
 
 
@@ -1224,6 +1279,12 @@ def case_refs(rows):
     return (rb, rm), (ab, am, al)
 
 
+def c_ref(rows):
+    """(best, median) of the case's rabbitmq-c row, or (None, None) when it did not run."""
+    r = next((x for x in rows if x.lib == C_ANCHOR and not x.info and x.rates), None)
+    return stats(r) if r else (None, None)
+
+
 def unconfirmed_ref(all_rows, label):
     r = next((x for x in all_rows if x.case == "publish" and x.label == label and x.rates), None)
     return stats(r) if r else (None, None)
@@ -1235,24 +1296,26 @@ def print_case(case, rows, all_rows, count, repeats):
     it the client waits for the broker (which shares this machine).  ``us/msg`` is that CPU
     time per message (median): what the client costs, whoever is the bottleneck."""
     (rb, rm), (ab, am, al) = case_refs(rows)
+    cb_, cm = c_ref(rows)
     confirm = case == "confirm"
     print()
     print(CASE_TITLES[case] + "   %s msgs x %d" % (format(count, ","), repeats))
     w = max(28, max(len(r.label) for r in rows) + 1)
-    fmt = "  %-*s %11s %12s %12s %13s" + (" %13s" if confirm else "") + " %5s %7s  %s"
-    hdr = fmt % ((w, "row", "best msg/s", "median msg/s", "% raw b/m", "x anchor b/m")
+    fmt = "  %-*s %11s %12s %12s %13s %11s" + (" %13s" if confirm else "") + " %5s %7s  %s"
+    hdr = fmt % ((w, "row", "best msg/s", "median msg/s", "% raw b/m", "x anchor b/m", "x C b/m")
                  + (("% unconf b/m",) if confirm else ()) + ("cpu", "us/msg", "how"))
     print(hdr)
     print("  " + "-" * (len(hdr) - 2))
     for r in rows:
         if r.na or (r.error and not r.rates):
             why = r.na or ("FAILED: " + r.error)
-            print(fmt % ((w, r.label, "n/a", "n/a", "n/a", "n/a") + (("n/a",) if confirm else ())
+            print(fmt % ((w, r.label, "n/a", "n/a", "n/a", "n/a", "n/a") + (("n/a",) if confirm else ())
                          + ("n/a", "n/a", why)))
             continue
         b, m = stats(r)
         pct = "-" if r.lib == "raw" else "%s/%s" % (_fmt_pct(b, rb), _fmt_pct(m, rm))
         xa = "%s/%s" % (_fmt_x(b, ab), _fmt_x(m, am))
+        xc = "%s/%s" % (_fmt_x(b, cb_), _fmt_x(m, cm))
         extra = ()
         if confirm:
             if r.lib == "amqwire":
@@ -1267,7 +1330,7 @@ def print_case(case, rows, all_rows, count, repeats):
             marks.append("<- fastest anchor")
         if r.error:
             marks.append("(%d of the runs FAILED: %s)" % (r.failed_runs, r.error))
-        print(fmt % ((w, r.label, _fmt_rate(b), _fmt_rate(m), pct, xa) + extra
+        print(fmt % ((w, r.label, _fmt_rate(b), _fmt_rate(m), pct, xa, xc) + extra
                      + (cpu, cpu_us, r.note + ("  " + "  ".join(marks) if marks else ""))))
 
 
@@ -1309,6 +1372,21 @@ def target_lines(all_rows):
         b, m = stats(r) if r else (None, None)
         out.append(_verdict(b / ab if b and ab else None, m / am if m and am else None, 2.0,
                             "consume, %s >= 2x the fastest anchor (%s)" % (label, al or "none measured"), xf))
+        # level with the C client (issue 29), where it ran
+        for case in ("confirm", "consume"):
+            r = by.get((case, label))
+            b, m = stats(r) if r else (None, None)
+            cb_, cm = c_ref(cases[case])
+            if cb_ is not None:
+                out.append(_verdict(b / cb_ if b else None, m / cm if m and cm else None, 1.0,
+                                    "%s, %s >= 1.00x rabbitmq-c" % (CASE_NAMES[case], label), xf))
+    # the asyncio transport within 10% of the blocking one, each case
+    for case in CASE_ORDER:
+        a, bl = by.get((case, "amqwire asyncio")), by.get((case, "amqwire blocking"))
+        (ab_, am_), (bb, bm) = (stats(a) if a else (None, None)), (stats(bl) if bl else (None, None))
+        if ab_ is not None and bb is not None:
+            out.append(_verdict(ab_ / bb, am_ / bm, 0.90,
+                                "%s, amqwire asyncio >= 90%% of amqwire blocking" % CASE_NAMES[case], pct))
     return out
 
 
@@ -1398,8 +1476,9 @@ def main(argv=None):
     print("  timing  : perf_counter around the client calls only; gc %s while timing; "
           "best = highest msg/s, median of the runs" % ("disabled" if args.no_gc else "enabled"))
     print("  columns : % raw = row / raw socket, x anchor = row / fastest of pika, py-amqp, "
-          "aio-pika (each best/median); cpu = client process CPU time / wall time, us/msg = client "
-          "CPU microseconds per message (medians)")
+          "aio-pika (each best/median); x C = row / rabbitmq-c; cpu = client process CPU time / wall "
+          "time, us/msg = client CPU microseconds per message (medians; a compiled row: its child "
+          "process's getrusage over the phase)")
     print("  alarms  : a run during which the broker blocked publishers (memory/disk alarm) "
           "is discarded and done again")
     sys.stdout.flush()
@@ -1407,6 +1486,9 @@ def main(argv=None):
     rows = select_rows(build_rows(), args.only)
     if not rows:
         raise SystemExit("--only %r matches no row" % args.only)
+    for lib, what in mark_unbuildable(rows).items():
+        versions[lib] = what
+        print("  %-8s: %s" % (lib, what))
     if args.aa:
         rows = with_aa_copies(rows)
     t_start = time.monotonic()

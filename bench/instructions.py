@@ -16,6 +16,11 @@ socket reads (a read carrying more frames costs less per frame), so repeats diff
 
     python -m bench.instructions                       # the amqwire rows, with and without metrics, tracing
     python -m bench.instructions --only "consume" --count 30000 --repeats 3 --json /tmp/i.json
+    python -m bench.instructions --only "rabbitmq-c"  # the C client's rows, for comparison
+
+The rabbitmq-c rows (see compiled_anchors) run the C program directly under callgrind when
+--only names them; its connection set-up cancels out in the difference just the same.
+amqp091-go's rows cannot be counted: valgrind 3.19 crashes on the Go runtime.
 
 Needs valgrind (``apt-get install valgrind``).  Each row takes 20-60 s under callgrind.
 """
@@ -41,12 +46,18 @@ except ImportError:  # run as a script: bench/ is on sys.path
 
 DEFAULT_ROWS = ("amqwire blocking", "amqwire asyncio")  # each case, with and without +metrics, +tracing
 _VARIANTS = (" +metrics", " +tracing")  # rows measured beside the row without them
+UNDER_CALLGRIND = ("rabbitmq-c",)  # compiled anchors valgrind can run (not the Go runtime)
 _TOTALS = re.compile(rb"^(?:summary|totals):\s+(\d+)", re.M)
 
 
 def amqwire_rows(only):
+    """The amqwire rows --only selects (all of them without it), and the compiled anchors'
+    rows it names."""
     rows = [r for r in cb.build_rows() if r.lib == "amqwire" and ", no batch" not in r.label]
-    return select_rows(rows, only)  # '=case: label' selects that row alone, as in client_bench
+    chosen = select_rows(rows, only)  # '=case: label' selects that row alone, as in client_bench
+    if only:
+        chosen += select_rows([r for r in cb.build_rows() if r.lib in UNDER_CALLGRIND], only)
+    return chosen
 
 
 def child(key, n, queue, url):
@@ -55,8 +66,22 @@ def child(key, n, queue, url):
     row.fn(cb.Ctx(url), queue, n)
 
 
-def count_instructions(valgrind, key, n, url, admin, case):
-    """Total instructions of one child process running ``key`` with ``n`` messages."""
+def child_command(row, n, queue, url):
+    """The program callgrind runs: this module's --child for an amqwire row, the compiled
+    anchor itself for a compiled row."""
+    if row.lib in UNDER_CALLGRIND:
+        built = cb.compiled_anchors.built(row.lib)
+        if built.binary is None:
+            raise RuntimeError("%s: %s" % (row.key, built.version))
+        ctx = cb.Ctx(url)
+        return [str(built.binary), row.case, ctx.host, str(ctx.port), ctx.username, ctx.password,
+                ctx.vhost, queue, str(n), str(cb.PREFETCH), str(cb.ACK_EVERY), str(cb.CONFIRM_WINDOW)]
+    return [sys.executable, "-m", "bench.instructions", "--child", row.key, str(n), queue, "--url", url]
+
+
+def count_instructions(valgrind, row, n, url, admin):
+    """Total instructions of one child process running ``row`` with ``n`` messages."""
+    key, case = row.key, row.case
     queue = cb.fresh_queue(case)
     admin.declare(queue)
     try:
@@ -65,8 +90,7 @@ def count_instructions(valgrind, key, n, url, admin, case):
         with tempfile.TemporaryDirectory(prefix="amqwire-instr-") as tmp:
             out = os.path.join(tmp, "callgrind.out")
             env = dict(os.environ, PYTHONHASHSEED="0")
-            cmd = [valgrind, "--tool=callgrind", "--callgrind-out-file=" + out,
-                   sys.executable, "-m", "bench.instructions", "--child", key, str(n), queue, "--url", url]
+            cmd = [valgrind, "--tool=callgrind", "--callgrind-out-file=" + out] + child_command(row, n, queue, url)
             proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
             if proc.returncode != 0:
@@ -121,9 +145,10 @@ def main(argv=None):
             values = []
             for rep in range(args.repeats):
                 sys.stderr.write("  -- %s (%d/%d)\n" % (row.key, rep + 1, args.repeats))
-                high = count_instructions(valgrind, row.key, big, args.url, admin, row.case)
-                low = count_instructions(valgrind, row.key, small, args.url, admin, row.case)
+                high = count_instructions(valgrind, row, big, args.url, admin)
+                low = count_instructions(valgrind, row, small, args.url, admin)
                 values.append((high - low) / (big - small))
+                sys.stderr.write("     %s: %s instructions/msg\n" % (row.key, format(round(values[-1]), ",")))
             results[row.key] = values
     finally:
         admin.close()

@@ -479,6 +479,19 @@ class Inbox:
             except Exception as exc:
                 self._io.connection._callback_failed(exc, callback, "consumer", consumer.channel, message)
 
+    def deliver_run(self, messages: list[Message]) -> None:
+        """Several deliveries in order (the run the dispatch of one read found)."""
+        if self._consumer.callback is None:
+            self.buffer.extend(messages)
+            waiter = self._waiter
+            if waiter is not None:
+                self._waiter = None
+                if not waiter.done():
+                    waiter.set_result(None)
+        else:
+            for message in messages:
+                self.deliver(message)
+
     def wake(self) -> None:
         """The consumer ended: its reader gets why."""
         waiter = self._waiter

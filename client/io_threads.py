@@ -613,15 +613,17 @@ class Inbox:
         self.buffer: deque[Any] = deque()  # the iterating thread: handed over, not read yet
         self._connection = consumer.channel._connection
 
-    def deliver(self, message: Message) -> None:
+    def deliver_run(self, messages: list[Message]) -> None:
+        """Several deliveries in order (the run the dispatch of one read found)."""
         consumer = self._consumer
         if consumer.callback is None:
             pending = self._pending
             if not pending:
                 self._connection._batched.append(self)  # handed over once the read's dispatch ends
-            pending.append(message)
+            pending.extend(messages)
         else:
-            self._io.run_callback(consumer.callback, message, "consumer", consumer.channel)
+            for message in messages:
+                self._io.run_callback(consumer.callback, message, "consumer", consumer.channel)
 
     def hand_over(self) -> None:
         """The read's dispatch is done: what it brought goes to the iterating thread."""

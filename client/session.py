@@ -578,13 +578,25 @@ class ConnectionBase:
     def _dispatch(self, events: list[Any], closed: Optional[dict[int, Any]] = None,
                   read_channels: Optional[dict[int, Any]] = None) -> None:
         channels = self._channels
+        # Consecutive deliveries to one consumer go to it as one run: one lookup and one
+        # call per run, not per message (the hot path of consuming).
+        run: list[Message] = []
+        run_channel = run_tag = None
         for event in events:
             kind = type(event)
             if kind is Message:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    channel._on_message(event)
+                if run and event.channel_id == run_channel and event.consumer_tag == run_tag:
+                    run.append(event)
+                    continue
+                if run:
+                    self._deliver_run(run_channel, run)
+                run = [event]
+                run_channel = event.channel_id
+                run_tag = event.consumer_tag
                 continue
+            if run:
+                self._deliver_run(run_channel, run)
+                run = []
             if self._batched:  # deliveries before anything else that happens
                 self._hand_over_batches()
             if kind is proto.Confirmed:
@@ -659,8 +671,16 @@ class ConnectionBase:
                 else:
                     _settle(self._close_waiter, None)  # close() takes it from here
                 return
+        if run:
+            self._deliver_run(run_channel, run)
         if self._batched:
             self._hand_over_batches()
+
+    def _deliver_run(self, channel_id: Any, messages: list[Message]) -> None:
+        """Deliveries of one read, in order, to one consumer tag of one channel."""
+        channel = self._channels.get(channel_id)
+        if channel is not None:
+            channel._on_messages(messages)
 
     def _hand_over_batches(self) -> None:
         """Give the inboxes that collect deliveries (blocking) what this read brought them."""
@@ -1223,16 +1243,20 @@ class ChannelBase:
 
     # consumers -------------------------------------------------------------------------
 
-    def _on_message(self, message: Message) -> None:
-        message.channel = self
-        consumer = self._consumers.get(message.consumer_tag)  # type: ignore[arg-type]
+    def _on_messages(self, messages: list[Message]) -> None:
+        """Deliveries to one consumer tag, in order."""
+        for message in messages:
+            message.channel = self
+        tag = messages[0].consumer_tag
+        consumer = self._consumers.get(tag)  # type: ignore[arg-type]
         if consumer is None:
             consumer = self._pending_consumer
             if consumer is None:
-                self._on_unknown_delivery(message)
+                for message in messages:
+                    self._on_unknown_delivery(message)
                 return
-            self._consumers[message.consumer_tag] = consumer  # type: ignore[index]
-        consumer._inbox.deliver(message)
+            self._consumers[tag] = consumer  # type: ignore[index]
+        consumer._inbox.deliver_run(messages)
 
     def _on_unknown_delivery(self, message: Message) -> None:
         """A delivery for a consumer tag this channel does not know: to the default consumer,

@@ -98,3 +98,9 @@ def test_the_command_line_renders_a_saved_run(tmp_path):
     assert (tmp_path / "out.svg").exists() and not (tmp_path / "out.png").exists()
     with pytest.raises(ValueError):
         charts.chart("codec", dict(CODEC_DOC, results=[]), tmp_path / "none")
+
+
+def test_compiled_clients_get_their_own_colour():
+    assert charts._kind("rabbitmq-c", "rabbitmq-c (C)") == "compiled"
+    assert charts._kind("amqp091-go", "amqp091-go (Go)") == "compiled"
+    assert charts._kind("pika", "pika") == "other"

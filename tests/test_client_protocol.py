@@ -893,6 +893,40 @@ def test_the_lowest_unsettled_seqno_skips_those_settled_out_of_order():
     assert confirms.base == 7 and len(confirms) == 0 and p.publishes_acked == 3
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_the_confirm_tracker_settles_what_a_set_of_unconfirmed_seqnos_would(seed):
+    """ConfirmTracker against the plainest model (a set): random interleavings of publishes,
+    single and multiple acks (in and out of order, repeated, unknown) settle the same
+    seqnos with their own tokens, each once, across the trimming of resolved slots."""
+    import random
+
+    rng = random.Random(seed)
+    tracker = proto.ConfirmTracker()
+    unconfirmed: set[int] = set()
+    published = 0
+    for _ in range(3000):
+        if rng.random() < 0.45 or not unconfirmed:
+            for _ in range(rng.randint(1, 40)):
+                published += 1
+                assert tracker.add("t%d" % published) == published
+                unconfirmed.add(published)
+            continue
+        low, high = min(unconfirmed), published
+        tag = rng.randint(max(1, low - 3), high + 2)
+        multiple = rng.random() < 0.4
+        expected = sorted(s for s in unconfirmed if s <= tag) if multiple else ([tag] if tag in unconfirmed else [])
+        seqnos, tokens = tracker.resolve(tag, multiple)
+        assert list(seqnos) == expected
+        assert tokens == ["t%d" % s for s in expected]
+        unconfirmed.difference_update(expected)
+        assert len(tracker) == len(unconfirmed)
+        assert tracker.next_seqno == published + 1
+        assert tracker.base == (min(unconfirmed) if unconfirmed else published + 1)
+    seqnos, tokens = tracker.drain()
+    assert seqnos == sorted(unconfirmed) and tokens == ["t%d" % s for s in seqnos]
+    assert len(tracker) == 0 and tracker.next_seqno == published + 1
+
+
 def test_each_seqno_resolved_exactly_once():
     p, broker, cid = published_in_confirm_mode(50)
     data = b"".join(
