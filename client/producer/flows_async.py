@@ -197,13 +197,7 @@ class Producer(ProducerCore):
         """Send and wait for the broker's confirm: the SendResult, or SendFailed (with the
         attempts) / SendTimeout (naming the wait it was in) / the codec's error for bad input."""
         message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
-        try:
-            offered = self._offer(message)
-            if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
-                await self._enqueue(message, offered)
-        except BaseException as exc:
-            self._refused(message, exc)
-            raise
+        await self._submit(message)
         return await self._wait_result(message.future)
 
     async def send_async(
@@ -220,13 +214,7 @@ class Producer(ProducerCore):
         """Queue a send and return its future (its result: a SendResult); ``callback(future)``
         runs exactly once when it settles.  Waits only for room in the buffer."""
         message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
-        try:
-            offered = self._offer(message)
-            if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
-                await self._enqueue(message, offered)
-        except BaseException as exc:
-            self._refused(message, exc)
-            raise
+        await self._submit(message)
         future: AsyncioSendFuture = message.future
         if callback is not None:
             message.future.add_done_callback(callback)
@@ -245,6 +233,11 @@ class Producer(ProducerCore):
         queued, and the message may be lost (a connection lost before the broker read it, an
         unroutable message).  Counted in ``stats().oneway``; a drop is logged."""
         message = self._prepare(exchange, routing_key, body, properties, False, timeout, True)
+        await self._submit(message)
+
+    async def _submit(self, message: OutgoingMessage) -> None:
+        """Hand ``message`` to the sender, waiting for room while the buffer is full; a send
+        refused here (no room in time, closed) ends its trace span with the error."""
         try:
             offered = self._offer(message)
             if not offered or len(self._inbox) + len(self._queue) > self._pace_at:
