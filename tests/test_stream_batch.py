@@ -369,7 +369,8 @@ def test_random_messages_through_the_codec(batch):
 @given(messages, text)
 def test_random_messages_equal_the_python_builder_of_the_source(batch, stream):
     """The plain-Python build_batch this module stands in for (spark/stream_rows.py)."""
-    stream_rows = pytest.importorskip("amqwire.spark.stream_rows")
+    from amqwire.spark import stream_rows
+
     got = build_batch(batch, stream)
     expected = stream_rows.build_batch(batch, stream)
     assert got.schema == expected.schema and got.equals(expected)

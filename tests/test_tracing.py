@@ -13,8 +13,6 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("opentelemetry.sdk")
-
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
