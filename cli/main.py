@@ -1,5 +1,5 @@
-"""The ``amqwire`` command: argument parsing, the connection settings every subcommand
-shares, and how a failure ends the program (one line on stderr, never a password).
+"""The ``amqwire`` command: its subcommands, and how a failure ends the program (one line
+on stderr, never a password).
 
 Exit codes: 0 done; 1 failed while running (broker unreachable, credentials refused, a
 queue missing, a publish nacked, ...); 2 bad arguments or configuration (a bad URL, a
@@ -8,148 +8,21 @@ body file that cannot be read).  ``amqwire bridge`` keeps the bridge's own codes
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
-import re
 import sys
-from typing import Callable, Optional, Sequence
-from urllib.parse import unquote
+from typing import Optional, Sequence
 
-from amqwire.client import AmqwireError, ConnectionParameters, parse_url
+from amqwire.client import AmqwireError
 
-PROG = "amqwire"
-ENV_URL = "AMQP_URL"
-ENV_PASSWORD = "AMQP_PASSWORD"
-DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
+from . import messages, perf
+from .settings import ENV_PASSWORD, ENV_URL, PROG, Handler, UsageError, connection_options, connection_settings, redact, url_passwords
+
 # The client logs what it retries and why; a command reports a failure in its one line.
 _QUIET_UNLESS_VERBOSE = ("amqwire.client", "amqwire.bridge")
 
 
-class UsageError(Exception):
-    """Arguments or configuration that cannot work: exit code 2."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """Where to connect, with the secrets the error line must never show."""
-
-    parameters: ConnectionParameters
-    secrets: tuple[str, ...]
-
-
-def connection_settings(args: argparse.Namespace) -> Settings:
-    """The URL from ``--url``, else ``$AMQP_URL``, else the local default; the password
-    from ``--password-file``, else ``$AMQP_PASSWORD``, else the URL's."""
-    url: str = args.url or os.environ.get(ENV_URL) or DEFAULT_URL
-    secrets = _url_passwords(url)
-    try:
-        parameters = parse_url(url.strip())
-    except ValueError as exc:
-        raise UsageError(f"bad URL: {exc}") from None
-    password: Optional[str] = None
-    if args.password_file:
-        password = _read_first_line(args.password_file, "password file")
-    elif os.environ.get(ENV_PASSWORD):
-        password = os.environ[ENV_PASSWORD]
-    if password is not None:
-        parameters = dataclasses.replace(parameters, password=password)
-    secrets.append(parameters.password)
-    if args.connect_timeout is not None:
-        parameters = dataclasses.replace(parameters, connection_timeout=args.connect_timeout)
-    return Settings(parameters, tuple(s for s in secrets if s))
-
-
-def _url_passwords(url: str) -> list[str]:
-    # Taken apart by hand: a URL the parser refuses must not leak its password either.
-    match = re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*://([^@]*)@", url.strip())
-    if not match or ":" not in match.group(1):
-        return []
-    raw = match.group(1).split(":", 1)[1]
-    return [raw, unquote(raw)]
-
-
-def _read_first_line(path: str, what: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as file:
-            return file.readline().rstrip("\r\n")
-    except OSError as exc:
-        raise UsageError(f"cannot read the {what} {path}: {exc.strerror}") from None
-
-
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """One line with every secret masked, and any URL's user-info password too.
-
-    The client's exceptions never contain a password; this is the second line of defence,
-    so it skips secrets under 4 characters, which would mask letters all over the line."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= 4:
-            text = text.replace(secret, "****")
-    text = re.sub(r"(://[^:/@\s]*):[^@\s]*@", r"\1:****@", text)
-    return " ".join(text.split())
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-
-
-def positive_int(text: str) -> int:
-    value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = _integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
-    return value
-
-
-def int_range(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: an int from ``low`` to ``high``."""
-    def parse(text: str) -> int:
-        value = _integer(text)
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high}: {text!r}")
-        return value
-    return parse
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0: {text!r}")
-    return value
-
-
-def connection_options() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("connection")
-    group.add_argument("--url", "--uri", metavar="URL",
-                       help=f"amqp://user:pass@host:port/vhost (default: ${ENV_URL}, else {DEFAULT_URL.replace(':guest@', ':****@')}; "
-                       "a password here is visible in ps)")
-    group.add_argument("--password-file", metavar="PATH",
-                       help=f"read the password from this file's first line (default: ${ENV_PASSWORD}, else the URL's)")
-    group.add_argument("--connect-timeout", type=positive_float, metavar="SECONDS",
-                       help="give up connecting after this long (default: the URL's, else 10)")
-    group.add_argument("-v", "--verbose", action="store_true", help="log the client's diagnostics on stderr")
-    return common
-
-
-Handler = Callable[[argparse.Namespace, Settings], int]
-
-
 def parser() -> argparse.ArgumentParser:
-    from . import messages, perf
-
     top = argparse.ArgumentParser(
         prog=PROG,
         description="Publish, read and measure with RabbitMQ (AMQP 0-9-1) from a shell.",
@@ -177,7 +50,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.verbose:
         for name in _QUIET_UNLESS_VERBOSE:
             logging.getLogger(name).setLevel(logging.CRITICAL)
-    secrets: Sequence[str] = _url_passwords(args.url or os.environ.get(ENV_URL) or "")
+    secrets: Sequence[str] = url_passwords(args.url or os.environ.get(ENV_URL) or "")
     try:
         settings = connection_settings(args)
         secrets = settings.secrets

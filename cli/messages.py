@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Optional
 
 from amqwire.client import BasicProperties, Channel, Message, connect
 
-from .main import Settings, UsageError, int_range, non_negative_int, positive_float, positive_int
+from .settings import Settings, UsageError, int_range, non_negative_int, positive_float, positive_int
 
 QUEUE_TYPES = ("classic", "quorum", "stream")
 

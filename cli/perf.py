@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence, TextIO
 
 from amqwire.client import AmqwireError, BasicProperties, NotFound, OperationTimeout, PublishError, aio
 
-from .main import Settings, UsageError, non_negative_int, positive_float, positive_int
+from .settings import Settings, UsageError, non_negative_int, positive_float, positive_int
 
 log = logging.getLogger("amqwire.cli.perf")
 STAMP = struct.Struct(">Q")

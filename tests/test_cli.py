@@ -255,7 +255,7 @@ def test_the_console_script_is_on_the_venv_path():
 
 
 def test_redact_masks_secrets_and_url_passwords_on_one_line():
-    from amqwire.cli.main import redact
+    from amqwire.cli.settings import redact
 
     assert redact("login as bob with hunter22\nrefused", ["hunter22"]) == "login as bob with **** refused"
     assert redact("amqp://bob:pa%2Fss@host:5672/ failed", []) == "amqp://bob:****@host:5672/ failed"
