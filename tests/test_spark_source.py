@@ -462,11 +462,16 @@ def test_skipped_offsets_are_counted_in_the_log(amqp_url, names, caplog):
     queue, first, last = truncated_stream(amqp_url, names)
     settings = SourceSettings.from_options({"url": amqp_url, "streams": queue, "failOnDataLoss": "false"},
                                            streaming=False)
-    with caplog.at_level(logging.WARNING, logger="amqwire.spark"):
+    with caplog.at_level(logging.DEBUG, logger="amqwire.spark"):
         batches = list(read_range(settings, StreamRange(queue, 0, last + 1)))
     offsets = [o for batch in batches for o in batch.column("offset").to_pylist()]
     assert offsets[0] >= first and offsets[-1] == last
     assert f"stream {queue!r}: {first} offsets (0..{first - 1}) were removed by retention" in caplog.text
+    # where the task's time went, at DEBUG: what it read, the loop, the batches, Spark's share
+    timing = re.search(rf"amqp source: {len(offsets)} messages of stream {re.escape(repr(queue))} offsets "
+                       rf"\[0, {last + 1}\) in [0-9.]+ s: [0-9.]+ s in the consume loop \(waiting for the broker "
+                       rf"included\), [0-9.]+ s building {len(batches)} Arrow batches, [0-9.]+ s in Spark", caplog.text)
+    assert timing, caplog.text[-2000:]
     strict = SourceSettings.from_options({"url": amqp_url, "streams": queue}, streaming=False)
     with pytest.raises(DataLoss) as info:
         list(read_range(strict, StreamRange(queue, 0, last + 1)))
