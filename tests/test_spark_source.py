@@ -10,7 +10,8 @@ real Spark (local[2,3]).
 - exactly-once replay: a driver process SIGKILLed inside a micro-batch, restarted from its
   checkpoint: the Parquet output holds every offset exactly once;
 - retention: offsets removed before they are read fail the read (failOnDataLoss true) or
-  are skipped and counted in the log (false);
+  are skipped and counted in the log (false); the same under a running query (its sink
+  holds micro-batch 0 while retention passes its next offset);
 - bad options, a missing stream, a classic queue: one clear error each, on the driver.
 
 AMQWIRE_FAULT_SCALE=full makes the replay test kill the driver three times over a longer stream.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -460,15 +462,110 @@ def test_skipped_offsets_are_counted_in_the_log(amqp_url, names, caplog):
     queue, first, last = truncated_stream(amqp_url, names)
     settings = SourceSettings.from_options({"url": amqp_url, "streams": queue, "failOnDataLoss": "false"},
                                            streaming=False)
-    with caplog.at_level(logging.WARNING, logger="amqwire.spark"):
+    with caplog.at_level(logging.DEBUG, logger="amqwire.spark"):
         batches = list(read_range(settings, StreamRange(queue, 0, last + 1)))
     offsets = [o for batch in batches for o in batch.column("offset").to_pylist()]
     assert offsets[0] >= first and offsets[-1] == last
     assert f"stream {queue!r}: {first} offsets (0..{first - 1}) were removed by retention" in caplog.text
+    # where the task's time went, at DEBUG: what it read, the loop, the batches, Spark's share
+    timing = re.search(rf"amqp source: {len(offsets)} messages of stream {re.escape(repr(queue))} offsets "
+                       rf"\[0, {last + 1}\) in [0-9.]+ s: [0-9.]+ s in the consume loop \(waiting for the broker "
+                       rf"included\), [0-9.]+ s building {len(batches)} Arrow batches, [0-9.]+ s in Spark", caplog.text)
+    assert timing, caplog.text[-2000:]
     strict = SourceSettings.from_options({"url": amqp_url, "streams": queue}, streaming=False)
     with pytest.raises(DataLoss) as info:
         list(read_range(strict, StreamRange(queue, 0, last + 1)))
     assert (info.value.stream, info.value.requested) == (queue, 0) and info.value.first_offset >= first
+
+
+def retention_passes(url, queue, beyond, deadline):
+    """Publish 100-byte messages until retention has removed every offset up to ``beyond``
+    (the stream's first offset is past it); returns (first, last) offsets then."""
+    published = 0
+    with connect(url) as conn:
+        ch = conn.channel()
+        while True:
+            publish(url, queue, 10_000 + published, 100, size=100)
+            published += 100
+            first, last = ch.stream_offsets(queue, wait=2)
+            if first is not None and first > beyond:
+                return first, last
+            if deadline.expired():
+                raise deadline.fail(f"first offset still {first} after {published} messages (waiting for > {beyond})")
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False], ids=["failOnDataLoss=true", "failOnDataLoss=false"])
+def test_retention_ahead_of_a_running_query(spark, amqp, amqp_url, names, tmp_path, fail_on_data_loss):
+    """A query is running (its sink is inside micro-batch 0) when retention removes the
+    offsets its next micro-batch starts at: with failOnDataLoss the query fails with DataLoss
+    naming the stream, the offset it needed and the first one left; without, micro-batch 1
+    starts at the first offset left, and every offset from there on lands exactly once.
+
+    The sink is foreachBatch into a dict keyed by batch id (idempotent, as a replay-safe
+    sink is): micro-batch 0 holds the query there until the test has published enough to
+    roll segments past retention, so the loss happens under the running query, every time."""
+    queue = declare_stream(amqp_url, names, **{"x-max-length-bytes": 4000, "x-stream-max-segment-size-bytes": 1000})
+    publish(amqp_url, queue, 0, 10, size=100)
+    deadline = Deadline(240, "the query to read past the removed offsets")
+    in_batch_0 = threading.Event()  # micro-batch 0's rows are in the sink
+    go_on = threading.Event()  # retention has passed the query's next offset
+    sink: dict[int, list] = {}
+
+    def write(df, batch_id):
+        sink[batch_id] = [(row["offset"], row["body"]) for row in df.select("offset", "body").collect()]
+        if batch_id == 0:
+            in_batch_0.set()
+            if not go_on.wait(deadline.left()):
+                raise RuntimeError("the test never let micro-batch 0 end")
+
+    def start_query():
+        return (spark.readStream.format("amqp").option("url", amqp_url).option("streams", queue)
+                .option("startingOffsets", "earliest").option("failOnDataLoss", str(fail_on_data_loss).lower())
+                .load().writeStream.foreachBatch(write).option("checkpointLocation", str(tmp_path / "checkpoint"))
+                .trigger(processingTime="500 milliseconds").start())
+
+    query = start_query()
+    try:
+        while not in_batch_0.wait(0.5):
+            if not query.isActive or deadline.expired():
+                raise deadline.fail(f"micro-batch 0 (query error: {query.exception()})")
+        read_first = sorted(offset for offset, _ in sink[0])
+        assert read_first, "micro-batch 0 read nothing"
+        next_offset = read_first[-1] + 1  # where micro-batch 0 ends: the tail when it was planned
+        first, last = retention_passes(amqp_url, queue, next_offset, deadline)
+        go_on.set()
+        if fail_on_data_loss:
+            while query.isActive:
+                if deadline.expired():
+                    raise deadline.fail(f"the query to fail (sink holds batches {sorted(sink)})")
+                time.sleep(0.5)
+            text = str(query.exception())
+            assert "DataLoss" in text, text[:3000]
+            found = re.search(rf"stream '{re.escape(queue)}': offsets {next_offset}\.\.([0-9]+) were removed by retention",
+                              text)
+            assert found and int(found.group(1)) >= first - 1, text[:3000]  # retention may have gone on since
+            assert "failOnDataLoss=false" in text, text[:3000]
+            assert sorted(sink) == [0], "no micro-batch after the loss reached the sink"
+            return
+        while max((offset for rows in sink.values() for offset, _ in rows), default=-1) < last:
+            if not query.isActive or deadline.expired():
+                raise deadline.fail(f"offset {last} in the sink (query error: {query.exception()})")
+            time.sleep(0.5)
+        error = query.exception()
+    finally:
+        go_on.set()
+        query.stop()
+    assert error is None, error
+    got = [row for batch_id in sorted(sink) for row in sink[batch_id]]
+    offsets = [offset for offset, _ in got]
+    assert len(offsets) == len(set(offsets)), "an offset landed twice"
+    after = sorted(offset for batch_id in sorted(sink) if batch_id > 0 for offset, _ in sink[batch_id])
+    held = offsets_of(amqp_url, queue)
+    assert held[0] >= first > next_offset
+    assert after == held  # from the first offset left on, every offset once
+    numbers = [int(body.split(b".")[0][1:]) for _, body in sorted(got)]
+    assert numbers == sorted(numbers) and numbers[:len(read_first)] == list(range(len(read_first)))
+    assert numbers[len(read_first)] > 10_000, "m10000, published after micro-batch 0, was not skipped"
 
 
 # --------------------------------------------------------------------------- errors
