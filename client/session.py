@@ -59,6 +59,7 @@ from .listeners import (
 )
 from .message import Message, ReturnedMessage
 from .lifecycle import (
+    CHANNEL_OPEN_PHASES,
     CHANNEL_PHASES,
     CONSUMER_PHASES,
     OPENED_STATES,
@@ -74,7 +75,7 @@ from .lifecycle import (
 )
 from .metrics import MetricsCollector
 from .observer import Listeners, Observer
-from .recovery import END, RecoveryPolicy, Topology, recoverable
+from .recovery import END, NackWatch, RecoveryPolicy, Topology, recoverable
 from .connect import unverified_tls
 from .url import ConnectionParameters, ParametersLike, parameters_list
 
@@ -821,7 +822,7 @@ class ChannelBase:
         "_listeners",
         "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
         "_stamp_low", "_stamp_pending", "_settled_upto", "_settled", "_no_ack_tags",
-        "_no_ack_consumers", "_get_no_ack", "_waits", "__weakref__"
+        "_no_ack_consumers", "_get_no_ack", "_waits", "_nack_watch", "__weakref__"
     )
 
     _connection: Any
@@ -878,6 +879,8 @@ class ChannelBase:
         self._no_ack_consumers = 0
         self._get_no_ack = False
         self._waits = connection._io.channel_waits(self)  # confirm futures, waits for confirms
+        # after a recovery: when a channel whose publishes are only nacked is renewed
+        self._nack_watch = NackWatch(connection.recovery)
 
     # listeners (see listeners.py) ------------------------------------------------------
 
@@ -1026,7 +1029,7 @@ class ChannelBase:
     @property
     def is_open(self) -> bool:
         connection = self._connection
-        if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
+        if self._lifecycle.state not in CHANNEL_OPEN_PHASES or not connection._lifecycle.usable:
             return False
         state = connection._core.channel_state(self.channel_id)  # may know of a close first
         return state is not None and state.is_open
@@ -1119,8 +1122,29 @@ class ChannelBase:
                     self._failures.append(token)
         with self._connection._lock:
             self._unsettled -= len(tokens)
+        if self._lifecycle.state is not _CHANNEL_OPEN:  # restored by a recovery: watched
+            self._watch_verdict(event.ack, len(tokens))
         if self._unsettled <= self._progress_below:  # else no waiter is ready to go on yet
             self._waits.notify_progress()
+
+    def _watch_verdict(self, ack: bool, count: int) -> None:
+        """A channel restored by a recovery: an ack ends the watch; a run of nacks with no
+        ack stalls it, and its next publish renews it first (RecoveryPolicy.renew_after_nacks)."""
+        lifecycle = self._lifecycle
+        with self._connection._lock:
+            state = lifecycle.state
+            if ack:
+                if state is ChannelPhase.RESTORED or state is ChannelPhase.STALLED:
+                    lifecycle.fire(ChannelSignal.ACKED)
+                    if state is ChannelPhase.STALLED:
+                        self._set_flow(True)
+                return
+            if state is not ChannelPhase.RESTORED or not self._nack_watch.nacked(count):
+                return
+            lifecycle.fire(ChannelSignal.NACKED_RUN)
+            self._set_flow(False)  # publishes take the slow path, which renews the channel
+        log.info("channel %d: its last %d publishes since the recovery were all nacked: renewing it before "
+                 "the next publish", self.channel_id, self._nack_watch.run)
 
     def _progress_wanted(self, below: Optional[int]) -> None:
         """A waiter wants waking once ``_unsettled <= below`` (None: at every change)."""
@@ -1391,9 +1415,10 @@ class _ChannelGauge:
         self.metrics = metrics
 
     def __call__(self, old: Any, new: Any) -> None:
-        if new is ChannelPhase.OPEN:
+        opened = new in CHANNEL_OPEN_PHASES
+        if opened and old not in CHANNEL_OPEN_PHASES:
             self.metrics.channel_opened()
-        elif old is ChannelPhase.OPEN:
+        elif not opened and old in CHANNEL_OPEN_PHASES:
             self.metrics.channel_closed()
 
 

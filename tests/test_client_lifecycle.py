@@ -235,6 +235,7 @@ def test_a_channel_goes_down_with_its_connection_and_comes_back_open(run):
         proxy = api.proxy()
         conn = await api.connect(api.proxy_url(proxy), recovery=RecoveryPolicy(initial_delay=0.5, max_delay=0.5))
         ch = await conn.channel()
+        await ch.confirm_select()
         closed = await conn.channel()
         assert ch._lifecycle.state == ChannelPhase.OPEN
         proxy.kill()
@@ -245,8 +246,11 @@ def test_a_channel_goes_down_with_its_connection_and_comes_back_open(run):
         assert ch._lifecycle.state == ChannelPhase.DOWN and not ch.is_open
         await closed.close()  # closed while down: stays closed
         assert await conn.wait_recovered(20), "no recovery within 20 s"
-        assert ch._lifecycle.state == ChannelPhase.OPEN and ch.is_open
+        # open, and watched until a publish is acked (RecoveryPolicy.renew_after_nacks)
+        assert ch._lifecycle.state == ChannelPhase.RESTORED and ch.is_open
         assert closed._lifecycle.state == ChannelPhase.CLOSED and not closed.is_open
+        await api.wait(await ch.publish_async("", "amq.no-such-queue", b"x"), timeout=10)  # unroutable: acked
+        assert ch._lifecycle.state == ChannelPhase.OPEN and ch.is_open
         await conn.close()
         assert ch._lifecycle.state == ChannelPhase.CLOSED
 
