@@ -588,7 +588,8 @@ class SyncChannel(ChannelBase):
         if not self._confirm:
             self._restart_seqnos()
         self._confirm = True
-        self._max_in_flight = max_in_flight
+        self._confirm_window = max_in_flight
+        self._set_watched(self._lifecycle.state is ChannelPhase.RESTORED)
 
     def tx_select(self, *, timeout: Optional[float] = None) -> None:
         """Make the channel transactional: publishes and acks take effect at tx_commit."""
@@ -1009,6 +1010,7 @@ class SyncChannel(ChannelBase):
         with connection._lock:
             self._lifecycle.fire(ChannelSignal.REOPENED)
             self._nack_watch.restored()
+            self._set_watched(self._lifecycle.state is ChannelPhase.RESTORED)
         if self._lifecycle.state is ChannelPhase.CLOSED:  # closed by the user meanwhile
             self._close_soon(200, "Normal shutdown")
             return
@@ -1033,6 +1035,8 @@ class SyncChannel(ChannelBase):
                 return  # another publisher renews it, an ack came, or it was lost or closed
             delay = watch.next_renewal()
             self._lifecycle.fire(ChannelSignal.RENEW if delay is not None else ChannelSignal.RENEW_GIVEN_UP)
+            if delay is None:
+                self._set_watched(False)
         if delay is None:
             log.warning("channel %d: its publishes are still nacked after %d renewals since the recovery; "
                         "it stays as it is (a queue that rejects publishes, e.g. x-overflow reject-publish?)",
@@ -1095,6 +1099,7 @@ class SyncChannel(ChannelBase):
                 renewing = self._lifecycle.state is ChannelPhase.RENEWING
                 if renewing:
                     self._lifecycle.fire(ChannelSignal.RENEW_GIVEN_UP)
+                    self._set_watched(False)
             connection._flush_quietly()
             if renewing:
                 log.warning("channel %d: renewing it failed (%r); it stays as it is", self.channel_id, exc)
@@ -1104,10 +1109,13 @@ class SyncChannel(ChannelBase):
             watch.renewed()
             self._lifecycle.fire(ChannelSignal.RENEWED)
             renewed = self._lifecycle.state is ChannelPhase.RESTORED
+            if renewed:
+                self._set_watched(True)
         if renewed:
             self._set_flow(True)
-            log.warning("channel %d: renewed as channel %d (renewal %d since the recovery): every publish of "
-                        "the old one was nacked", old, new, watch.renewals)
+            log.log(logging.WARNING if watch.renewals == 1 else logging.INFO,
+                    "channel %d: renewed as channel %d (renewal %d since the recovery): its publishes since the "
+                    "recovery were all nacked", old, new, watch.renewals)
 
     def _check_renewing(self) -> None:
         """Under ``_lock``: raise if the renewal was overtaken (a loss, a close)."""

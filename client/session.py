@@ -816,7 +816,7 @@ class ChannelBase:
     # (on a publish that cost ~700 more instructions).
     __slots__ = (
         "_connection", "channel_id", "_waiter", "_stale", "_lifecycle", "_consumers",
-        "_pending_consumer", "_return_callbacks", "_confirm", "_max_in_flight", "_unsettled",
+        "_pending_consumer", "_return_callbacks", "_confirm", "_max_in_flight", "_confirm_window", "_unsettled",
         "_failures", "_flow_paused", "_flow", "_tag_base", "_qos",
         "_default_consumer", "_default_cancel", "_unknown_logged", "_no_ack_orphans", "_stale_method",
         "_listeners",
@@ -841,7 +841,8 @@ class ChannelBase:
         self._pending_consumer: Any = None
         self._return_callbacks: list[Any] = []
         self._confirm = False
-        self._max_in_flight = 0
+        self._max_in_flight = 0  # unconfirmed publishes allowed now: the window, or less while watched
+        self._confirm_window = 0  # confirm_select's max_in_flight
         self._unsettled = 0  # confirm-mode publishes whose futures are not settled yet
         self._failures: list[Any] = []  # failed confirm tokens not reported by wait_for_confirms yet
         self._flow_paused = False  # the broker sent channel.flow(active=False)
@@ -1127,6 +1128,13 @@ class ChannelBase:
         if self._unsettled <= self._progress_below:  # else no waiter is ready to go on yet
             self._waits.notify_progress()
 
+    def _set_watched(self, watched: bool) -> None:
+        """While a restored channel is watched (no ack yet), at most ``renew_after_nacks``
+        publishes are in flight: a stale channel wastes that many, not a whole window."""
+        window = self._confirm_window
+        probe = self._nack_watch.policy.renew_after_nacks if watched and self._nack_watch.policy else 0
+        self._max_in_flight = min(window, probe) if probe else window
+
     def _watch_verdict(self, ack: bool, count: int) -> None:
         """A channel restored by a recovery: an ack ends the watch; a run of nacks with no
         ack stalls it, and its next publish renews it first (RecoveryPolicy.renew_after_nacks)."""
@@ -1136,6 +1144,7 @@ class ChannelBase:
             if ack:
                 if state is ChannelPhase.RESTORED or state is ChannelPhase.STALLED:
                     lifecycle.fire(ChannelSignal.ACKED)
+                    self._set_watched(False)
                     if state is ChannelPhase.STALLED:
                         self._set_flow(True)
                 return
