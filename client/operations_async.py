@@ -1099,7 +1099,7 @@ class AsyncChannel(ChannelBase):
                             connection._core.close_channel(new)
                         except InvalidStateError:
                             pass
-                renewing = self._lifecycle.state is ChannelPhase.RENEWING
+                renewing = self._phase() is ChannelPhase.RENEWING  # a loss or close may have overtaken it
                 if renewing:
                     self._lifecycle.fire(ChannelSignal.RENEW_GIVEN_UP)
                     self._set_watched(False)
@@ -1111,7 +1111,7 @@ class AsyncChannel(ChannelBase):
         with connection._lock:
             watch.renewed()
             self._lifecycle.fire(ChannelSignal.RENEWED)
-            renewed = self._lifecycle.state is ChannelPhase.RESTORED
+            renewed = self._phase() is ChannelPhase.RESTORED
             if renewed:
                 self._set_watched(True)
         if renewed:

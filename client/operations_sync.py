@@ -1096,7 +1096,7 @@ class SyncChannel(ChannelBase):
                             connection._core.close_channel(new)
                         except InvalidStateError:
                             pass
-                renewing = self._lifecycle.state is ChannelPhase.RENEWING
+                renewing = self._phase() is ChannelPhase.RENEWING  # a loss or close may have overtaken it
                 if renewing:
                     self._lifecycle.fire(ChannelSignal.RENEW_GIVEN_UP)
                     self._set_watched(False)
@@ -1108,7 +1108,7 @@ class SyncChannel(ChannelBase):
         with connection._lock:
             watch.renewed()
             self._lifecycle.fire(ChannelSignal.RENEWED)
-            renewed = self._lifecycle.state is ChannelPhase.RESTORED
+            renewed = self._phase() is ChannelPhase.RESTORED
             if renewed:
                 self._set_watched(True)
         if renewed:

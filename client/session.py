@@ -1128,6 +1128,11 @@ class ChannelBase:
         if self._unsettled <= self._progress_below:  # else no waiter is ready to go on yet
             self._waits.notify_progress()
 
+    def _phase(self) -> ChannelPhase:
+        """The channel's phase now (read afresh: another thread, or an await, may have changed it)."""
+        phase: ChannelPhase = self._lifecycle.state
+        return phase
+
     def _set_watched(self, watched: bool) -> None:
         """While a restored channel is watched (no ack yet), at most ``renew_after_nacks``
         publishes are in flight: a stale channel wastes that many, not a whole window."""
