@@ -235,6 +235,7 @@ class ChannelSignal(enum.Enum):
     RENEW = "renewal started"
     RENEWED = "renewed: a fresh channel in its place"
     RENEW_GIVEN_UP = "renewal given up"  # the policy's bound reached, or the renewal failed
+    RENEW_CANCELLED = "renewal cancelled"  # with the publish that ran it: the next publish tries again
 
     def __str__(self) -> str:
         return self.value
@@ -265,6 +266,7 @@ CHANNEL_PHASES: dict[tuple[ChannelPhase, ChannelSignal], ChannelPhase] = {
     (CS.RENEWING, CE.ACKED): CS.RENEWING,  # of the channel being replaced
     (CS.RENEWING, CE.RENEWED): CS.RESTORED,  # watched again: the fresh one may stall too
     (CS.RENEWING, CE.RENEW_GIVEN_UP): CS.OPEN,
+    (CS.RENEWING, CE.RENEW_CANCELLED): CS.STALLED,
     # closed while its open-ok was on the way (the loss, the user): the waiting flow sees it
     (CS.CLOSED, CE.OPENED): CS.CLOSED,
     (CS.CLOSED, CE.REOPENED): CS.CLOSED,
@@ -281,7 +283,7 @@ for _phase in (CS.OPEN, CS.DOWN, CS.CLOSED):
     for _signal in (CE.ACKED, CE.RENEW_GIVEN_UP):
         CHANNEL_PHASES[(_phase, _signal)] = _phase
 # A renewal that a loss or a close overtook: it ends where they left the channel.
-for _signal in (CE.RENEWED, CE.RENEW):
+for _signal in (CE.RENEWED, CE.RENEW, CE.RENEW_CANCELLED):
     CHANNEL_PHASES[(CS.DOWN, _signal)] = CS.DOWN
     CHANNEL_PHASES[(CS.CLOSED, _signal)] = CS.CLOSED
 del _phase, _signal

@@ -1090,7 +1090,10 @@ class AsyncChannel(ChannelBase):
                         break
             connection._flush_quietly()
             await self._resubscribe(connection._topology)
-        except (AMQPError, OSError, TimeoutError) as exc:
+        except BaseException as exc:
+            # Failed (an error: given up, publishing goes on as it is) or cancelled with the
+            # publish that ran it (stalled again: the next publish renews it).
+            failed = isinstance(exc, (AMQPError, OSError, TimeoutError))
             with connection._lock:
                 if new is not None and self.channel_id != new and connection._channels.get(new) is self:
                     del connection._channels[new]
@@ -1101,9 +1104,12 @@ class AsyncChannel(ChannelBase):
                             pass
                 renewing = self._phase() is ChannelPhase.RENEWING  # a loss or close may have overtaken it
                 if renewing:
-                    self._lifecycle.fire(ChannelSignal.RENEW_GIVEN_UP)
-                    self._set_watched(False)
+                    self._lifecycle.fire(ChannelSignal.RENEW_GIVEN_UP if failed else ChannelSignal.RENEW_CANCELLED)
+                    if failed:
+                        self._set_watched(False)
             connection._flush_quietly()
+            if not failed:
+                raise
             if renewing:
                 log.warning("channel %d: renewing it failed (%r); it stays as it is", self.channel_id, exc)
                 self._set_flow(True)

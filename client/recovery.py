@@ -40,10 +40,11 @@ class RecoveryPolicy:
     consumers restored, before its next publish.  RabbitMQ 3.10 nacks every publish of a
     channel whose first publish to a quorum queue came while the queue's leader was
     dead and no new one was known yet, for as long as that channel lives (see
-    docs/faults.md).  At most ``max_renewals`` renewals per recovery, each after
-    ``delay(renewal)``: a queue that nacks by design (``x-overflow: reject-publish``)
-    costs a few renewals, then the channel stays as it is (logged once, at WARNING).
-    0 turns renewals off."""
+    docs/faults.md).  At most ``max_renewals`` renewals per recovery, renewal ``k``
+    (0, 1, ...) after ``renew_delay * 2**k`` seconds (at most ``max_delay``, with jitter):
+    the queue needs a moment to have a new leader, and a queue that nacks by design
+    (``x-overflow: reject-publish``) costs a few renewals, then the channel stays as it
+    is (logged once, at WARNING).  ``renew_after_nacks=0`` turns renewals off."""
 
     initial_delay: float = 0.5
     max_delay: float = 30.0
@@ -51,12 +52,15 @@ class RecoveryPolicy:
     max_attempts: int = 0
     renew_after_nacks: int = 20
     max_renewals: int = 8
+    renew_delay: float = 0.25
 
     def __post_init__(self) -> None:
         if self.renew_after_nacks < 0:
             raise ValueError(f"renew_after_nacks must be >= 0, not {self.renew_after_nacks}")
         if self.max_renewals < 0:
             raise ValueError(f"max_renewals must be >= 0, not {self.max_renewals}")
+        if self.renew_delay < 0:
+            raise ValueError(f"renew_delay must be >= 0, not {self.renew_delay}")
 
     def delay(self, attempt: int) -> float:
         base = min(self.max_delay, self.initial_delay * self.multiplier**attempt)
@@ -97,9 +101,9 @@ class NackWatch:
         policy = self.policy
         if policy is None or self.renewals >= policy.max_renewals:
             return None
-        delay = policy.delay(self.renewals)
+        base = min(policy.max_delay, policy.renew_delay * 2.0 ** min(self.renewals, 60))
         self.renewals += 1
-        return delay
+        return base * (0.5 + random.random() / 2)
 
 
 def recoverable(error: BaseException) -> bool:

@@ -334,3 +334,45 @@ def test_a_queue_that_nacks_by_design_costs_a_bounded_number_of_renewals(run, na
         await conn.close()
 
     run(scenario)
+
+
+def test_a_renewal_cancelled_with_its_publish_leaves_the_channel_stalled_for_the_next(tcp_proxy, names):
+    """asyncio: the publish that renews a stalled channel is cancelled during the renewal's
+    back-off; the channel is not left holding publishes: it is stalled again, and the next
+    publish renews it."""
+    from amqwire.client import PublishNacked, RecoveryPolicy, aio
+    from amqwire.client.lifecycle import ChannelPhase
+
+    full = names.queue()
+
+    async def scenario():
+        proxy, url = tcp_proxy()
+        policy = RecoveryPolicy(initial_delay=0.1, max_delay=0.1, renew_after_nacks=3, max_renewals=5)
+        conn = await aio.connect(url, recovery=policy)
+        ch = await conn.channel()
+        await ch.queue_declare(full, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+        await ch.confirm_select()
+        proxy.kill()
+        for _ in range(500):
+            if ch._lifecycle.state is ChannelPhase.DOWN:
+                break
+            await asyncio.sleep(0.01)
+        assert await conn.wait_recovered(20), "no recovery within 20 s"
+        for n in range(3):
+            with pytest.raises(PublishNacked):
+                await asyncio.wait_for(ch.basic_publish("", full, b"%d" % n), 10)
+        assert ch._lifecycle.state is ChannelPhase.STALLED
+        task = asyncio.ensure_future(ch.publish_async("", full, b"cancelled"))
+        await asyncio.sleep(0.02)  # inside the renewal's back-off (0.05 to 0.1 s)
+        assert ch._lifecycle.state is ChannelPhase.RENEWING
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert ch._lifecycle.state is ChannelPhase.STALLED and ch._flow_paused
+        first = ch.channel_id
+        with pytest.raises(PublishNacked):  # renewed first, then nacked by the full queue
+            await asyncio.wait_for(ch.basic_publish("", full, b"next"), 10)
+        assert ch.channel_id != first and ch._nack_watch.renewals == 2
+        await conn.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -80,7 +80,7 @@ def test_what_is_recoverable():
 def test_nack_watch_asks_for_a_renewal_after_a_run_of_nacks_a_bounded_number_of_times():
     from amqwire.client.recovery import NackWatch
 
-    policy = RecoveryPolicy(initial_delay=0.1, max_delay=0.4, renew_after_nacks=10, max_renewals=3)
+    policy = RecoveryPolicy(renew_delay=0.1, max_delay=0.4, renew_after_nacks=10, max_renewals=3)
     watch = NackWatch(policy)
     watch.restored()
     assert not watch.nacked(4) and not watch.nacked(5)  # 9 in a row: not yet
@@ -103,7 +103,7 @@ def test_nack_watch_is_off_without_recovery_or_with_renew_after_nacks_0():
 
     assert not NackWatch(None).nacked(10_000) and NackWatch(None).next_renewal() is None
     assert not NackWatch(RecoveryPolicy(renew_after_nacks=0)).nacked(10_000)
-    for bad in (dict(renew_after_nacks=-1), dict(max_renewals=-1)):
+    for bad in (dict(renew_after_nacks=-1), dict(max_renewals=-1), dict(renew_delay=-0.1)):
         try:
             RecoveryPolicy(**bad)
         except ValueError as exc:
