@@ -845,7 +845,7 @@ class ChannelBase:
         self._confirm_window = 0  # confirm_select's max_in_flight
         self._unsettled = 0  # confirm-mode publishes whose futures are not settled yet
         self._failures: list[Any] = []  # failed confirm tokens not reported by wait_for_confirms yet
-        self._flow_paused = False  # the broker sent channel.flow(active=False)
+        self._flow_paused = False  # publishes wait: the broker's channel.flow(active=False), or a renewal
         self._flow = connection._io.new_flag()
         self._flow.set()
         self._tag_base = 0  # the delivery tags of a reopened channel go on after this one
