@@ -633,8 +633,9 @@ class AsyncChannel(ChannelBase):
             connection._io.flush()
             limit = _left(deadline)
             if not await connection._io.wait_flag(self._flow, limit):
-                raise OperationTimeout("the channel to resume publishing (channel.flow, a renewal)", limit,
-                                       self.channel_id)
+                renewing = self._lifecycle.state is ChannelPhase.RENEWING
+                raise OperationTimeout("the channel's renewal" if renewing else "channel.flow to resume publishing",
+                                       limit, self.channel_id)
             self._check()
 
     async def _wait_for_room(self, count: int, deadline: Optional[float]) -> None:
