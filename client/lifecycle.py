@@ -23,7 +23,8 @@ log = logging.getLogger("amqwire.client.lifecycle")
 
 __all__ = [
     "ConnectionStatus", "ConnectionSignal", "TRANSITIONS", "Lifecycle",
-    "ChannelPhase", "ChannelSignal", "CHANNEL_PHASES", "ConsumerPhase", "ConsumerSignal", "CONSUMER_PHASES", "Machine",
+    "ChannelPhase", "ChannelSignal", "CHANNEL_PHASES", "CHANNEL_OPEN_PHASES",
+    "ConsumerPhase", "ConsumerSignal", "CONSUMER_PHASES", "Machine",
 ]
 
 
@@ -209,6 +210,13 @@ class Lifecycle:
 class ChannelPhase(enum.Enum):
     OPENING = "opening"  # channel.open sent, its open-ok not read yet
     OPEN = "open"
+    # Reopened by a recovery (or renewed, below), and none of its publishes acked since.
+    # Open like OPEN; a run of nacks here makes it STALLED.
+    RESTORED = "restored"
+    # Restored, then only nacks (RecoveryPolicy.renew_after_nacks in a row): its next
+    # publish first renews it.  Open; publishes wait while it is RENEWING.
+    STALLED = "stalled"
+    RENEWING = "renewing"  # being replaced by a fresh channel on the same connection
     DOWN = "down"        # its connection is lost and recovering: reopened when it is back
     CLOSED = "closed"    # by close(), by the broker, or with its connection, for good
 
@@ -222,12 +230,20 @@ class ChannelSignal(enum.Enum):
     REOPENED = "reopened by the recovery"
     CONNECTION_GONE = "connection closed or lost for good"
     CLOSED = "channel closed"  # close-ok read, the broker's channel.close, or close() while down
+    ACKED = "a publish acked"
+    NACKED_RUN = "publishes nacked in a row since the recovery"
+    RENEW = "renewal started"
+    RENEWED = "renewed: a fresh channel in its place"
+    RENEW_GIVEN_UP = "renewal given up"  # the policy's bound reached, or the renewal failed
+    RENEW_CANCELLED = "renewal cancelled"  # with the publish that ran it: the next publish tries again
 
     def __str__(self) -> str:
         return self.value
 
 
 CS, CE = ChannelPhase, ChannelSignal
+#: The phases in which a channel is open (calls go ahead, except publishes while RENEWING).
+CHANNEL_OPEN_PHASES = frozenset({CS.OPEN, CS.RESTORED, CS.STALLED, CS.RENEWING})
 CHANNEL_PHASES: dict[tuple[ChannelPhase, ChannelSignal], ChannelPhase] = {
     (CS.OPENING, CE.OPENED): CS.OPEN,
     (CS.OPENING, CE.CONNECTION_DOWN): CS.CLOSED,  # its open fails: the caller gets the error
@@ -237,9 +253,20 @@ CHANNEL_PHASES: dict[tuple[ChannelPhase, ChannelSignal], ChannelPhase] = {
     (CS.OPEN, CE.CONNECTION_GONE): CS.CLOSED,
     (CS.OPEN, CE.CLOSED): CS.CLOSED,
     (CS.DOWN, CE.CONNECTION_DOWN): CS.DOWN,  # a failed recovery attempt
-    (CS.DOWN, CE.REOPENED): CS.OPEN,
+    (CS.DOWN, CE.REOPENED): CS.RESTORED,
     (CS.DOWN, CE.CONNECTION_GONE): CS.CLOSED,
     (CS.DOWN, CE.CLOSED): CS.CLOSED,
+    # A channel restored by a recovery: an ack ends the watch; only nacks stall it
+    (CS.RESTORED, CE.ACKED): CS.OPEN,
+    (CS.RESTORED, CE.NACKED_RUN): CS.STALLED,
+    (CS.RESTORED, CE.RENEW_GIVEN_UP): CS.OPEN,
+    (CS.STALLED, CE.ACKED): CS.OPEN,  # a late ack: it publishes after all
+    (CS.STALLED, CE.RENEW): CS.RENEWING,
+    (CS.STALLED, CE.RENEW_GIVEN_UP): CS.OPEN,
+    (CS.RENEWING, CE.ACKED): CS.RENEWING,  # of the channel being replaced
+    (CS.RENEWING, CE.RENEWED): CS.RESTORED,  # watched again: the fresh one may stall too
+    (CS.RENEWING, CE.RENEW_GIVEN_UP): CS.OPEN,
+    (CS.RENEWING, CE.RENEW_CANCELLED): CS.STALLED,
     # closed while its open-ok was on the way (the loss, the user): the waiting flow sees it
     (CS.CLOSED, CE.OPENED): CS.CLOSED,
     (CS.CLOSED, CE.REOPENED): CS.CLOSED,
@@ -247,6 +274,19 @@ CHANNEL_PHASES: dict[tuple[ChannelPhase, ChannelSignal], ChannelPhase] = {
     (CS.CLOSED, CE.CONNECTION_GONE): CS.CLOSED,
     (CS.CLOSED, CE.CLOSED): CS.CLOSED,
 }
+for _phase in (CS.RESTORED, CS.STALLED, CS.RENEWING):  # open: they go down and close as OPEN does
+    CHANNEL_PHASES[(_phase, CE.CONNECTION_DOWN)] = CS.DOWN
+    CHANNEL_PHASES[(_phase, CE.CONNECTION_GONE)] = CS.CLOSED
+    CHANNEL_PHASES[(_phase, CE.CLOSED)] = CS.CLOSED
+for _phase in (CS.OPEN, CS.DOWN, CS.CLOSED):
+    # A verdict read just before an ack ended the watch, a loss, or a close: nothing changes.
+    for _signal in (CE.ACKED, CE.RENEW_GIVEN_UP):
+        CHANNEL_PHASES[(_phase, _signal)] = _phase
+# A renewal that a loss or a close overtook: it ends where they left the channel.
+for _signal in (CE.RENEWED, CE.RENEW, CE.RENEW_CANCELLED):
+    CHANNEL_PHASES[(CS.DOWN, _signal)] = CS.DOWN
+    CHANNEL_PHASES[(CS.CLOSED, _signal)] = CS.CLOSED
+del _phase, _signal
 
 
 class ConsumerPhase(enum.Enum):

@@ -49,7 +49,7 @@ from amqwire.codec import (
 )
 
 from .io_asyncio import Opener, AsyncioIO, ChannelWaits, ConfirmFuture, Inbox
-from .lifecycle import OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
+from .lifecycle import CHANNEL_OPEN_PHASES, OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
     AMQPConnectionError,
@@ -316,7 +316,7 @@ class AsyncConnection(ConnectionBase):
                 except StopIteration:
                     break
         for channel in channels:
-            if channel._lifecycle.state is ChannelPhase.OPEN:
+            if channel._lifecycle.state in CHANNEL_OPEN_PHASES:
                 await channel._resubscribe(topology)
 
     # closing -------------------------------------------------------------------------------
@@ -591,7 +591,8 @@ class AsyncChannel(ChannelBase):
         if not self._confirm:
             self._restart_seqnos()
         self._confirm = True
-        self._max_in_flight = max_in_flight
+        self._confirm_window = max_in_flight
+        self._set_watched(self._lifecycle.state is ChannelPhase.RESTORED)
 
     async def tx_select(self, *, timeout: Optional[float] = None) -> None:
         """Make the channel transactional: publishes and acks take effect at tx_commit."""
@@ -627,10 +628,14 @@ class AsyncChannel(ChannelBase):
                 raise OperationTimeout("room in the socket's write buffer", limit, self.channel_id)
             self._check()
         if self._flow_paused:
+            if self._lifecycle.state is ChannelPhase.STALLED:
+                await self._renew()
             connection._io.flush()
             limit = _left(deadline)
             if not await connection._io.wait_flag(self._flow, limit):
-                raise OperationTimeout("channel.flow to resume publishing", limit, self.channel_id)
+                renewing = self._lifecycle.state is ChannelPhase.RENEWING
+                raise OperationTimeout("the channel's renewal" if renewing else "channel.flow to resume publishing",
+                                       limit, self.channel_id)
             self._check()
 
     async def _wait_for_room(self, count: int, deadline: Optional[float]) -> None:
@@ -1008,6 +1013,8 @@ class AsyncChannel(ChannelBase):
         await connection._io.wait(waiter, connection.params.connection_timeout)
         with connection._lock:
             self._lifecycle.fire(ChannelSignal.REOPENED)
+            self._nack_watch.restored()
+            self._set_watched(self._lifecycle.state is ChannelPhase.RESTORED)
         if self._lifecycle.state is ChannelPhase.CLOSED:  # closed by the user meanwhile
             self._close_soon(200, "Normal shutdown")
             return
@@ -1016,6 +1023,127 @@ class AsyncChannel(ChannelBase):
             await self._rpc(BasicQos(size, count, global_), None, check=False, record=False)
         if self._confirm:
             await self._rpc(ConfirmSelect(False), None, check=False, record=False)
+
+    async def _renew(self) -> None:
+        """Replace this stalled channel (restored by a recovery, then only nacked: see
+        RecoveryPolicy.renew_after_nacks) by a fresh one on the same connection: after the
+        policy's back-off and once the nacks on the way are in, open a new channel number,
+        turn on confirm mode and qos there, move this object onto it, close the old number,
+        and subscribe its consumers again.  Run by the publish that finds it stalled;
+        publishing waits meanwhile.  A renewal that fails, or one past the policy's bound,
+        leaves the channel as it is, unwatched until the next recovery."""
+        connection = self._connection
+        watch = self._nack_watch
+        with connection._lock:
+            if self._lifecycle.state is not ChannelPhase.STALLED:
+                return  # another publisher renews it, an ack came, or it was lost or closed
+            delay = watch.next_renewal()
+            self._lifecycle.fire(ChannelSignal.RENEW if delay is not None else ChannelSignal.RENEW_GIVEN_UP)
+            if delay is None:
+                self._set_watched(False)
+        if delay is None:
+            log.warning("channel %d: its publishes are still nacked after %d renewals since the recovery; "
+                        "it stays as it is (a queue that rejects publishes, e.g. x-overflow reject-publish?)",
+                        self.channel_id, watch.renewals)
+            self._set_flow(True)
+            return
+        old = self.channel_id
+        new = None
+        try:
+            await connection._io.sleep(delay)
+            limit = connection.params.connection_timeout
+            async with self._waits.rpc_lock:
+                stale = self._stale
+                if stale is not None and not stale.done():
+                    await connection._io.wait(stale, limit)
+                waiter = connection._io.new_waiter()
+                with connection._lock:
+                    self._check_renewing()
+                    state = connection._core.channel_state(old)
+                    tag_base = self._tag_base if state is None else state.tag_base + state.last_delivery_tag
+                    new = connection._core.open_channel(None, tag_base)
+                    connection._channels[new] = self  # its replies come to this object
+                    self._waiter = waiter
+                connection._io.flush()
+                await connection._io.wait(waiter, limit)
+                if self._qos is not None:
+                    count, size, global_ = self._qos
+                    await self._request_on(new, BasicQos(size, count, global_), limit)
+                await self._request_on(new, ConfirmSelect(False), limit)
+                while True:  # the old channel's publishes are answered before it closes
+                    await self._waits.wait_progress(lambda: self._unsettled == 0, limit,
+                                                    "the stalled channel's last verdicts", 0)
+                    with connection._lock:
+                        self._check_renewing()
+                        if self._unsettled:
+                            continue  # published meanwhile, before the swap: their verdicts first
+                        if connection._channels.get(old) is self:
+                            del connection._channels[old]
+                        self.channel_id = new
+                        self._lifecycle.name = f"channel {new}"
+                        self._tag_base = tag_base
+                        self._restart_seqnos()
+                        self._restart_delivery_tags()
+                        try:
+                            connection._core.close_channel(old, 200, f"renewed as channel {new}")
+                        except InvalidStateError:
+                            pass  # the broker closed it meanwhile: the number is free already
+                        break
+            connection._flush_quietly()
+            await self._resubscribe(connection._topology)
+        except BaseException as exc:
+            # Failed (an error: given up, publishing goes on as it is) or cancelled with the
+            # publish that ran it (stalled again: the next publish renews it).
+            failed = isinstance(exc, (AMQPError, OSError, TimeoutError))
+            with connection._lock:
+                if new is not None and self.channel_id != new and connection._channels.get(new) is self:
+                    del connection._channels[new]
+                    if connection._lifecycle.has_socket and connection._core.channel_state(new) is not None:
+                        try:
+                            connection._core.close_channel(new)
+                        except InvalidStateError:
+                            pass
+                renewing = self._phase() is ChannelPhase.RENEWING  # a loss or close may have overtaken it
+                if renewing:
+                    self._lifecycle.fire(ChannelSignal.RENEW_GIVEN_UP if failed else ChannelSignal.RENEW_CANCELLED)
+                    if failed:
+                        self._set_watched(False)
+            connection._flush_quietly()
+            if not failed:
+                raise
+            if renewing:
+                log.warning("channel %d: renewing it failed (%r); it stays as it is", self.channel_id, exc)
+                self._set_flow(True)
+            return
+        with connection._lock:
+            watch.renewed()
+            self._lifecycle.fire(ChannelSignal.RENEWED)
+            renewed = self._phase() is ChannelPhase.RESTORED
+            if renewed:
+                self._set_watched(True)
+        if renewed:
+            self._set_flow(True)
+            log.log(logging.WARNING if watch.renewals == 1 else logging.INFO,
+                    "channel %d: renewed as channel %d (renewal %d since the recovery): its publishes since the "
+                    "recovery were all nacked", old, new, watch.renewals)
+
+    def _check_renewing(self) -> None:
+        """Under ``_lock``: raise if the renewal was overtaken (a loss, a close)."""
+        if self._lifecycle.state is not ChannelPhase.RENEWING or not self._connection._lifecycle.usable:
+            raise self._lifecycle.reason or self._connection._lifecycle.error or ConnectionLost(
+                f"channel {self.channel_id} was closed or lost while being renewed")
+
+    async def _request_on(self, channel_id: int, method: Any, limit: float) -> Any:
+        """A synchronous request on ``channel_id``, whose replies come to this object (a
+        renewal, under the channel's request lock)."""
+        connection = self._connection
+        waiter = connection._io.new_waiter()
+        with connection._lock:
+            self._check_renewing()
+            connection._core.send_method(channel_id, method)
+            self._waiter = waiter
+        connection._io.flush()
+        return await connection._io.wait(waiter, limit)
 
     async def _resubscribe(self, topology: Optional[Topology]) -> None:
         for tag, consumer in list(self._consumers.items()):

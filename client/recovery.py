@@ -32,15 +32,77 @@ END = object()
 @dataclasses.dataclass(frozen=True)
 class RecoveryPolicy:
     """Exponential back-off with jitter between attempts; ``max_attempts`` 0 means keep
-    trying until ``close()``."""
+    trying until ``close()``.
+
+    ``renew_after_nacks``: a channel the recovery reopened whose publishes are then nacked
+    that many times in a row, with no ack since the recovery, is renewed: replaced by a
+    fresh channel (a new channel number) on the same connection, its confirm mode, qos and
+    consumers restored, before its next publish.  RabbitMQ 3.10 nacks every publish of a
+    channel whose first publish to a quorum queue came while the queue's leader was
+    dead and no new one was known yet, for as long as that channel lives (see
+    docs/faults.md).  At most ``max_renewals`` renewals per recovery, renewal ``k``
+    (0, 1, ...) after ``renew_delay * 2**k`` seconds (at most ``max_delay``, with jitter):
+    the queue needs a moment to have a new leader, and a queue that nacks by design
+    (``x-overflow: reject-publish``) costs a few renewals, then the channel stays as it
+    is (logged once, at WARNING).  ``renew_after_nacks=0`` turns renewals off."""
 
     initial_delay: float = 0.5
     max_delay: float = 30.0
     multiplier: float = 2.0
     max_attempts: int = 0
+    renew_after_nacks: int = 20
+    max_renewals: int = 8
+    renew_delay: float = 0.25
+
+    def __post_init__(self) -> None:
+        if self.renew_after_nacks < 0:
+            raise ValueError(f"renew_after_nacks must be >= 0, not {self.renew_after_nacks}")
+        if self.max_renewals < 0:
+            raise ValueError(f"max_renewals must be >= 0, not {self.max_renewals}")
+        if self.renew_delay < 0:
+            raise ValueError(f"renew_delay must be >= 0, not {self.renew_delay}")
 
     def delay(self, attempt: int) -> float:
         base = min(self.max_delay, self.initial_delay * self.multiplier**attempt)
+        return base * (0.5 + random.random() / 2)
+
+
+class NackWatch:
+    """When a restored channel is renewed (the decision alone, no I/O; see RecoveryPolicy).
+
+    ``nacked(count)`` after each nack frame of the channel: True once the run of nacks
+    since the recovery (or the last renewal) reaches ``renew_after_nacks``; an ack ends
+    the watch (the channel's lifecycle leaves RESTORED), so a nack after an ack never
+    counts.  ``next_renewal()``: the back-off before the next renewal, or None when the
+    renewals of this recovery are used up.  ``restored()`` starts a recovery's count."""
+
+    __slots__ = ("policy", "run", "renewals")
+
+    def __init__(self, policy: Optional[RecoveryPolicy]) -> None:
+        self.policy = policy
+        self.run = 0  # nacks in a row since the recovery or the last renewal
+        self.renewals = 0  # renewals since the recovery
+
+    def restored(self) -> None:
+        self.run = 0
+        self.renewals = 0
+
+    def renewed(self) -> None:
+        self.run = 0
+
+    def nacked(self, count: int) -> bool:
+        policy = self.policy
+        if policy is None or not policy.renew_after_nacks:
+            return False
+        self.run += count
+        return self.run >= policy.renew_after_nacks
+
+    def next_renewal(self) -> Optional[float]:
+        policy = self.policy
+        if policy is None or self.renewals >= policy.max_renewals:
+            return None
+        base = min(policy.max_delay, policy.renew_delay * 2.0 ** min(self.renewals, 60))
+        self.renewals += 1
         return base * (0.5 + random.random() / 2)
 
 

@@ -59,6 +59,7 @@ from .listeners import (
 )
 from .message import Message, ReturnedMessage
 from .lifecycle import (
+    CHANNEL_OPEN_PHASES,
     CHANNEL_PHASES,
     CONSUMER_PHASES,
     OPENED_STATES,
@@ -74,7 +75,7 @@ from .lifecycle import (
 )
 from .metrics import MetricsCollector
 from .observer import Listeners, Observer
-from .recovery import END, RecoveryPolicy, Topology, recoverable
+from .recovery import END, NackWatch, RecoveryPolicy, Topology, recoverable
 from .connect import unverified_tls
 from .url import ConnectionParameters, ParametersLike, parameters_list
 
@@ -815,13 +816,13 @@ class ChannelBase:
     # (on a publish that cost ~700 more instructions).
     __slots__ = (
         "_connection", "channel_id", "_waiter", "_stale", "_lifecycle", "_consumers",
-        "_pending_consumer", "_return_callbacks", "_confirm", "_max_in_flight", "_unsettled",
+        "_pending_consumer", "_return_callbacks", "_confirm", "_max_in_flight", "_confirm_window", "_unsettled",
         "_failures", "_flow_paused", "_flow", "_tag_base", "_qos",
         "_default_consumer", "_default_cancel", "_unknown_logged", "_no_ack_orphans", "_stale_method",
         "_listeners",
         "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
         "_stamp_low", "_stamp_pending", "_settled_upto", "_settled", "_no_ack_tags",
-        "_no_ack_consumers", "_get_no_ack", "_waits", "__weakref__"
+        "_no_ack_consumers", "_get_no_ack", "_waits", "_nack_watch", "__weakref__"
     )
 
     _connection: Any
@@ -840,10 +841,11 @@ class ChannelBase:
         self._pending_consumer: Any = None
         self._return_callbacks: list[Any] = []
         self._confirm = False
-        self._max_in_flight = 0
+        self._max_in_flight = 0  # unconfirmed publishes allowed now: the window, or less while watched
+        self._confirm_window = 0  # confirm_select's max_in_flight
         self._unsettled = 0  # confirm-mode publishes whose futures are not settled yet
         self._failures: list[Any] = []  # failed confirm tokens not reported by wait_for_confirms yet
-        self._flow_paused = False  # the broker sent channel.flow(active=False)
+        self._flow_paused = False  # publishes wait: the broker's channel.flow(active=False), or a renewal
         self._flow = connection._io.new_flag()
         self._flow.set()
         self._tag_base = 0  # the delivery tags of a reopened channel go on after this one
@@ -878,6 +880,8 @@ class ChannelBase:
         self._no_ack_consumers = 0
         self._get_no_ack = False
         self._waits = connection._io.channel_waits(self)  # confirm futures, waits for confirms
+        # after a recovery: when a channel whose publishes are only nacked is renewed
+        self._nack_watch = NackWatch(connection.recovery)
 
     # listeners (see listeners.py) ------------------------------------------------------
 
@@ -1026,7 +1030,7 @@ class ChannelBase:
     @property
     def is_open(self) -> bool:
         connection = self._connection
-        if self._lifecycle.state is not _CHANNEL_OPEN or not connection._lifecycle.usable:
+        if self._lifecycle.state not in CHANNEL_OPEN_PHASES or not connection._lifecycle.usable:
             return False
         state = connection._core.channel_state(self.channel_id)  # may know of a close first
         return state is not None and state.is_open
@@ -1119,8 +1123,42 @@ class ChannelBase:
                     self._failures.append(token)
         with self._connection._lock:
             self._unsettled -= len(tokens)
+        if self._lifecycle.state is not _CHANNEL_OPEN:  # restored by a recovery: watched
+            self._watch_verdict(event.ack, len(tokens))
         if self._unsettled <= self._progress_below:  # else no waiter is ready to go on yet
             self._waits.notify_progress()
+
+    def _phase(self) -> ChannelPhase:
+        """The channel's phase now (read afresh: another thread, or an await, may have changed it)."""
+        phase: ChannelPhase = self._lifecycle.state
+        return phase
+
+    def _set_watched(self, watched: bool) -> None:
+        """While a restored channel is watched (no ack yet), at most ``renew_after_nacks``
+        publishes are in flight: a stale channel wastes that many, not a whole window."""
+        window = self._confirm_window
+        probe = self._nack_watch.policy.renew_after_nacks if watched and self._nack_watch.policy else 0
+        self._max_in_flight = min(window, probe) if probe else window
+
+    def _watch_verdict(self, ack: bool, count: int) -> None:
+        """A channel restored by a recovery: an ack ends the watch; a run of nacks with no
+        ack stalls it, and its next publish renews it first (RecoveryPolicy.renew_after_nacks)."""
+        lifecycle = self._lifecycle
+        with self._connection._lock:
+            state = lifecycle.state
+            if ack:
+                if state is ChannelPhase.RESTORED or state is ChannelPhase.STALLED:
+                    lifecycle.fire(ChannelSignal.ACKED)
+                    self._set_watched(False)
+                    if state is ChannelPhase.STALLED:
+                        self._set_flow(True)
+                return
+            if state is not ChannelPhase.RESTORED or not self._nack_watch.nacked(count):
+                return
+            lifecycle.fire(ChannelSignal.NACKED_RUN)
+            self._set_flow(False)  # publishes take the slow path, which renews the channel
+        log.info("channel %d: its last %d publishes since the recovery were all nacked: renewing it before "
+                 "the next publish", self.channel_id, self._nack_watch.run)
 
     def _progress_wanted(self, below: Optional[int]) -> None:
         """A waiter wants waking once ``_unsettled <= below`` (None: at every change)."""
@@ -1391,9 +1429,10 @@ class _ChannelGauge:
         self.metrics = metrics
 
     def __call__(self, old: Any, new: Any) -> None:
-        if new is ChannelPhase.OPEN:
+        opened = new in CHANNEL_OPEN_PHASES
+        if opened and old not in CHANNEL_OPEN_PHASES:
             self.metrics.channel_opened()
-        elif old is ChannelPhase.OPEN:
+        elif not opened and old in CHANNEL_OPEN_PHASES:
             self.metrics.channel_closed()
 
 

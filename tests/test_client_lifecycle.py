@@ -235,6 +235,7 @@ def test_a_channel_goes_down_with_its_connection_and_comes_back_open(run):
         proxy = api.proxy()
         conn = await api.connect(api.proxy_url(proxy), recovery=RecoveryPolicy(initial_delay=0.5, max_delay=0.5))
         ch = await conn.channel()
+        await ch.confirm_select()
         closed = await conn.channel()
         assert ch._lifecycle.state == ChannelPhase.OPEN
         proxy.kill()
@@ -245,8 +246,13 @@ def test_a_channel_goes_down_with_its_connection_and_comes_back_open(run):
         assert ch._lifecycle.state == ChannelPhase.DOWN and not ch.is_open
         await closed.close()  # closed while down: stays closed
         assert await conn.wait_recovered(20), "no recovery within 20 s"
-        assert ch._lifecycle.state == ChannelPhase.OPEN and ch.is_open
+        # open, and watched until a publish is acked (RecoveryPolicy.renew_after_nacks)
+        assert ch._lifecycle.state == ChannelPhase.RESTORED and ch.is_open
+        assert ch._max_in_flight == 20, "until an ack, no more than renew_after_nacks publishes in flight"
         assert closed._lifecycle.state == ChannelPhase.CLOSED and not closed.is_open
+        await api.wait(await ch.publish_async("", "amq.no-such-queue", b"x"), timeout=10)  # unroutable: acked
+        assert ch._lifecycle.state == ChannelPhase.OPEN and ch.is_open
+        assert ch._max_in_flight == 10000, "acked: the whole confirm window again"
         await conn.close()
         assert ch._lifecycle.state == ChannelPhase.CLOSED
 
@@ -271,3 +277,102 @@ def test_closing_a_dead_channel_never_closes_the_one_that_took_its_number(run):
         await new.queue_declare("", exclusive=True)
 
     run(scenario)
+
+
+def test_a_queue_that_nacks_by_design_costs_a_bounded_number_of_renewals(run, names, caplog):
+    """After a recovery, a channel whose publishes are only nacked is renewed (a fresh
+    channel, a new number: RecoveryPolicy.renew_after_nacks); a queue that rejects every
+    publish (x-max-length 0, x-overflow reject-publish) must not make it churn channels:
+    ``max_renewals`` renewals, one WARNING, every publish's nack reported to its caller; the
+    renewed channel keeps confirm mode, qos and its consumer."""
+
+    async def scenario(api):
+        from amqwire.client import RecoveryPolicy
+        from amqwire.client.lifecycle import ChannelPhase
+
+        E = api.errors
+        full, other = names.queue(), names.queue()
+        proxy = api.proxy()
+        policy = RecoveryPolicy(initial_delay=0.05, max_delay=0.1, renew_after_nacks=5, max_renewals=3)
+        conn = await api.connect(api.proxy_url(proxy), recovery=policy)
+        ch = await conn.channel()
+        await ch.queue_declare(full, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+        await ch.queue_declare(other)
+        await ch.basic_qos(prefetch_count=7)
+        consumer = await ch.consume(other)
+        await ch.confirm_select()
+        first = ch.channel_id
+        with pytest.raises(E.PublishNacked):  # nacked before any recovery: no renewal
+            await ch.basic_publish("", full, b"before")
+        assert ch._lifecycle.state == ChannelPhase.OPEN and ch.channel_id == first
+        proxy.kill()
+        for _ in range(500):
+            if ch._lifecycle.state == ChannelPhase.DOWN:
+                break
+            await asyncio.sleep(0.01)
+        assert await conn.wait_recovered(20), "no recovery within 20 s"
+        caplog.clear()
+        outcomes = []
+        for n in range(60):
+            try:
+                await api.wait(await ch.publish_async("", full, b"%d" % n), timeout=10)
+                outcomes.append("ack")
+            except E.PublishNacked:
+                outcomes.append("nack")
+        assert outcomes == ["nack"] * 60, "every publish to the full queue is nacked, and said so"
+        assert ch._nack_watch.renewals == 3
+        assert ch._lifecycle.state == ChannelPhase.OPEN, "given up: open, no longer watched"
+        assert ch.channel_id != first, "renewed: a fresh channel number"
+        given_up = [r for r in caplog.records if "still nacked after 3 renewals" in r.getMessage()]
+        assert len(given_up) == 1 and given_up[0].levelname == "WARNING"
+        # the renewed channel: confirm mode, its consumer and qos came along
+        await api.wait(await ch.publish_async("", other, b"hello"), timeout=10)
+        message = await api.next(consumer, timeout=10)
+        assert bytes(message.body) == b"hello"
+        await message.ack()
+        assert ch._qos is not None and ch._qos[0] == 7
+        await conn.close()
+
+    run(scenario)
+
+
+def test_a_renewal_cancelled_with_its_publish_leaves_the_channel_stalled_for_the_next(tcp_proxy, names):
+    """asyncio: the publish that renews a stalled channel is cancelled during the renewal's
+    back-off; the channel is not left holding publishes: it is stalled again, and the next
+    publish renews it."""
+    from amqwire.client import PublishNacked, RecoveryPolicy, aio
+    from amqwire.client.lifecycle import ChannelPhase
+
+    full = names.queue()
+
+    async def scenario():
+        proxy, url = tcp_proxy()
+        policy = RecoveryPolicy(initial_delay=0.1, max_delay=0.1, renew_after_nacks=3, max_renewals=5)
+        conn = await aio.connect(url, recovery=policy)
+        ch = await conn.channel()
+        await ch.queue_declare(full, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+        await ch.confirm_select()
+        proxy.kill()
+        for _ in range(500):
+            if ch._lifecycle.state is ChannelPhase.DOWN:
+                break
+            await asyncio.sleep(0.01)
+        assert await conn.wait_recovered(20), "no recovery within 20 s"
+        for n in range(3):
+            with pytest.raises(PublishNacked):
+                await asyncio.wait_for(ch.basic_publish("", full, b"%d" % n), 10)
+        assert ch._lifecycle.state is ChannelPhase.STALLED
+        task = asyncio.ensure_future(ch.publish_async("", full, b"cancelled"))
+        await asyncio.sleep(0.02)  # inside the renewal's back-off (0.05 to 0.1 s)
+        assert ch._lifecycle.state is ChannelPhase.RENEWING
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert ch._lifecycle.state is ChannelPhase.STALLED and ch._flow_paused
+        first = ch.channel_id
+        with pytest.raises(PublishNacked):  # renewed first, then nacked by the full queue
+            await asyncio.wait_for(ch.basic_publish("", full, b"next"), 10)
+        assert ch.channel_id != first and ch._nack_watch.renewals == 2
+        await conn.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -72,3 +72,79 @@ def test_what_is_recoverable():
     assert recoverable(ConnectionClosed(320, "CONNECTION_FORCED"))
     assert not recoverable(ConnectionClosed(530, "NOT_ALLOWED"))
     assert not recoverable(ConnectionClosed(503, "COMMAND_INVALID"))
+
+
+# --------------------------------------------------------------------------- renewing a channel only nacked
+
+
+def test_nack_watch_asks_for_a_renewal_after_a_run_of_nacks_a_bounded_number_of_times():
+    from amqwire.client.recovery import NackWatch
+
+    policy = RecoveryPolicy(renew_delay=0.1, max_delay=0.4, renew_after_nacks=10, max_renewals=3)
+    watch = NackWatch(policy)
+    watch.restored()
+    assert not watch.nacked(4) and not watch.nacked(5)  # 9 in a row: not yet
+    assert watch.nacked(1)  # the 10th
+    delays = []
+    for _ in range(3):
+        delay = watch.next_renewal()
+        assert delay is not None
+        delays.append(delay)
+        watch.renewed()  # a fresh channel: its own run of nacks
+        assert not watch.nacked(9) and watch.nacked(1)
+    assert 0.05 <= delays[0] <= 0.1 and 0.1 <= delays[1] <= 0.2 and 0.2 <= delays[2] <= 0.4  # backing off
+    assert watch.next_renewal() is None, "a queue that nacks by design must not renew the channel forever"
+    watch.restored()  # the next recovery starts a new count
+    assert watch.next_renewal() is not None
+
+
+def test_nack_watch_is_off_without_recovery_or_with_renew_after_nacks_0():
+    from amqwire.client.recovery import NackWatch
+
+    assert not NackWatch(None).nacked(10_000) and NackWatch(None).next_renewal() is None
+    assert not NackWatch(RecoveryPolicy(renew_after_nacks=0)).nacked(10_000)
+    for bad in (dict(renew_after_nacks=-1), dict(max_renewals=-1), dict(renew_delay=-0.1)):
+        try:
+            RecoveryPolicy(**bad)
+        except ValueError as exc:
+            assert next(iter(bad)) in str(exc)
+        else:
+            raise AssertionError(f"RecoveryPolicy({bad}) was accepted")
+
+
+def test_only_a_channel_restored_by_a_recovery_is_watched_and_an_ack_ends_the_watch():
+    """The channel table: a channel never recovered cannot stall (a nack there is the
+    queue's answer, not a stale channel); after a recovery an ack ends the watch; a stalled
+    channel is renewed and watched again; giving up leaves it open and unwatched."""
+    import pytest
+
+    from amqwire.client.errors import InvalidStateError
+    from amqwire.client.lifecycle import CHANNEL_OPEN_PHASES, CHANNEL_PHASES, ChannelPhase as P, ChannelSignal as S, Machine
+
+    def channel():
+        m = Machine(CHANNEL_PHASES, P.OPENING, P.CLOSED, "channel 1")
+        m.fire(S.OPENED)
+        return m
+
+    fresh = channel()
+    with pytest.raises(InvalidStateError, match="publishes nacked in a row since the recovery is not possible while open"):
+        fresh.fire(S.NACKED_RUN)
+    recovered = channel()
+    for signal in (S.CONNECTION_DOWN, S.REOPENED):
+        recovered.fire(signal)
+    assert recovered.state is P.RESTORED
+    recovered.fire(S.ACKED)
+    assert recovered.state is P.OPEN
+    with pytest.raises(InvalidStateError):
+        recovered.fire(S.NACKED_RUN)  # acked once: nacks no longer count
+    stalled = channel()
+    for signal, phase in ((S.CONNECTION_DOWN, P.DOWN), (S.REOPENED, P.RESTORED), (S.NACKED_RUN, P.STALLED),
+                          (S.RENEW, P.RENEWING), (S.ACKED, P.RENEWING), (S.RENEWED, P.RESTORED),
+                          (S.NACKED_RUN, P.STALLED), (S.RENEW_GIVEN_UP, P.OPEN)):
+        stalled.fire(signal)
+        assert stalled.state is phase, (signal, stalled.state)
+        assert phase in CHANNEL_OPEN_PHASES or phase is P.DOWN
+    renewing = channel()
+    for signal in (S.CONNECTION_DOWN, S.REOPENED, S.NACKED_RUN, S.RENEW, S.CONNECTION_DOWN, S.RENEWED):
+        renewing.fire(signal)  # a loss overtakes the renewal: the recovery reopens it
+    assert renewing.state is P.DOWN

@@ -5,6 +5,7 @@ Producer: the blocking one's calls run in a thread)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -17,6 +18,7 @@ from amqwire.client import (
     MessageReturned,
     NotFound,
     Producer,
+    PublishNacked,
     PublishUnconfirmed,
     SendFailed,
     SendResult,
@@ -533,3 +535,48 @@ def test_a_sender_that_dies_while_writing_fails_the_batch_it_held(transport, amq
             await asyncio.wait_for(p.close(5), 15)
 
     run(scenario())
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_queue_that_nacks_by_design_costs_a_bounded_number_of_channels(transport, amqp_url, names, caplog):
+    """A channel whose publishes are only nacked is renewed before the next batch (RabbitMQ
+    3.10 keeps nacking a channel whose first publish to a quorum queue came while the queue
+    had no known leader: docs/faults.md); a queue that rejects every publish by design must
+    not make the Producer open channels forever: policy.MAX_RENEWALS, one WARNING, every
+    send failed with its nacks; an ack starts the count again."""
+    from amqwire.client.producer import policy
+
+    full, ok = names.queue(), names.queue()
+    with connect(amqp_url) as conn, conn.channel() as ch:
+        ch.queue_declare(full, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+        ch.queue_declare(ok)
+
+    async def scenario():
+        p = await P.open(transport, amqp_url, retries=1, retry_backoff=0.01, retry_backoff_max=0.02, batch_size=10)
+        try:
+            broker = p.producer.brokers[0]
+            first = broker.channel
+            failures = []
+            for _ in range(2 * policy.MAX_RENEWALS):  # waves: each one's nacks are in before the next
+                failures += [await _failure(p, f) for f in await p.many(policy.RENEW_AFTER_NACKS, "", full, b"x")]
+            assert all(isinstance(e, SendFailed) and isinstance(e.error, PublishNacked) for e in failures), failures[:3]
+            assert broker.renewals == policy.MAX_RENEWALS, "renewed, but no more than MAX_RENEWALS times"
+            assert broker.channel is not first
+            await p.send("", ok, b"acked")  # an ack: the count starts again
+            assert broker.renewals == 0 and broker.nacked_in_row == 0
+        finally:
+            await p.close()
+
+    with caplog.at_level(logging.INFO, logger="amqwire.client.producer"):
+        run(scenario())
+    renewed = [r for r in caplog.records if "was nacked: renewed as channel" in r.getMessage()]
+    assert len(renewed) == policy.MAX_RENEWALS
+    assert [r.levelname for r in renewed].count("WARNING") == 1
+
+
+async def _failure(p: P, future):
+    try:
+        await p.result(future)
+    except SendFailed as exc:
+        return exc
+    return None

@@ -531,6 +531,7 @@ class ProducerCore:
         answered = error is None or isinstance(error, (PublishNacked, MessageReturned))
         with self._lock:
             self.selector.observe(broker, write, time.monotonic(), answered, count, error is None)
+            broker.verdict(error is None, count if isinstance(error, PublishNacked) else 0)
 
     def _batch_cb(self, messages: Sequence[OutgoingMessage], broker: Broker, write: int) -> Callable[[Any], None]:
         """The callback of a batch's confirm future (it may be called twice: once only counts).

@@ -102,6 +102,7 @@ class Producer(ProducerCore):
         broker.connection = connection
         broker.channel = channel
         broker.oneway_channel = None
+        broker.connected()
         log.info("producer: connected to %s", broker.url)
 
     def _close_quietly(self, connection: Any) -> None:
@@ -344,7 +345,32 @@ class Producer(ProducerCore):
                 except _BROKER_ERRORS + (ChannelClosed, OperationTimeout) as exc:
                     self._broker_failed(broker, exc)
                     continue
+            if broker.stale_channel(now) and not self._renew_channel(broker):
+                continue
             return broker
+
+    def _renew_channel(self, broker: Broker) -> bool:
+        """Its channel answers only with nacks (policy.RENEW_AFTER_NACKS): open a fresh one,
+        then close the old one (what is still in flight there fails and is retried)."""
+        old = broker.channel
+        broker.renewals += 1
+        broker.nacked_in_row = 0
+        broker.renew_at = time.monotonic() + self._backoff(broker.renewals)
+        try:
+            channel = broker.connection.channel()
+            channel.confirm_select(max_in_flight=self.max_in_flight)
+        except _BROKER_ERRORS + (ChannelClosed, OperationTimeout) as exc:
+            self._broker_failed(broker, exc)
+            return False
+        broker.channel = channel
+        log.log(logging.WARNING if broker.renewals == 1 else logging.INFO,
+                "producer: every publish on channel %d of %s was nacked: renewed as channel %d (%d in a row)",
+                old.channel_id, broker.url, channel.channel_id, broker.renewals)
+        try:
+            old.close()
+        except _BROKER_ERRORS + (ChannelClosed, OperationTimeout) as exc:
+            log.debug("producer: closing the renewed channel: %s", exc)
+        return True
 
     def _broker_failed(self, broker: Broker, error: BaseException) -> None:
         with self._lock:

@@ -34,6 +34,16 @@ POLICIES = (ROUND_ROBIN, PINNED)
 # Channel closes that a retry cannot cure: the same publish fails the same way again.
 _FINAL_CODES = (403, 404, 406)
 
+#: A broker whose channel answered this many publishes in a row with a nack, and none with an
+#: ack, gets a fresh channel before the next batch (RabbitMQ 3.10 nacks every publish of a
+#: channel whose first publish to a quorum queue came while the queue had no known leader,
+#: for as long as that channel lives: a channel opened in the moment after a node died).
+RENEW_AFTER_NACKS = 20
+#: ...at most this many times in a row (an ack, or a new connection, starts the count again),
+#: each after the retry back-off: a queue that nacks by design (x-overflow reject-publish)
+#: costs a few channels, not one per batch.
+MAX_RENEWALS = 8
+
 #: RocketMQ's ``latencyMax`` (ms), in seconds: send-to-confirm latencies from which a broker is slow...
 LATENCY_THRESHOLDS: tuple[float, ...] = (0.05, 0.1, 0.55, 1.0, 2.0, 3.0, 15.0)
 #: ...and RocketMQ's ``notAvailableDuration`` (ms), in seconds: for how long it is passed over.
@@ -119,6 +129,9 @@ class Broker:
         self.oneway_channel: Any = None
         self.failures = 0  # consecutive
         self.avoid_until = 0.0
+        self.nacked_in_row = 0  # messages nacked since the channel's last ack (or its opening)
+        self.renewals = 0  # channels renewed since the last ack or connection
+        self.renew_at = 0.0  # not renewed again before this time.monotonic()
         self.last_error: Optional[BaseException] = None
         self.slow_until = 0.0
         self.latency: Optional[float] = None
@@ -159,6 +172,24 @@ class Broker:
 
     def usable(self) -> bool:
         return self.connection is not None and self.connection.is_open
+
+    def verdict(self, ok: bool, nacked: int) -> None:
+        """A write's verdict came: ``ok`` (acked), or ``nacked`` of its messages were nacked."""
+        if ok:
+            self.nacked_in_row = 0
+            self.renewals = 0
+        elif nacked:
+            self.nacked_in_row += nacked
+
+    def stale_channel(self, now: float) -> bool:
+        """Whether its channel is to be renewed before the next batch (see RENEW_AFTER_NACKS)."""
+        return self.nacked_in_row >= RENEW_AFTER_NACKS and self.renewals < MAX_RENEWALS and now >= self.renew_at
+
+    def connected(self) -> None:
+        """A new connection and channel: no verdict yet."""
+        self.nacked_in_row = 0
+        self.renewals = 0
+        self.renew_at = 0.0
 
     def blocked_reason(self) -> str:
         """Why the broker blocks the connection (connection.blocked's reason)."""
