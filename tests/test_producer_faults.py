@@ -16,6 +16,7 @@ import collections
 import contextlib
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -33,12 +34,14 @@ WINDOW = 500
 
 
 @pytest.fixture(scope="module")
-def nodes(tmp_path_factory):
-    """Two independent private nodes, A and B, started side by side, for this module."""
+def nodes(tmp_path_factory, request):
+    """Two independent private nodes, A and B, started side by side, for this module.
+    When a test of the module failed, their logs are kept and their tails printed."""
     from broker_node import BrokerNode, BrokerNodeError
 
     made = [BrokerNode(), BrokerNode()]
     errors: list = []
+    failed_before = request.session.testsfailed
 
     def start(node):
         try:
@@ -56,8 +59,12 @@ def nodes(tmp_path_factory):
             pytest.fail(f"a private RabbitMQ node did not start: {errors[0]}", pytrace=False)
         yield made
     finally:
+        failed = request.session.testsfailed > failed_before
         for node in made:
-            node.cleanup(graceful=False)
+            keep = tmp_path_factory.mktemp("broker-node-logs") / node.name if failed else None
+            node.cleanup(keep_logs=keep, graceful=failed)  # a clean stop flushes the log
+            if keep is not None:
+                print(f"\n{node.name}: logs kept in {keep}\n{node.log_tail(60, log_dir=keep)}", file=sys.stderr)
 
 
 def declare(url: str, queue: str) -> None:
