@@ -815,6 +815,7 @@ class ConnectionProtocol:
         run_channel = -1
         run_state: Any = None
         run_base = 0
+        last_tag = 0
         for item in items:
             kind = type(item)
             if kind is Message:
