@@ -20,6 +20,7 @@ The events it returns live in ``events.py``; every public name of the core impor
 from __future__ import annotations
 
 import platform
+from collections import deque
 from itertools import repeat
 from typing import Any, Callable, Final, Optional, Union
 
@@ -154,22 +155,17 @@ _CHANNEL_ERROR = 504
 class ConfirmTracker:
     """Publisher-confirm sequence numbers of one channel.
 
-    Seqnos are consecutive from 1.  The tokens of the unresolved ones are ``slots[head:]``,
-    the first of them for seqno ``base`` (the lowest unresolved): an in-order multiple ack
-    settles its run with one slice (no per-publish Python: the hot path of confirms), a
-    single ack is O(1), and an out-of-order single ack just marks its slot (``marked``
-    counts those marks, so the slice is taken as is when there are none).  Resolved slots
-    before ``head`` are dropped once they are at least half of the list (amortized O(1)).
+    Seqnos are consecutive from 1; the unresolved ones live in a deque indexed from
+    ``base`` (the lowest unresolved), so in-order acks, single or multiple, cost O(1) each
+    and an out-of-order single ack just marks its slot.
     """
 
-    __slots__ = ("base", "slots", "head", "marked", "mandatory", "returned", "unmatched_return")
+    __slots__ = ("base", "slots", "mandatory", "returned", "unmatched_return")
     _DONE = object()
 
     def __init__(self) -> None:
         self.base = 1
-        self.slots: list[Any] = []
-        self.head = 0
-        self.marked = 0  # _DONE marks in slots[head:]
+        self.slots: deque[Any] = deque()
         # seqno -> (exchange, routing_key, body, properties) of unconfirmed mandatory
         # publishes, in order: a basic.return names none of them, so it is matched on these
         self.mandatory: dict[int, tuple[Any, ...]] = {}
@@ -181,69 +177,53 @@ class ConfirmTracker:
 
     @property
     def next_seqno(self) -> int:
-        return self.base + len(self.slots) - self.head
+        return self.base + len(self.slots)
 
     def __len__(self) -> int:
         """Unconfirmed publishes."""
-        return len(self.slots) - self.head - self.marked
+        done = self._DONE
+        return sum(1 for token in self.slots if token is not done)
 
     def add(self, token: Any) -> int:
         self.slots.append(token)
-        return self.base + len(self.slots) - self.head - 1
+        return self.base + len(self.slots) - 1
 
     def resolve(self, delivery_tag: int, multiple: bool) -> tuple[list[Any], list[Any]]:
         """Seqnos and tokens settled by an ack/nack; unknown tags settle nothing."""
         slots = self.slots
-        head = self.head
-        base = self.base
         done = self._DONE
+        seqnos: list[Any] = []
+        tokens: list[Any] = []
         if multiple:
-            count = min(delivery_tag - base + 1, len(slots) - head)
-            if count <= 0:
-                return [], []
-            end = head + count
-            tokens = slots[head:end]
-            if self.marked:
-                seqnos = [base + offset for offset, token in enumerate(tokens) if token is not done]
-                if len(seqnos) < count:
-                    self.marked -= count - len(seqnos)
-                    tokens = [token for token in tokens if token is not done]
-            else:
-                seqnos = list(range(base, base + count))
-            self._advance(end, base + count)
-            return seqnos, tokens
-        index = delivery_tag - base
-        if index < 0 or index >= len(slots) - head:
-            return [], []
-        token = slots[head + index]
-        if token is done:
-            return [], []
-        if index == 0:
-            self._advance(head + 1, base + 1)
-        else:
-            slots[head + index] = done
-            self.marked += 1
-        return [delivery_tag], [token]
-
-    def _advance(self, head: int, base: int) -> None:
-        """The slots before ``head`` are resolved, ``base`` is the seqno of ``slots[head]``;
-        step over slots settled out of order before, so base stays the lowest unresolved."""
-        slots = self.slots
-        if self.marked:
-            done = self._DONE
-            size = len(slots)
-            while head < size and slots[head] is done:
-                head += 1
+            base = self.base
+            while slots and base <= delivery_tag:
+                token = slots.popleft()
+                if token is not done:
+                    seqnos.append(base)
+                    tokens.append(token)
                 base += 1
-                self.marked -= 1
-        if head == len(slots):
-            slots.clear()
-            head = 0
-        elif 2 * head >= len(slots):
-            del slots[:head]
-            head = 0
-        self.head = head
-        self.base = base
+            while slots and slots[0] is done:  # settled out of order before: base stays the lowest unresolved
+                slots.popleft()
+                base += 1
+            self.base = base
+            return seqnos, tokens
+        index = delivery_tag - self.base
+        if index < 0 or index >= len(slots):
+            return seqnos, tokens
+        token = slots[index]
+        if token is done:
+            return seqnos, tokens
+        seqnos.append(delivery_tag)
+        tokens.append(token)
+        if index == 0:
+            slots.popleft()
+            self.base += 1
+            while slots and slots[0] is done:
+                slots.popleft()
+                self.base += 1
+        else:
+            slots[index] = done
+        return seqnos, tokens
 
     def match_return(self, returned: ReturnedMessage) -> None:
         """Record a basic.return against the first unconfirmed mandatory publish it matches."""
@@ -280,15 +260,12 @@ class ConfirmTracker:
         done = self._DONE
         seqnos = []
         tokens = []
-        head = self.head
-        for offset, token in enumerate(self.slots[head:]):
+        for offset, token in enumerate(self.slots):
             if token is not done:
                 seqnos.append(self.base + offset)
                 tokens.append(token)
-        self.base += len(self.slots) - head
+        self.base += len(self.slots)
         self.slots.clear()
-        self.head = 0
-        self.marked = 0
         self.mandatory.clear()
         self.returned.clear()
         self.unmatched_return = None
@@ -1147,9 +1124,8 @@ class ConnectionProtocol:
         confirms = state.confirms  # type: ignore[union-attr]
         if confirms is None:
             return 0
-        slots = confirms.slots
-        slots.append(token)
-        seqno = confirms.base + len(slots) - confirms.head - 1
+        confirms.slots.append(token)
+        seqno = confirms.base + len(confirms.slots) - 1
         if mandatory:
             confirms.mandatory[seqno] = (exchange, routing_key, body, properties)
         return seqno
@@ -1176,7 +1152,7 @@ class ConnectionProtocol:
         confirms = state.confirms  # type: ignore[union-attr]
         if confirms is None or not count:
             return 0
-        first = confirms.next_seqno
+        first = confirms.base + len(confirms.slots)
         confirms.slots.extend(repeat(token, count))
         return first
 
@@ -1228,7 +1204,7 @@ class ConnectionProtocol:
         """Once the connection is gone: channel -> (seqno, token) of the publishes never confirmed."""
         result = {}
         for channel, state in self._channels.items():
-            if state.confirms is not None and state.confirms.next_seqno > state.confirms.base:
+            if state.confirms is not None and state.confirms.slots:
                 pairs = list(zip(*state.confirms.drain()))
                 if pairs:
                     result[channel] = pairs
