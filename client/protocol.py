@@ -786,19 +786,38 @@ class ConnectionProtocol:
 
     def _handle(self, items: list[Any], events: list[Any]) -> None:
         channels = self._channels
+        # Consecutive deliveries on one open channel (the hot path of consuming): the
+        # channel is looked up and checked once per run, and its last delivery tag set once,
+        # when the run ends (before anything else of the read is handled, and at the end).
+        run_channel = -1
+        run_state: Any = None
+        run_base = 0
+        last_tag = 0
         for item in items:
             kind = type(item)
             if kind is Message:
-                state = channels.get(item.channel_id)
-                if state is None or state.state is not _CHANNEL_OPEN:
-                    if item.channel_id == 0:
-                        self._channel_zero(BasicDeliver)
-                    continue  # late delivery to a channel we are closing
-                state.last_delivery_tag = item.delivery_tag
-                if state.tag_base:
-                    item.delivery_tag += state.tag_base
+                if item.channel_id != run_channel:
+                    if run_state is not None:
+                        run_state.last_delivery_tag = last_tag
+                        run_state = None
+                        run_channel = -1
+                    state = channels.get(item.channel_id)
+                    if state is None or state.state is not _CHANNEL_OPEN:
+                        if item.channel_id == 0:
+                            self._channel_zero(BasicDeliver)
+                        continue  # late delivery to a channel we are closing
+                    run_state = state
+                    run_channel = item.channel_id
+                    run_base = state.tag_base
+                last_tag = item.delivery_tag
+                if run_base:
+                    item.delivery_tag = last_tag + run_base
                 events.append(item)
                 continue
+            if run_state is not None:
+                run_state.last_delivery_tag = last_tag
+                run_state = None
+                run_channel = -1
             if kind is not Command:
                 if kind is Heartbeat:
                     continue
@@ -815,6 +834,8 @@ class ConnectionProtocol:
                 self._protocol_error(_COMMAND_INVALID, f"{method.NAME} on channel {channel} before the connection is open", method)
             else:
                 self._on_channel_method(channel, method, item, events)
+        if run_state is not None:
+            run_state.last_delivery_tag = last_tag
 
     def _channel_zero(self, method: Any) -> None:
         """Channel 0 carries the connection's methods only: a channel-class method there, with

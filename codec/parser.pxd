@@ -15,3 +15,8 @@ cdef class Delivery:
     cdef object properties
     cdef object body
     cdef object stream_offset
+
+# A Delivery's properties, for Cython readers: None when the content header had none and
+# nobody has read them yet (the field then holds a private marker, not BasicProperties:
+# read it through this, never directly), or when the field was deleted.
+cdef object delivery_properties(Delivery d)

@@ -40,7 +40,7 @@ from libc.math cimport isnan, isinf
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, INT32_MAX
 from libc.string cimport memcmp, memcpy, strlen
 
-from amqwire.codec.parser cimport Delivery
+from amqwire.codec.parser cimport Delivery, delivery_properties
 from amqwire.codec.properties cimport BasicProperties
 
 from amqwire.spark.decode import PROPERTY_FIELDS as _PROPERTY_FIELDS, header_text as _header_text
@@ -579,13 +579,13 @@ def build_batch(messages, str stream not None):
         slot = <PyObject *>d.routing_key
         _add_text(routing_keys, None if slot is NULL else <object>slot, i, "routing_key")
 
-        slot = <PyObject *>d.properties
-        if slot is NULL or <object>slot is None:
+        props = delivery_properties(d)    # None: no properties (the field is not read directly)
+        if props is None:
             p = None
-        elif isinstance(<object>slot, BasicProperties):
-            p = <BasicProperties><object>slot
+        elif isinstance(props, BasicProperties):
+            p = <BasicProperties>props
         else:
-            _fail(i, "properties", f"expected BasicProperties, got {type(<object>slot).__name__}")
+            _fail(i, "properties", f"expected BasicProperties, got {type(props).__name__}")
 
         if p is None:
             timestamps.add_int64(0, False)

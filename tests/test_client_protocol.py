@@ -747,6 +747,35 @@ def test_deliveries_in_one_chunk_on_two_channels():
         ("t1", 1, b"body-1"), ("t2", 1, b"body-1"), ("t1", 2, b"body-2")]
 
 
+def test_runs_of_deliveries_in_one_read_keep_each_channels_last_tag():
+    # One read: runs on two channels, a heartbeat inside a run, the broker closing channel
+    # 2 between two of its deliveries (the later one is dropped), then channel 1 again.
+    # The core checks a run's channel once and sets its last tag when the run ends: every
+    # tag read is ackable on its own channel, none past it, and nothing of a closed channel
+    # is handed out.
+    p, broker, _ = connect()
+    c1, c2 = open_channel(p, broker), open_channel(p, broker)
+    deliver = broker.content_bytes
+    data = b"".join([
+        deliver(c1, BasicDeliver("t1", 1, False, "", "q"), PROPS, b"a"),
+        deliver(c1, BasicDeliver("t1", 2, False, "", "q"), PROPS, b"b"),
+        b"\x08\x00\x00\x00\x00\x00\x00\xce",  # a heartbeat
+        deliver(c1, BasicDeliver("t1", 3, False, "", "q"), PROPS, b"c"),
+        deliver(c2, BasicDeliver("t2", 1, False, "", "q"), PROPS, b"d"),
+        ChannelClose(406, "PRECONDITION_FAILED", 60, 80).encode(c2),
+        deliver(c2, BasicDeliver("t2", 2, False, "", "q"), PROPS, b"e"),
+        deliver(c1, BasicDeliver("t1", 4, False, "", "q"), PROPS, b"f"),
+    ])
+    events = p.receive_data(data)
+    assert [(e.channel_id, e.delivery_tag, e.body) for e in of_type(events, proto.Message)] == [
+        (c1, 1, b"a"), (c1, 2, b"b"), (c1, 3, b"c"), (c2, 1, b"d"), (c1, 4, b"f")]
+    assert p.channel_state(c1).last_delivery_tag == 4
+    broker.sent()
+    assert p.basic_ack(c1, 4, multiple=True)
+    with pytest.raises(InvalidStateError):
+        p.basic_ack(c1, 5)
+
+
 def test_get_ok():
     p, broker, _ = connect()
     cid = open_channel(p, broker)

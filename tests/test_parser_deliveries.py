@@ -222,18 +222,73 @@ def test_delivery_fields_are_member_slots_that_survive_deletion():
     import types
 
     for name in ("channel_id", "channel", "consumer_tag", "delivery_tag", "redelivered", "exchange",
-                 "routing_key", "message_count", "properties", "body"):
+                 "routing_key", "message_count", "body"):
         assert type(Delivery.__dict__[name]) is types.MemberDescriptorType, name
+    # properties is built on first read when the wire had none: a getset, deletable alike
+    assert type(Delivery.__dict__["properties"]) is types.GetSetDescriptorType
     d = Flat(3, 7, False, "ex", "rk", None, b"abc", "ct")
     d.body = b"xyz"
     d.delivery_tag += 10
     assert (d.body, d.tag(), d.channel_id) == (b"xyz", 17, 3)
     back = pickle.loads(pickle.dumps(d))
     assert type(back) is Flat and content_of(back) == content_of(d)
-    del d.body, d.consumer_tag
+    del d.body, d.consumer_tag, d.properties
     with pytest.raises(AttributeError):
         getattr(d, "body")  # noqa: B009 - the read is the test
+    with pytest.raises(AttributeError):
+        getattr(d, "properties")  # noqa: B009 - the read is the test
+    with pytest.raises(AttributeError):
+        del d.properties
     assert "body=<0 bytes>" in repr(d) and "consumer_tag=None" in repr(d)
     assert pickle.loads(pickle.dumps(d)).body is None
     d.__init__(1, 2, True, "e", "r", None, b"b")  # refills what was deleted
     assert (d.body, d.consumer_tag, d.channel_id) == (b"b", None, 1)
+
+
+def _deliveries_without_properties(n, parser_type=Flat):
+    data = b"".join(
+        R.content(1, R.BY_NAME["basic.deliver"], dict(consumer_tag="c", delivery_tag=tag, redelivered=False,
+                  exchange="", routing_key="q"), b"body")
+        for tag in range(1, n + 1))
+    return codec.CommandParser(delivery_type=parser_type).feed(data)
+
+
+def test_properties_absent_on_the_wire_are_each_deliverys_own():
+    # A header with an empty flag word: the parser builds no BasicProperties until one is
+    # read, and then each delivery gets its own: changing one changes no other delivery.
+    a, b = _deliveries_without_properties(2)
+    pa = a.properties
+    assert pa == codec.BasicProperties() and pa.wire == b"\x00\x00"
+    assert a.properties is pa  # built once, then kept
+    pa.content_type = "text/plain"
+    pa.headers = {"k": 1}
+    assert b.properties == codec.BasicProperties() and b.properties is not pa
+    assert b.properties.content_type is None and b.properties.headers is None
+    c, = _deliveries_without_properties(1)
+    assert c.properties == codec.BasicProperties() and c.properties.wire == b"\x00\x00"
+    # set, pickle and reinit behave as for any field
+    b.properties = codec.BasicProperties(message_id="m")
+    assert b.properties.message_id == "m"
+    c.properties = None
+    assert c.properties is None
+    import pickle
+    d, = _deliveries_without_properties(1)
+    back = pickle.loads(pickle.dumps(d))
+    assert back.properties == codec.BasicProperties()
+
+
+def test_properties_on_the_wire_are_decoded_by_the_parser():
+    # A flag word with properties is decoded as before (errors at parse time, not on read).
+    props = codec.BasicProperties(content_type="a/b").encode()
+    data = R.content(1, R.BY_NAME["basic.deliver"], dict(consumer_tag="c", delivery_tag=1, redelivered=False,
+                     exchange="", routing_key="q"), b"x", props)
+    d, = codec.CommandParser(delivery_type=Flat).feed(data)
+    assert d.properties.content_type == "a/b" and d.properties.wire == props
+    bad = R.content(1, R.BY_NAME["basic.deliver"], dict(consumer_tag="c", delivery_tag=1, redelivered=False,
+                    exchange="", routing_key="q"), b"x", b"\x00\x02")
+    with pytest.raises(AMQPSyntaxError):
+        codec.CommandParser(delivery_type=Flat).feed(bad)
+    trailing = R.content(1, R.BY_NAME["basic.deliver"], dict(consumer_tag="c", delivery_tag=1, redelivered=False,
+                         exchange="", routing_key="q"), b"x", b"\x00\x00\x00")
+    with pytest.raises(CodecError):
+        codec.CommandParser(delivery_type=Flat).feed(trailing)
