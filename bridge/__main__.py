@@ -294,6 +294,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     args = parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    levels = {name: logging.getLogger(name).level for name in _QUIET_WHILE_STARTING}
     if not args.verbose:
         for name in _QUIET_WHILE_STARTING:  # a failed start is the one line main() prints
             logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -305,6 +306,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     except ValueError as exc:
         sys.stderr.write(f"{prog}: error: {exc}\n")
         return 2
+    finally:  # called in-process (tests, an embedding program): leave its loggers as they were
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 if __name__ == "__main__":

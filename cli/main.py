@@ -47,6 +47,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(arguments)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    levels = {name: logging.getLogger(name).level for name in _QUIET_UNLESS_VERBOSE}
     if not args.verbose:
         for name in _QUIET_UNLESS_VERBOSE:
             logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -67,6 +68,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _fail(f"{type(exc).__name__}: {exc}", 1, secrets)
     except KeyboardInterrupt:
         return 130
+    finally:  # called in-process (tests, an embedding program): leave its loggers as they were
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def _fail(message: str, code: int, secrets: Sequence[str]) -> int:

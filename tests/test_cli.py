@@ -261,3 +261,17 @@ def test_redact_masks_secrets_and_url_passwords_on_one_line():
     assert redact("amqp://bob:pa%2Fss@host:5672/ failed", []) == "amqp://bob:****@host:5672/ failed"
     # a secret too short to mask safely is left to the client, which never shows passwords
     assert redact("channel closed", ["a"]) == "channel closed"
+
+
+def test_main_in_process_leaves_the_loggers_it_quietened_as_they_were(capsys):
+    """main() silences the client's retries for its one-line error; run in-process (a test,
+    a program embedding it) it must not leave them silenced."""
+    import logging
+
+    from amqwire.cli.main import main
+
+    names = ("amqwire.client", "amqwire.bridge")
+    levels = {name: logging.getLogger(name).level for name in names}
+    assert main(["purge", "--url", "amqp://guest:guest@127.0.0.1:1/", "--connect-timeout", "2", "q"]) == 1
+    assert "amqwire: error:" in capsys.readouterr().err
+    assert {name: logging.getLogger(name).level for name in names} == levels
