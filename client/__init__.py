@@ -34,6 +34,7 @@ from .errors import (
     OperationTimeout,
     StreamError,
     StreamOptionError,
+    StreamReplicaUnavailable,
     NotAStream,
     StreamTruncated,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "OperationTimeout",
     "StreamError",
     "StreamOptionError",
+    "StreamReplicaUnavailable",
     "NotAStream",
     "StreamTruncated",
     "ShutdownEvent",

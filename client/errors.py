@@ -325,6 +325,24 @@ class NotAStream(PreconditionFailed, StreamError):
         return f"not a stream queue (the broker refused x-stream-offset): {super().__str__()}"
 
 
+class StreamReplicaUnavailable(PreconditionFailed, StreamError):
+    """The node refused a stream consumer with 406 PRECONDITION_FAILED "does not have a
+    replica on the local node", which closed the channel.  Over AMQP 0-9-1 a stream is read
+    on a node that holds a replica of it; RabbitMQ 3.10 also answers this while the node's
+    replica restarts, or when its stream coordinator does not answer within 5 s (a loaded
+    node): then it passes.  ``stream_offsets`` (and the Spark source) wait for it up to
+    ``waited`` seconds; after a ``consume_stream`` refused so, open a new channel and try
+    again, or connect to a node that holds a replica."""
+
+    waited: Optional[float] = None  # set by a caller that retried for this long
+
+    def __str__(self) -> str:
+        text = f"the node has no running replica of the stream: {super().__str__()}"
+        if self.waited is not None:
+            text += f" (still after {format_seconds(self.waited)} s)"
+        return text
+
+
 class StreamTruncated(StreamError):
     """The start offset of a stream consumer was removed by the stream's retention: the
     broker started at the first offset it still has (``first_offset``), and the offsets

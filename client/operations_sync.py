@@ -63,13 +63,14 @@ from .errors import (
     NotAStream,
     OperationTimeout,
     PreconditionFailed,
+    StreamReplicaUnavailable,
 )
 from .message import Message
 from .recovery import END, Topology
 from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
 from .streams import (
-    HAND_OUT, LAST, SKIP, TRUNCATED, StreamConsumerBase, StreamOffset, StreamOffsets, check_options,
-    offset_argument,
+    HAND_OUT, LAST, SKIP, TRUNCATED, ReplicaWait, StreamConsumerBase, StreamOffset, StreamOffsets,
+    check_options, offset_argument,
 )
 from .url import ConnectionParameters
 
@@ -910,6 +911,9 @@ class SyncChannel(ChannelBase):
             if "x-stream-offset" in exc.reply_text and "queue type" in exc.reply_text:
                 raise NotAStream(exc.reply_code, exc.reply_text, exc.class_id, exc.method_id,
                                  by_broker=exc.by_broker, channel=exc.channel) from None
+            if "does not have a replica on the local node" in exc.reply_text:
+                raise StreamReplicaUnavailable(exc.reply_code, exc.reply_text, exc.class_id, exc.method_id,
+                                               by_broker=exc.by_broker, channel=exc.channel) from None
             raise
         return consumer
 
@@ -925,21 +929,28 @@ class SyncChannel(ChannelBase):
         the broker paused longer than ``quiet`` seconds in the middle of sending its last
         chunk; under concurrent appends it may be newer (the last chunk is read for at most
         ``wait`` seconds).  An empty stream costs ``wait`` seconds: how long a first
-        delivery is waited for.
+        delivery is waited for.  A node that says it has no running replica of the stream is
+        asked again on a new channel for up to ``REPLICA_WAIT`` (10) seconds within
+        ``timeout``, then StreamReplicaUnavailable.
         """
         connection = self._connection
         deadline = _deadline(connection.rpc_timeout if timeout is None else timeout)
-        probe = connection._open_channel(None, _left(deadline))
-        try:
-            last = probe._stream_probe(queue, "last", wait, quiet, deadline)
-            if last is None:
-                return StreamOffsets(None, None)
-            first = probe._stream_probe(queue, "first", wait, 0.0, deadline)
-            if first is None or first > last:  # retention removed them all meanwhile
-                return StreamOffsets(None, None)
-            return StreamOffsets(first, last)
-        finally:
-            probe.close()
+        replica = ReplicaWait(deadline)
+        while True:
+            probe = connection._open_channel(None, _left(deadline))
+            try:
+                last = probe._stream_probe(queue, "last", wait, quiet, deadline)
+                if last is None:
+                    return StreamOffsets(None, None)
+                first = probe._stream_probe(queue, "first", wait, 0.0, deadline)
+                if first is None or first > last:  # retention removed them all meanwhile
+                    return StreamOffsets(None, None)
+                return StreamOffsets(first, last)
+            except StreamReplicaUnavailable as exc:
+                delay = replica.next_delay(exc)
+            finally:
+                probe.close()
+            connection._io.sleep(delay)
 
     def _stream_probe(self, queue: str, start: str, wait: float, quiet: float,
                             deadline: Optional[float]) -> Optional[int]:

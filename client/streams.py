@@ -18,15 +18,19 @@ What RabbitMQ 3.10 does, and what this module makes of it:
 - A start offset below the first one retained starts at the first one retained, silently:
   the consumer compares the first delivered offset with the one asked for (see
   ``StreamConsumerBase._admit``).
+- "does not have a replica on the local node" (406) is also what a node answers while its
+  replica restarts or its stream coordinator is slow to answer: raised as
+  :class:`StreamReplicaUnavailable`; the offset probes wait it out (:class:`ReplicaWait`).
 """
 from __future__ import annotations
 
 import datetime
 import logging
 import re
+import time
 from typing import Any, Literal, NamedTuple, Optional, Union
 
-from .errors import StreamOptionError, StreamTruncated
+from .errors import StreamOptionError, StreamReplicaUnavailable, StreamTruncated
 from .message import Message
 
 log = logging.getLogger("amqwire.client")
@@ -48,6 +52,42 @@ SKIP = 1  # before the start offset: acked, not handed out
 LAST = 2  # the message at the end offset: hand it out, then the consumer ends
 PAST_END = 3  # after the end offset: the consumer ends without it
 TRUNCATED = 4  # the start offset is gone and on_truncated="raise"
+
+
+#: Seconds a probe on a new channel keeps asking for a replica its node says it lacks.
+REPLICA_WAIT = 10.0
+
+
+class ReplicaWait:
+    """How long a caller that owns its channel retries a stream consumer refused with
+    StreamReplicaUnavailable: pauses of 0.1 s doubling up to 1 s, while the next try starts
+    within ``limit`` seconds of the first refusal and before ``deadline`` (a
+    ``time.monotonic()`` value, or None)."""
+
+    __slots__ = ("deadline", "limit", "started", "delay")
+
+    def __init__(self, deadline: Optional[float], limit: float = REPLICA_WAIT) -> None:
+        self.deadline = deadline
+        self.limit = limit
+        self.started: Optional[float] = None
+        self.delay = 0.1
+
+    def next_delay(self, error: StreamReplicaUnavailable) -> float:
+        """The pause before the next try; raises ``error`` (with ``waited`` set) when the
+        wait is over."""
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        end = self.started + self.limit
+        if self.deadline is not None:
+            end = min(end, self.deadline)
+        delay = self.delay
+        if now + delay >= end:  # a try that would start with no time left
+            error.waited = now - self.started
+            raise error
+        self.delay = min(delay * 2, 1.0)
+        log.info("stream replica not running on this node (%s): trying again in %.1f s", error.reply_text, delay)
+        return delay
 
 
 class StreamOffsets(NamedTuple):

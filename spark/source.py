@@ -327,13 +327,13 @@ class StreamTails:
         from amqwire.client import AMQPError
 
         moment = datetime.datetime.fromtimestamp(millis // 1000, tz=datetime.timezone.utc)
-        channel = self._open()
+        self._open()
         try:
-            consumer = channel.consume_stream(stream, offset=moment, prefetch=10)
+            channel, consumer = consume_stream(self._connection, stream, offset=moment, prefetch=10)
             try:
                 message = consumer.get(timeout=0.5)
             finally:
-                consumer.cancel()
+                channel.close()
         except (AMQPError, OSError) as exc:
             self.close()
             raise SourceError(f"amqp source: finding the offset of {millis} ms in stream {stream!r} failed: "
@@ -429,8 +429,8 @@ def read_range(settings: SourceSettings, part: StreamRange) -> Iterator[Any]:
     reading = building = in_spark = 0.0
     batches = 0
     try:
-        channel = connection.channel()
-        consumer = channel.consume_stream(stream, offset=part.start, end=part.end - 1, prefetch=settings.prefetch)
+        channel, consumer = consume_stream(connection, stream, offset=part.start, end=part.end - 1,
+                                           prefetch=settings.prefetch)
         get = consumer.get
         timeout = settings.read_timeout
         batch_rows = settings.batch_rows
@@ -480,6 +480,23 @@ def read_range(settings: SourceSettings, part: StreamRange) -> Iterator[Any]:
             connection.close()
         except Exception:  # the task's outcome is decided
             log.debug("closing the source's connection failed", exc_info=True)
+
+
+def consume_stream(connection: Any, stream: str, **options: Any) -> tuple[Any, Any]:
+    """(channel, consumer): a stream consumer on a new channel of ``connection``.  A node
+    that says it has no running replica of the stream (RabbitMQ 3.10 also says so while the
+    replica restarts or its coordinator is slow) is asked again on a new channel, for up to
+    ``REPLICA_WAIT`` seconds."""
+    from amqwire.client import StreamReplicaUnavailable
+    from amqwire.client.streams import ReplicaWait
+
+    replica = ReplicaWait(None)
+    while True:
+        channel = connection.channel()
+        try:
+            return channel, channel.consume_stream(stream, **options)
+        except StreamReplicaUnavailable as exc:
+            time.sleep(replica.next_delay(exc))
 
 
 def _check_loss(settings: SourceSettings, channel: Any, part: StreamRange) -> None:

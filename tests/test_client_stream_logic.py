@@ -5,9 +5,9 @@ import logging
 
 import pytest
 
-from amqwire.client import Message, StreamOptionError, StreamTruncated
+from amqwire.client import Message, StreamOptionError, StreamReplicaUnavailable, StreamTruncated
 from amqwire.client.streams import (
-    HAND_OUT, LAST, PAST_END, SKIP, TRUNCATED, StreamConsumerBase, check_options, offset_argument,
+    HAND_OUT, LAST, PAST_END, SKIP, TRUNCATED, ReplicaWait, StreamConsumerBase, check_options, offset_argument,
 )
 
 
@@ -114,3 +114,34 @@ def test_options_are_checked_in_order():
     check_options(3, 3, 65535, "raise")
     with pytest.raises(StreamOptionError, match="^end: end offset 2 is before the start offset 3$"):
         check_options(3, 2, 10, "warn")
+
+
+def refused():
+    return StreamReplicaUnavailable(406, "PRECONDITION_FAILED - queue 'queue 's' in vhost '/'' does not have a "
+                                    "replica on the local node", 60, 20, by_broker=True, channel=2)
+
+
+def test_a_missing_replica_is_asked_for_again_with_growing_pauses_then_given_up(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr("amqwire.client.streams.time.monotonic", lambda: now[0])
+    wait = ReplicaWait(deadline=None, limit=2.5)
+    pauses = []
+    with pytest.raises(StreamReplicaUnavailable) as info:
+        while True:
+            pauses.append(wait.next_delay(refused()))
+            now[0] += pauses[-1] + 0.1  # each try takes 0.1 s
+    assert pauses == pytest.approx([0.1, 0.2, 0.4, 0.8])  # doubling; a fifth try would start past the limit
+    assert info.value.waited == pytest.approx(1.9)
+    assert str(info.value).startswith("the node has no running replica of the stream: ")
+    assert str(info.value).endswith("(still after 1.9 s)")
+
+
+def test_a_missing_replica_is_not_waited_for_past_the_callers_deadline(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr("amqwire.client.streams.time.monotonic", lambda: now[0])
+    wait = ReplicaWait(deadline=100.25, limit=10.0)
+    assert wait.next_delay(refused()) == 0.1
+    now[0] = 100.2  # the next pause (0.2 s) would end past the deadline: no try with no time left
+    with pytest.raises(StreamReplicaUnavailable) as info:
+        wait.next_delay(refused())
+    assert info.value.waited == pytest.approx(0.2)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import threading
 import time
 
 import pytest
@@ -293,6 +294,83 @@ def test_a_classic_or_quorum_queue_is_not_a_stream(run):
         assert ch.is_open
 
     run(scenario, timeout=60)
+
+
+def take_the_replica_down(node, queue):
+    """Kill the node's replica (the writer) of ``queue`` with osiris's supervisor suspended,
+    so that the stream coordinator cannot start it again until ``bring_the_replica_back``;
+    returns once the coordinator knows it is down."""
+    stream_id = ('begin {ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"%s">>)), '
+                 '#{name := S} = amqqueue:get_type_state(Q), S end' % queue)
+    state = node.eval(
+        f"S = {stream_id}, {{ok, P}} = rabbit_stream_coordinator:local_pid(S), ok = sys:suspend(osiris_server_sup), "
+        "exit(P, kill), Wait = fun W(0) -> still_running; W(N) -> case rabbit_stream_coordinator:local_pid(S) of "
+        "{ok, _} -> timer:sleep(50), W(N - 1); _ -> down end end, Wait(200).")
+    assert state == "down", state
+
+
+def bring_the_replica_back(node):
+    node.eval("sys:resume(osiris_server_sup).")
+
+
+def test_a_node_without_a_running_replica_for_a_while_is_asked_again(run, transport, broker_node):
+    """A node refuses a stream consumer with 406 "does not have a replica on the local node"
+    while its replica is down; RabbitMQ 3.10 also says so when its stream coordinator is slow
+    to answer (a loaded node: CI saw it).  consume_stream raises StreamReplicaUnavailable
+    (its channel is closed, the connection goes on); stream_offsets and the Spark source's
+    reader ask again on new channels until the replica is back, or say how long they asked."""
+    node = broker_node()
+
+    async def down_for(seconds, queue):
+        await asyncio.to_thread(take_the_replica_down, node, queue)
+        back = threading.Timer(seconds, bring_the_replica_back, [node])
+        back.start()
+        return back
+
+    async def scenario(api):
+        conn = await api.connect(node.url)
+        ch = await conn.channel()
+        await ch.confirm_select()
+        queue = await declare_stream(ch, api.names.queue())
+        await fill(ch, queue, 5)
+        try:
+            await asyncio.to_thread(take_the_replica_down, node, queue)
+            reader = await conn.channel()
+            with pytest.raises(api.errors.StreamReplicaUnavailable) as info:
+                await reader.consume_stream(queue, offset="first")
+            assert isinstance(info.value, api.errors.PreconditionFailed) and info.value.reply_code == 406
+            assert "no running replica of the stream" in str(info.value) and queue in str(info.value)
+            assert not reader.is_open and conn.is_open
+            # asked again within its timeout, then said plainly
+            started = time.monotonic()
+            with pytest.raises(api.errors.StreamReplicaUnavailable) as info:
+                await ch.stream_offsets(queue, timeout=2)
+            assert 0.5 < info.value.waited < 2 and time.monotonic() - started < 3
+            assert f"(still after {round(info.value.waited, 3)} s)" in str(info.value)
+            assert ch.is_open
+            bring_the_replica_back(node)
+
+            # back while it asks: answered
+            back = await down_for(2, queue)
+            started = time.monotonic()
+            assert await ch.stream_offsets(queue, timeout=30) == (0, 4)
+            assert time.monotonic() - started > 1.5
+            back.join()
+
+            if transport == "blocking":  # the Spark source's reader (blocking client), the same way
+                from amqwire.client import blocking
+                from amqwire.spark.source import consume_stream
+
+                back = await down_for(2, queue)
+                with blocking.connect(node.url) as plain:
+                    channel, consumer = await asyncio.to_thread(consume_stream, plain, queue, offset=0, end=4)
+                    assert [m.stream_offset for m in consumer] == [0, 1, 2, 3, 4]
+                    channel.close()
+                back.join()
+        finally:
+            await asyncio.to_thread(bring_the_replica_back, node)
+
+    run(scenario, timeout=90)
 
 
 @pytest.mark.parametrize("options,option", [
