@@ -503,10 +503,12 @@ def test_the_aio_producer_is_awaited_or_entered(amqp_url, names):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_a_sender_that_dies_while_writing_fails_the_batch_it_held(transport, amqp_url, names, monkeypatch):
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_sender_that_dies_while_writing_fails_the_batch_it_held(transport, amqp_url, names, monkeypatch, caplog):
     """The sender died with a batch in hand (an OverflowError in the broker avoidance did
     it): the batch was in no queue, its futures never settled and close() waited forever.
-    Every one of them now fails, saying why."""
+    Every one of them now fails, saying why; the failure is logged once (ERROR, with its
+    traceback), not also printed by the thread's or the loop's unhandled-exception hook."""
     from amqwire.client.errors import InvalidStateError
     from amqwire.client.producer import aio as producer_aio
     from amqwire.client.producer import blocking as producer_blocking
@@ -534,7 +536,10 @@ def test_a_sender_that_dies_while_writing_fails_the_batch_it_held(transport, amq
         finally:
             await asyncio.wait_for(p.close(5), 15)
 
+    caplog.set_level(logging.ERROR, logger="amqwire.client")
     run(scenario())
+    failed = [r for r in caplog.records if r.getMessage() == "producer: the sender failed"]
+    assert len(failed) == 1 and "boom while writing" in str(failed[0].exc_info[1])
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

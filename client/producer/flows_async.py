@@ -313,7 +313,8 @@ class Producer(ProducerCore):
                 self._closed = True  # nothing would send what comes next: refused at the call
             # The batch it was writing is in no queue: it fails with the rest (settling is once).
             self._fail_all(InvalidStateError(f"the producer's sender failed: {exc!r}"), batch)
-            raise
+            if not isinstance(exc, Exception):
+                raise  # cancelled, or the interpreter exits: an error is reported above, once
 
     async def _pick(self, retry_of: Collection[Broker] = ()) -> Optional[Broker]:
         """A broker ready to publish to, connecting as needed; None when every broker is
