@@ -940,7 +940,7 @@ def with_tracing(fn):
     or read from the headers) and for the SDK recording each span, not for exporting it."""
 
     def run(ctx, queue, n):
-        # imported here: an amqwire without tracing, or no opentelemetry-sdk, fails this row only
+        # imported here: an amqwire without tracing fails this row only (no SDK: n/a, see tracing_na)
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
@@ -998,8 +998,18 @@ class Row:
         return self.lib in ANCHORS and not self.info
 
 
+def tracing_na():
+    """Why the +tracing rows cannot run, in one line (None: they can)."""
+    try:
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError:
+        return "n/a: opentelemetry-sdk is not installed (pip install opentelemetry-sdk)"
+    return None
+
+
 def build_rows():
     na = None if AW_CLIENT_ERROR is None else "n/a: amqwire.client does not import (see header)"
+    traced_na = na or tracing_na()
     R = Row
     return [
         R("publish", "raw socket (limit)", "raw", raw_publish,
@@ -1012,9 +1022,9 @@ def build_rows():
           note="info: as amqwire blocking, metrics=InMemoryMetrics()"),
         R("publish", "amqwire asyncio +metrics", "amqwire", with_metrics(aw_aio_publish), info=True, na=na,
           note="info: as amqwire asyncio, metrics=InMemoryMetrics()"),
-        R("publish", "amqwire blocking +tracing", "amqwire", with_tracing(aw_blocking_publish), info=True, na=na,
+        R("publish", "amqwire blocking +tracing", "amqwire", with_tracing(aw_blocking_publish), info=True, na=traced_na,
           note="info: as amqwire blocking, tracing=an SDK TracerProvider"),
-        R("publish", "amqwire asyncio +tracing", "amqwire", with_tracing(aw_aio_publish), info=True, na=na,
+        R("publish", "amqwire asyncio +tracing", "amqwire", with_tracing(aw_aio_publish), info=True, na=traced_na,
           note="info: as amqwire asyncio, tracing=an SDK TracerProvider"),
         R("publish", "amqwire blocking, no batch", "amqwire", aw_blocking_publish_nobatch,
           info=True, na=na, note="info: basic_publish without batch()"),
@@ -1037,9 +1047,9 @@ def build_rows():
           note="info: as amqwire blocking, metrics=InMemoryMetrics()"),
         R("confirm", "amqwire asyncio +metrics", "amqwire", with_metrics(aw_aio_confirm), info=True, na=na,
           note="info: as amqwire asyncio, metrics=InMemoryMetrics()"),
-        R("confirm", "amqwire blocking +tracing", "amqwire", with_tracing(aw_blocking_confirm), info=True, na=na,
+        R("confirm", "amqwire blocking +tracing", "amqwire", with_tracing(aw_blocking_confirm), info=True, na=traced_na,
           note="info: as amqwire blocking, tracing=an SDK TracerProvider"),
-        R("confirm", "amqwire asyncio +tracing", "amqwire", with_tracing(aw_aio_confirm), info=True, na=na,
+        R("confirm", "amqwire asyncio +tracing", "amqwire", with_tracing(aw_aio_confirm), info=True, na=traced_na,
           note="info: as amqwire asyncio, tracing=an SDK TracerProvider"),
         R("confirm", "pika", "pika", pika_confirm,
           note="confirm_delivery + basic_publish (blocks per message)"),
@@ -1064,9 +1074,9 @@ def build_rows():
           note="info: as amqwire blocking, metrics=InMemoryMetrics()"),
         R("consume", "amqwire asyncio +metrics", "amqwire", with_metrics(aw_aio_consume), info=True, na=na,
           note="info: as amqwire asyncio, metrics=InMemoryMetrics()"),
-        R("consume", "amqwire blocking +tracing", "amqwire", with_tracing(aw_blocking_consume), info=True, na=na,
+        R("consume", "amqwire blocking +tracing", "amqwire", with_tracing(aw_blocking_consume), info=True, na=traced_na,
           note="info: as amqwire blocking, tracing=an SDK TracerProvider"),
-        R("consume", "amqwire asyncio +tracing", "amqwire", with_tracing(aw_aio_consume), info=True, na=na,
+        R("consume", "amqwire asyncio +tracing", "amqwire", with_tracing(aw_aio_consume), info=True, na=traced_na,
           note="info: as amqwire asyncio, tracing=an SDK TracerProvider"),
         R("consume", "pika", "pika", pika_consume, note="basic_consume callback, start_consuming"),
         R("consume", "py-amqp", "py-amqp", amqp_consume, note="basic_consume callback, drain_events"),
