@@ -12,7 +12,8 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_XDECREF, Py_XINCREF
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.list cimport PyList_Append
+from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.object cimport Py_EQ, Py_TYPE, PyObject_RichCompareBool, PyObject_TypeCheck
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -303,6 +304,14 @@ cdef int _properties_set(object self, PyObject *value, void *closure) except -1:
 
 
 cdef Py_ssize_t _properties_offset    # of Delivery.properties in the object (set below)
+cdef Py_ssize_t _channel_offset       # and of channel, channel_id, consumer_tag
+cdef Py_ssize_t _channel_id_offset
+cdef Py_ssize_t _consumer_tag_offset
+
+
+cdef inline PyObject *_field(PyObject *d, Py_ssize_t offset) noexcept:
+    """A Delivery's field, borrowed; NULL when it was deleted."""
+    return (<PyObject **>(<char *>d + offset))[0]
 
 
 cdef inline void _clear_properties(Delivery d) noexcept:
@@ -354,8 +363,11 @@ cdef int _expose_delivery_fields() except -1:
         _delivery_members[i].doc = NULL
         (<dict><object>tp.tp_dict)[name.decode()] = PyDescr_NewMember(tp, &_delivery_members[i])
     # properties: built on first read when the wire had none (see _NOT_BUILT)
-    global _properties_offset
+    global _properties_offset, _channel_offset, _channel_id_offset, _consumer_tag_offset
     _properties_offset = offsets[8]
+    _channel_offset = offsets[1]
+    _channel_id_offset = offsets[0]
+    _consumer_tag_offset = offsets[2]
     _properties_getset.name = b"properties"
     _properties_getset.get = _properties_get
     _properties_getset.set = _properties_set
@@ -367,6 +379,61 @@ cdef int _expose_delivery_fields() except -1:
 
 
 _expose_delivery_fields()
+
+
+# --- runs of deliveries: the hot path of a client that consumes ------------------------
+
+def one_run(list items not None):
+    """Whether ``items`` (what ``CommandParser.feed`` returned) is one run of deliveries:
+    at least one, nothing else, all of one type, on one channel, to one consumer tag.  A
+    client hands such a read to its consumer in one step instead of looking at each item."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(items)
+    cdef PyObject *item
+    cdef PyObject *channel_id
+    cdef PyObject *tag
+    cdef PyObject *value
+    cdef PyTypeObject *kind
+    if n == 0:
+        return False
+    item = PyList_GET_ITEM(items, 0)
+    kind = Py_TYPE(<object>item)
+    if not PyObject_TypeCheck(<object>item, <PyTypeObject *>Delivery):
+        return False
+    channel_id = _field(item, _channel_id_offset)
+    tag = _field(item, _consumer_tag_offset)
+    if channel_id is NULL or tag is NULL:
+        return False
+    for i in range(1, n):
+        item = PyList_GET_ITEM(items, i)
+        if Py_TYPE(<object>item) is not kind:
+            return False
+        value = _field(item, _channel_id_offset)
+        if value is NULL or (value is not channel_id and not PyObject_RichCompareBool(
+                <object>value, <object>channel_id, Py_EQ)):
+            return False
+        value = _field(item, _consumer_tag_offset)
+        if value is NULL or (value is not tag and not PyObject_RichCompareBool(<object>value, <object>tag, Py_EQ)):
+            return False
+    return True
+
+
+def set_channel(list deliveries not None, channel):
+    """``delivery.channel = channel`` for every Delivery of the list, in one call."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(deliveries)
+    cdef PyObject *item
+    cdef PyObject **field
+    cdef PyObject *old
+    for i in range(n):
+        item = PyList_GET_ITEM(deliveries, i)
+        if not PyObject_TypeCheck(<object>item, <PyTypeObject *>Delivery):
+            raise TypeError(f"set_channel takes a list of Delivery objects, got {type(<object>item).__name__} "
+                            f"at index {i}")
+    for i in range(n):
+        field = <PyObject **>(<char *>PyList_GET_ITEM(deliveries, i) + _channel_offset)
+        old = field[0]
+        Py_XINCREF(<PyObject *>channel)
+        field[0] = <PyObject *>channel
+        Py_XDECREF(old)
 
 
 cdef tuple _NO_ARGS = ()
