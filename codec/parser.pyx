@@ -436,6 +436,101 @@ def set_channel(list deliveries not None, channel):
         Py_XDECREF(old)
 
 
+
+# --- iterating a consumer's buffer --------------------------------------------------
+
+@cython.final
+cdef class DeliveryIterator:
+    """Iterates a consumer's buffer of deliveries (a ``collections.deque``), for ``for``
+    and ``async for``: while the buffer holds some, each step pops the first one in C, with
+    no Python call; when it is empty, the step is ``slow()``: for ``for``, the next item or
+    StopIteration; for ``async for``, an awaitable (a coroutine) of it.  Other readers of
+    the same deque (a consumer's ``get()``) keep the order: nothing is taken ahead."""
+    cdef object _buffer
+    cdef object _popleft
+    cdef object _slow
+
+    def __init__(self, buffer not None, slow not None):
+        self._buffer = buffer
+        self._popleft = buffer.popleft
+        self._slow = slow
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._buffer:
+            return self._popleft()
+        return self._slow()
+
+    def __aiter__(self):
+        return self
+
+    def __anext__(self):
+        cdef _Ready ready
+        if self._buffer:
+            ready = _Ready.__new__(_Ready)
+            ready.value = self._popleft()
+            return ready
+        return self._slow()
+
+
+@cython.final
+@cython.freelist(8)
+cdef class _Ready:
+    """An awaitable whose value is there already: awaiting it returns ``value`` at once
+    (a coroutine would cost a frame and a coroutine object per message).  Its iterator
+    step is set in C below (_ready_next): it returns through StopIteration(value) without
+    a traceback, and on CPython 3.11 without making the exception object."""
+    cdef object value
+    cdef bint _spent
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):  # replaced by _ready_next (see _install_ready)
+        raise NotImplementedError
+
+
+cdef extern from "Python.h":
+    ctypedef PyObject *(*_iternextfunc)(PyObject *)
+    ctypedef struct _TypeIter "PyTypeObject":
+        _iternextfunc tp_iternext
+    void PyErr_SetObject(object type, object value)
+    void PyErr_SetString(object type, const char *message)
+    bint PyTuple_Check(object o)
+    bint PyExceptionInstance_Check(object o)
+
+
+cdef PyObject *_ready_next(PyObject *op) noexcept:
+    cdef _Ready ready = <_Ready>op
+    if ready._spent:
+        PyErr_SetString(RuntimeError, b"cannot reuse an already awaited delivery")
+        return NULL
+    ready._spent = True
+    value = ready.value
+    ready.value = None
+    # A value that is a tuple or an exception would be taken apart by StopIteration's
+    # creation: wrap it as CPython's generators do (a delivery is neither).
+    if PyTuple_Check(value) or PyExceptionInstance_Check(value):
+        PyErr_SetObject(StopIteration, StopIteration(value))
+    else:
+        PyErr_SetObject(StopIteration, value)
+    return NULL
+
+
+cdef int _install_ready() except -1:
+    (<_TypeIter *>_Ready).tp_iternext = _ready_next
+    PyType_Modified(<_TypeDict *>_Ready)
+    return 0
+
+
+_install_ready()
+
+
 cdef tuple _NO_ARGS = ()
 
 
