@@ -777,12 +777,14 @@ class ConnectionProtocol:
             exc.events = events  # type: ignore[attr-defined]
             raise
         if one_run(items):
-            state = self._channels.get(items[0].channel_id)
-            if state is not None and state.state is _CHANNEL_OPEN and not state.tag_base:
+            first: Any = items[0]
+            run_state = self._channels.get(first.channel_id)
+            if run_state is not None and run_state.state is _CHANNEL_OPEN and not run_state.tag_base:
                 # The hot path of consuming: a read of deliveries to one consumer on an open
                 # channel, which _handle would pass on one by one, unchanged.
-                state.last_delivery_tag = items[-1].delivery_tag
-                return items  # type: ignore[no-any-return]
+                last: Any = items[-1]
+                run_state.last_delivery_tag = last.delivery_tag
+                return items
         events = []
         try:
             self._handle(items, events)

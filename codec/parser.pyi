@@ -1,5 +1,5 @@
 from collections import deque
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, final
 
 from amqwire.codec.methods import Method
 from amqwire.codec.properties import BasicProperties
@@ -100,6 +100,7 @@ class CommandParser:
 def one_run(items: list[Any]) -> bool: ...
 def set_channel(deliveries: list[Any], channel: Any) -> None: ...
 
+@final
 class DeliveryIterator:
     def __init__(self, buffer: deque[Any], slow: Callable[[], Any]) -> None: ...
     def __iter__(self) -> DeliveryIterator: ...

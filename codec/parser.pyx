@@ -436,8 +436,8 @@ def set_channel(list deliveries not None, channel):
         Py_XDECREF(old)
 
 
-
 # --- iterating a consumer's buffer --------------------------------------------------
+
 
 @cython.final
 cdef class DeliveryIterator:
