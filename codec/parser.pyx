@@ -480,8 +480,8 @@ cdef class DeliveryIterator:
 cdef class _Ready:
     """An awaitable whose value is there already: awaiting it returns ``value`` at once
     (a coroutine would cost a frame and a coroutine object per message).  Its iterator
-    step is set in C below (_ready_next): it returns through StopIteration(value) without
-    a traceback, and on CPython 3.11 without making the exception object."""
+    step is set in C below: through am_send (CPython 3.10 on), no exception at all; else
+    _ready_next, StopIteration(value) without a traceback."""
     cdef object value
     cdef bint _spent
 
@@ -491,8 +491,15 @@ cdef class _Ready:
     def __iter__(self):
         return self
 
-    def __next__(self):  # replaced by _ready_next (see _install_ready)
-        raise NotImplementedError
+    def __next__(self):
+        # What ``ready.__next__()`` runs; ``next()`` and the interpreter take the type's
+        # slot, _ready_next, which does the same without a traceback (see _install_ready).
+        if self._spent:
+            raise RuntimeError("cannot reuse an already awaited delivery")
+        self._spent = True
+        value = self.value
+        self.value = None
+        raise StopIteration(value)
 
 
 cdef extern from "Python.h":
@@ -522,8 +529,44 @@ cdef PyObject *_ready_next(PyObject *op) noexcept:
     return NULL
 
 
+# From CPython 3.10 an awaitable's iterator can return its value through am_send, which the
+# interpreter's SEND tries first: no StopIteration at all.
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX >= 0x030A0000 && !defined(PYPY_VERSION) && !CYTHON_COMPILING_IN_LIMITED_API
+    static int amqw_set_am_send(PyTypeObject *type, int (*send)(PyObject *, PyObject *, PyObject **)) {
+        if (type->tp_as_async == NULL) return 0;
+        type->tp_as_async->am_send = (sendfunc)send;
+        return 1;
+    }
+    #else
+    static int amqw_set_am_send(PyTypeObject *type, int (*send)(PyObject *, PyObject *, PyObject **)) {
+        (void)type; (void)send;
+        return 0;
+    }
+    #endif
+    """
+    int amqw_set_am_send(PyTypeObject *type, int (*send)(PyObject *, PyObject *, PyObject **))
+
+
+cdef int _ready_send(PyObject *op, PyObject *arg, PyObject **result) noexcept:
+    # PYGEN_RETURN (0) with the value, or PYGEN_ERROR (-1) once it was awaited
+    cdef _Ready ready = <_Ready>op
+    if ready._spent:
+        PyErr_SetString(RuntimeError, b"cannot reuse an already awaited delivery")
+        result[0] = NULL
+        return -1
+    ready._spent = True
+    value = ready.value
+    ready.value = None
+    Py_XINCREF(<PyObject *>value)
+    result[0] = <PyObject *>value
+    return 0
+
+
 cdef int _install_ready() except -1:
     (<_TypeIter *>_Ready).tp_iternext = _ready_next
+    amqw_set_am_send(<PyTypeObject *>_Ready, _ready_send)
     PyType_Modified(<_TypeDict *>_Ready)
     return 0
 
@@ -904,6 +947,9 @@ cdef class CommandParser(_Scanner):
     cdef Command _cur
     cdef int _cur_channel
     cdef dict _others
+    # A delivery's Command only carries its content while it is assembled (the delivery is
+    # what comes out): once done it is kept here and used for the next delivery.
+    cdef Command _spare
     cdef readonly Py_ssize_t max_body_size
     cdef readonly object delivery_type
     cdef readonly unsigned long long deliveries  # Delivery objects returned so far
@@ -956,6 +1002,10 @@ cdef class CommandParser(_Scanner):
             cmd._delivery.body = cmd.body
             PyList_Append(out, cmd._delivery)
             self.deliveries += 1
+            cmd._delivery = None
+            cmd.properties = None
+            cmd.body = None
+            self._spare = cmd
         return 0
 
     cdef Command _body_target(self, uint16_t channel, Py_ssize_t size):
@@ -994,6 +1044,7 @@ cdef class CommandParser(_Scanner):
         cdef Command c
         cdef uint64_t body_size = 0
         cdef Command cmd
+        cdef Delivery delivery
         cdef Py_ssize_t at = self._consumed
         cdef Py_ssize_t headers_at = -1
         if ftype == FRAME_HEARTBEAT:
@@ -1016,13 +1067,20 @@ cdef class CommandParser(_Scanner):
                 raise UnexpectedFrame(
                     f"method frame on channel {channel} at offset {at} while content for "
                     f"{_content_name(c)} is incomplete", offset=at)
-            cmd = Command.__new__(Command)
-            cmd.channel = channel
             if (self.delivery_type is not None and size >= 4
                     and amqw_unpack_u32(payload) == _BASIC_DELIVER):
-                cmd._delivery = _read_delivery(&v, self.delivery_type, channel)
+                delivery = _read_delivery(&v, self.delivery_type, channel)
+                cmd = self._spare
+                if cmd is None:
+                    cmd = Command.__new__(Command)
+                else:
+                    self._spare = None
+                cmd.channel = channel
+                cmd._delivery = delivery
                 self._begin(channel, cmd)
                 return 0
+            cmd = Command.__new__(Command)
+            cmd.channel = channel
             cmd.method = read_method(&v)
             if method_has_content(amqw_unpack_u32(payload)):
                 self._begin(channel, cmd)
