@@ -51,6 +51,7 @@ RENAMES = {
     "__aiter__": "__iter__",
     "__anext__": "__next__",
     "StopAsyncIteration": "StopIteration",
+    "AsyncIterator": "Iterator",
     # each connection's I/O: the module, its class, and the confirm future it gives publishers
     "io_asyncio": "io_threads",
     "AsyncioIO": "ThreadIO",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any, Callable, Literal, Optional, TypeVar, Union
+from typing import Any, AsyncIterator, Callable, Literal, Optional, TypeVar, Union
 
 from amqwire.codec import (
     BasicCancel,
@@ -47,6 +47,7 @@ from amqwire.codec import (
     TxRollback,
     TxSelect,
 )
+from amqwire.codec.parser import DeliveryIterator
 
 from .io_asyncio import Opener, AsyncioIO, ChannelWaits, ConfirmFuture, Inbox
 from .lifecycle import CHANNEL_OPEN_PHASES, OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
@@ -1185,8 +1186,11 @@ class AsyncConsumer(ConsumerBase):
         super().__init__(channel, queue_name, callback, method)
         self._buffer = self._inbox.buffer  # read here first: no call per message while it holds some
 
-    def __aiter__(self) -> AsyncConsumer:
-        return self
+    def __aiter__(self) -> AsyncIterator[Message]:
+        if self._tracing is not None:
+            return self  # each step ends the last message's span and starts the next one's
+        # While messages are buffered, each step takes one in C; the step below once none is.
+        return DeliveryIterator(self._buffer, self.__anext__)
 
     async def __anext__(self) -> Message:
         buffer = self._buffer

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any, Callable, Literal, Optional, TypeVar, Union
+from typing import Any, Iterator, Callable, Literal, Optional, TypeVar, Union
 
 from amqwire.codec import (
     BasicCancel,
@@ -49,6 +49,7 @@ from amqwire.codec import (
     TxRollback,
     TxSelect,
 )
+from amqwire.codec.parser import DeliveryIterator
 
 from .io_threads import ThreadIO, ChannelWaits, PublishFuture, Inbox
 from .lifecycle import CHANNEL_OPEN_PHASES, OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
@@ -1182,8 +1183,11 @@ class SyncConsumer(ConsumerBase):
         super().__init__(channel, queue_name, callback, method)
         self._buffer = self._inbox.buffer  # read here first: no call per message while it holds some
 
-    def __iter__(self) -> SyncConsumer:
-        return self
+    def __iter__(self) -> Iterator[Message]:
+        if self._tracing is not None:
+            return self  # each step ends the last message's span and starts the next one's
+        # While messages are buffered, each step takes one in C; the step below once none is.
+        return DeliveryIterator(self._buffer, self.__next__)
 
     def __next__(self) -> Message:
         buffer = self._buffer

@@ -67,7 +67,7 @@ from amqwire.codec import (
     encode_table,
 )
 from amqwire.codec import FRAME_METHOD, __version__
-from amqwire.codec.parser import Command, Heartbeat
+from amqwire.codec.parser import Command, Heartbeat, one_run
 
 from .errors import AuthenticationError, InvalidStateError, channel_closed, method_name
 # The core's public names, whichever module defines them, import from here as they always did.
@@ -776,6 +776,15 @@ class ConnectionProtocol:
             self._enter_error(reply_code, str(exc))
             exc.events = events  # type: ignore[attr-defined]
             raise
+        if one_run(items):
+            first: Any = items[0]
+            run_state = self._channels.get(first.channel_id)
+            if run_state is not None and run_state.state is _CHANNEL_OPEN and not run_state.tag_base:
+                # The hot path of consuming: a read of deliveries to one consumer on an open
+                # channel, which _handle would pass on one by one, unchanged.
+                last: Any = items[-1]
+                run_state.last_delivery_tag = last.delivery_tag
+                return items
         events = []
         try:
             self._handle(items, events)

@@ -29,6 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypedDict, TypeVar, Union
 
 from amqwire.codec import BasicCancel, BasicConsumeOk, CodecError, ProtocolHeaderError
+from amqwire.codec.parser import one_run, set_channel
 
 from . import protocol as proto
 from .errors import (
@@ -578,9 +579,14 @@ class ConnectionBase:
 
     def _dispatch(self, events: list[Any], closed: Optional[dict[int, Any]] = None,
                   read_channels: Optional[dict[int, Any]] = None) -> None:
+        if one_run(events):  # the hot path of consuming: the whole read to one consumer
+            self._deliver_run(events[0].channel_id, events)
+            if self._batched:
+                self._hand_over_batches()
+            return
         channels = self._channels
         # Consecutive deliveries to one consumer go to it as one run: one lookup and one
-        # call per run, not per message (the hot path of consuming).
+        # call per run, not per message.
         run: list[Message] = []
         run_channel = run_tag = None
         for event in events:
@@ -1283,8 +1289,7 @@ class ChannelBase:
 
     def _on_messages(self, messages: list[Message]) -> None:
         """Deliveries to one consumer tag, in order."""
-        for message in messages:
-            message.channel = self
+        set_channel(messages, self)
         tag = messages[0].consumer_tag
         consumer = self._consumers.get(tag)  # type: ignore[arg-type]
         if consumer is None:

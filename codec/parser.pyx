@@ -12,7 +12,8 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_XDECREF, Py_XINCREF
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.list cimport PyList_Append
+from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.object cimport Py_EQ, Py_TYPE, PyObject_RichCompareBool, PyObject_TypeCheck
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -303,6 +304,14 @@ cdef int _properties_set(object self, PyObject *value, void *closure) except -1:
 
 
 cdef Py_ssize_t _properties_offset    # of Delivery.properties in the object (set below)
+cdef Py_ssize_t _channel_offset       # and of channel, channel_id, consumer_tag
+cdef Py_ssize_t _channel_id_offset
+cdef Py_ssize_t _consumer_tag_offset
+
+
+cdef inline PyObject *_field(PyObject *d, Py_ssize_t offset) noexcept:
+    """A Delivery's field, borrowed; NULL when it was deleted."""
+    return (<PyObject **>(<char *>d + offset))[0]
 
 
 cdef inline void _clear_properties(Delivery d) noexcept:
@@ -354,8 +363,11 @@ cdef int _expose_delivery_fields() except -1:
         _delivery_members[i].doc = NULL
         (<dict><object>tp.tp_dict)[name.decode()] = PyDescr_NewMember(tp, &_delivery_members[i])
     # properties: built on first read when the wire had none (see _NOT_BUILT)
-    global _properties_offset
+    global _properties_offset, _channel_offset, _channel_id_offset, _consumer_tag_offset
     _properties_offset = offsets[8]
+    _channel_offset = offsets[1]
+    _channel_id_offset = offsets[0]
+    _consumer_tag_offset = offsets[2]
     _properties_getset.name = b"properties"
     _properties_getset.get = _properties_get
     _properties_getset.set = _properties_set
@@ -367,6 +379,199 @@ cdef int _expose_delivery_fields() except -1:
 
 
 _expose_delivery_fields()
+
+
+# --- runs of deliveries: the hot path of a client that consumes ------------------------
+
+def one_run(list items not None):
+    """Whether ``items`` (what ``CommandParser.feed`` returned) is one run of deliveries:
+    at least one, nothing else, all of one type, on one channel, to one consumer tag.  A
+    client hands such a read to its consumer in one step instead of looking at each item."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(items)
+    cdef PyObject *item
+    cdef PyObject *channel_id
+    cdef PyObject *tag
+    cdef PyObject *value
+    cdef PyTypeObject *kind
+    if n == 0:
+        return False
+    item = PyList_GET_ITEM(items, 0)
+    kind = Py_TYPE(<object>item)
+    if not PyObject_TypeCheck(<object>item, <PyTypeObject *>Delivery):
+        return False
+    channel_id = _field(item, _channel_id_offset)
+    tag = _field(item, _consumer_tag_offset)
+    if channel_id is NULL or tag is NULL:
+        return False
+    for i in range(1, n):
+        item = PyList_GET_ITEM(items, i)
+        if Py_TYPE(<object>item) is not kind:
+            return False
+        value = _field(item, _channel_id_offset)
+        if value is NULL or (value is not channel_id and not PyObject_RichCompareBool(
+                <object>value, <object>channel_id, Py_EQ)):
+            return False
+        value = _field(item, _consumer_tag_offset)
+        if value is NULL or (value is not tag and not PyObject_RichCompareBool(<object>value, <object>tag, Py_EQ)):
+            return False
+    return True
+
+
+def set_channel(list deliveries not None, channel):
+    """``delivery.channel = channel`` for every Delivery of the list, in one call."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(deliveries)
+    cdef PyObject *item
+    cdef PyObject **field
+    cdef PyObject *old
+    for i in range(n):
+        item = PyList_GET_ITEM(deliveries, i)
+        if not PyObject_TypeCheck(<object>item, <PyTypeObject *>Delivery):
+            raise TypeError(f"set_channel takes a list of Delivery objects, got {type(<object>item).__name__} "
+                            f"at index {i}")
+    for i in range(n):
+        field = <PyObject **>(<char *>PyList_GET_ITEM(deliveries, i) + _channel_offset)
+        old = field[0]
+        Py_XINCREF(<PyObject *>channel)
+        field[0] = <PyObject *>channel
+        Py_XDECREF(old)
+
+
+# --- iterating a consumer's buffer --------------------------------------------------
+
+
+@cython.final
+cdef class DeliveryIterator:
+    """Iterates a consumer's buffer of deliveries (a ``collections.deque``), for ``for``
+    and ``async for``: while the buffer holds some, each step pops the first one in C, with
+    no Python call; when it is empty, the step is ``slow()``: for ``for``, the next item or
+    StopIteration; for ``async for``, an awaitable (a coroutine) of it.  Other readers of
+    the same deque (a consumer's ``get()``) keep the order: nothing is taken ahead."""
+    cdef object _buffer
+    cdef object _popleft
+    cdef object _slow
+
+    def __init__(self, buffer not None, slow not None):
+        self._buffer = buffer
+        self._popleft = buffer.popleft
+        self._slow = slow
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._buffer:
+            return self._popleft()
+        return self._slow()
+
+    def __aiter__(self):
+        return self
+
+    def __anext__(self):
+        cdef _Ready ready
+        if self._buffer:
+            ready = _Ready.__new__(_Ready)
+            ready.value = self._popleft()
+            return ready
+        return self._slow()
+
+
+@cython.final
+@cython.freelist(8)
+cdef class _Ready:
+    """An awaitable whose value is there already: awaiting it returns ``value`` at once
+    (a coroutine would cost a frame and a coroutine object per message).  Its iterator
+    step is set in C below: through am_send (CPython 3.10 on), no exception at all; else
+    _ready_next, StopIteration(value) without a traceback."""
+    cdef object value
+    cdef bint _spent
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        # What ``ready.__next__()`` runs; ``next()`` and the interpreter take the type's
+        # slot, _ready_next, which does the same without a traceback (see _install_ready).
+        if self._spent:
+            raise RuntimeError("cannot reuse an already awaited delivery")
+        self._spent = True
+        value = self.value
+        self.value = None
+        raise StopIteration(value)
+
+
+cdef extern from "Python.h":
+    ctypedef PyObject *(*_iternextfunc)(PyObject *)
+    ctypedef struct _TypeIter "PyTypeObject":
+        _iternextfunc tp_iternext
+    void PyErr_SetObject(object type, object value)
+    void PyErr_SetString(object type, const char *message)
+    bint PyTuple_Check(object o)
+    bint PyExceptionInstance_Check(object o)
+
+
+cdef PyObject *_ready_next(PyObject *op) noexcept:
+    cdef _Ready ready = <_Ready>op
+    if ready._spent:
+        PyErr_SetString(RuntimeError, b"cannot reuse an already awaited delivery")
+        return NULL
+    ready._spent = True
+    value = ready.value
+    ready.value = None
+    # A value that is a tuple or an exception would be taken apart by StopIteration's
+    # creation: wrap it as CPython's generators do (a delivery is neither).
+    if PyTuple_Check(value) or PyExceptionInstance_Check(value):
+        PyErr_SetObject(StopIteration, StopIteration(value))
+    else:
+        PyErr_SetObject(StopIteration, value)
+    return NULL
+
+
+# From CPython 3.10 an awaitable's iterator can return its value through am_send, which the
+# interpreter's SEND tries first: no StopIteration at all.
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX >= 0x030A0000 && !defined(PYPY_VERSION) && !CYTHON_COMPILING_IN_LIMITED_API
+    static int amqw_set_am_send(PyTypeObject *type, int (*send)(PyObject *, PyObject *, PyObject **)) {
+        if (type->tp_as_async == NULL) return 0;
+        type->tp_as_async->am_send = (sendfunc)send;
+        return 1;
+    }
+    #else
+    static int amqw_set_am_send(PyTypeObject *type, int (*send)(PyObject *, PyObject *, PyObject **)) {
+        (void)type; (void)send;
+        return 0;
+    }
+    #endif
+    """
+    int amqw_set_am_send(PyTypeObject *type, int (*send)(PyObject *, PyObject *, PyObject **))
+
+
+cdef int _ready_send(PyObject *op, PyObject *arg, PyObject **result) noexcept:
+    # PYGEN_RETURN (0) with the value, or PYGEN_ERROR (-1) once it was awaited
+    cdef _Ready ready = <_Ready>op
+    if ready._spent:
+        PyErr_SetString(RuntimeError, b"cannot reuse an already awaited delivery")
+        result[0] = NULL
+        return -1
+    ready._spent = True
+    value = ready.value
+    ready.value = None
+    Py_XINCREF(<PyObject *>value)
+    result[0] = <PyObject *>value
+    return 0
+
+
+cdef int _install_ready() except -1:
+    (<_TypeIter *>_Ready).tp_iternext = _ready_next
+    amqw_set_am_send(<PyTypeObject *>_Ready, _ready_send)
+    PyType_Modified(<_TypeDict *>_Ready)
+    return 0
+
+
+_install_ready()
 
 
 cdef tuple _NO_ARGS = ()
@@ -742,6 +947,9 @@ cdef class CommandParser(_Scanner):
     cdef Command _cur
     cdef int _cur_channel
     cdef dict _others
+    # A delivery's Command only carries its content while it is assembled (the delivery is
+    # what comes out): once done it is kept here and used for the next delivery.
+    cdef Command _spare
     cdef readonly Py_ssize_t max_body_size
     cdef readonly object delivery_type
     cdef readonly unsigned long long deliveries  # Delivery objects returned so far
@@ -794,6 +1002,10 @@ cdef class CommandParser(_Scanner):
             cmd._delivery.body = cmd.body
             PyList_Append(out, cmd._delivery)
             self.deliveries += 1
+            cmd._delivery = None
+            cmd.properties = None
+            cmd.body = None
+            self._spare = cmd
         return 0
 
     cdef Command _body_target(self, uint16_t channel, Py_ssize_t size):
@@ -832,6 +1044,7 @@ cdef class CommandParser(_Scanner):
         cdef Command c
         cdef uint64_t body_size = 0
         cdef Command cmd
+        cdef Delivery delivery
         cdef Py_ssize_t at = self._consumed
         cdef Py_ssize_t headers_at = -1
         if ftype == FRAME_HEARTBEAT:
@@ -854,13 +1067,20 @@ cdef class CommandParser(_Scanner):
                 raise UnexpectedFrame(
                     f"method frame on channel {channel} at offset {at} while content for "
                     f"{_content_name(c)} is incomplete", offset=at)
-            cmd = Command.__new__(Command)
-            cmd.channel = channel
             if (self.delivery_type is not None and size >= 4
                     and amqw_unpack_u32(payload) == _BASIC_DELIVER):
-                cmd._delivery = _read_delivery(&v, self.delivery_type, channel)
+                delivery = _read_delivery(&v, self.delivery_type, channel)
+                cmd = self._spare
+                if cmd is None:
+                    cmd = Command.__new__(Command)
+                else:
+                    self._spare = None
+                cmd.channel = channel
+                cmd._delivery = delivery
                 self._begin(channel, cmd)
                 return 0
+            cmd = Command.__new__(Command)
+            cmd.channel = channel
             cmd.method = read_method(&v)
             if method_has_content(amqw_unpack_u32(payload)):
                 self._begin(channel, cmd)

@@ -422,6 +422,40 @@ def test_qos_consume_iterator_and_cancel(run):
     run(scenario)
 
 
+def test_reads_of_deliveries_for_several_consumers_hand_each_out_once_in_order(run):
+    # Messages queued before consuming arrive in big reads holding runs for three consumers
+    # on two channels (a read of one run takes the fast path, a mixed one the general path).
+    # Each consumer gets each of its messages once, in order, whether read through its
+    # iterator or get() in turns; a stopped iteration leaves the rest for the next reader.
+    async def scenario(api):
+        conn = await api.connect()
+        ch1 = await conn.channel()
+        ch2 = await conn.channel()
+        queues = [(await ch1.queue_declare("", exclusive=True)).queue for _ in range(3)]
+        n = 120
+        await ch1.confirm_select()
+        for i in range(n):
+            for q in queues:
+                await ch1.basic_publish("", q, b"%d" % i)
+        await ch1.wait_for_confirms()
+        consumers = [await ch1.consume(queues[0]), await ch1.consume(queues[1]), await ch2.consume(queues[2])]
+        for turn in range(n):
+            for consumer in consumers:
+                if turn % 2:
+                    message = await consumer.get(timeout=10)
+                else:
+                    message = await api.next(consumer)
+                assert message is not None and message.body == b"%d" % turn, (turn, consumer)
+                assert message.consumer_tag == consumer.consumer_tag
+        for consumer in consumers:
+            assert await consumer.get(timeout=0.2) is None
+        await ch1.basic_ack(0, multiple=True)
+        await ch2.basic_ack(0, multiple=True)
+        await conn.close()
+
+    run(scenario)
+
+
 def test_consume_with_callback(run):
     async def scenario(api):
         conn = await api.connect()

@@ -776,6 +776,38 @@ def test_runs_of_deliveries_in_one_read_keep_each_channels_last_tag():
         p.basic_ack(c1, 5)
 
 
+def test_a_read_that_is_one_run_of_deliveries_comes_out_whole():
+    # The hot path of consuming: a read holding only deliveries to one consumer on one
+    # open channel.  It must give what the general path gives: every delivery once, in
+    # order, the last tag recorded (ackable, nothing past it), the tags of a reopened
+    # channel shifted by its base, and nothing of a channel being closed.
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    deliver = broker.content_bytes
+    data = b"".join(deliver(cid, BasicDeliver("t", tag, False, "", "q"), PROPS, b"m%d" % tag) for tag in range(1, 201))
+    events = p.receive_data(data)
+    assert [(type(e), e.consumer_tag, e.delivery_tag, e.body) for e in events] == [
+        (proto.Message, "t", tag, b"m%d" % tag) for tag in range(1, 201)]
+    assert p.channel_state(cid).last_delivery_tag == 200
+    broker.sent()
+    assert p.basic_ack(cid, 200, multiple=True)
+    with pytest.raises(InvalidStateError):
+        p.basic_ack(cid, 201)
+    # a channel reopened on a new connection goes on from its base
+    reopened = p.open_channel(None, 1000)
+    broker.sent()
+    broker.send(reopened, ChannelOpenOk())
+    events = p.receive_data(b"".join(deliver(reopened, BasicDeliver("u", tag, False, "", "q"), PROPS, b"x")
+                                     for tag in (1, 2, 3)))
+    assert [e.delivery_tag for e in events] == [1001, 1002, 1003]
+    assert p.channel_state(reopened).last_delivery_tag == 3
+    # a channel the client is closing: dropped
+    p.close_channel(cid)
+    broker.sent()
+    assert p.receive_data(b"".join(deliver(cid, BasicDeliver("t", tag, False, "", "q"), PROPS, b"late")
+                                   for tag in (201, 202))) == []
+
+
 def test_get_ok():
     p, broker, _ = connect()
     cid = open_channel(p, broker)

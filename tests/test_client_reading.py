@@ -288,3 +288,30 @@ def test_closing_logs_no_error(amqp_url, caplog):
             ch.queue_declare("", exclusive=True)
     time.sleep(0.2)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_a_for_loop_left_early_leaves_the_rest_in_order_for_get_and_the_next_loop(amqp_url):
+    # The iterator takes messages from the consumer's buffer one at a time, never ahead:
+    # after a break, get() and a new for loop go on with the next message.
+    with connect(amqp_url) as conn, conn.channel() as ch:
+        queue = ch.queue_declare("", exclusive=True).queue
+        ch.confirm_select()
+        with ch.batch():
+            for i in range(300):
+                ch.basic_publish("", queue, b"%d" % i)
+        ch.wait_for_confirms()
+        got = []
+        with ch.consume(queue, no_ack=True) as consumer:
+            iterator = iter(consumer)
+            for message in iterator:
+                got.append(message.body)
+                if len(got) == 10:
+                    break
+            got.append(consumer.get(timeout=10).body)
+            got.append(next(iterator).body)
+            for message in consumer:
+                got.append(message.body)
+                if len(got) == 300:
+                    break
+            assert consumer.get(timeout=0.2) is None
+    assert got == [b"%d" % i for i in range(300)]

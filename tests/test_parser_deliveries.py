@@ -292,3 +292,100 @@ def test_properties_on_the_wire_are_decoded_by_the_parser():
                          exchange="", routing_key="q"), b"x", b"\x00\x00\x00")
     with pytest.raises(CodecError):
         codec.CommandParser(delivery_type=Flat).feed(trailing)
+
+
+# --- runs of deliveries and iterating a buffer of them (a client's hot path) ---------------
+
+def _deliver(channel, tag, consumer_tag="c"):
+    return R.content(channel, R.BY_NAME["basic.deliver"], dict(
+        consumer_tag=consumer_tag, delivery_tag=tag, redelivered=False, exchange="", routing_key="q"), b"b")
+
+
+def test_one_run_tells_a_read_of_deliveries_to_one_consumer_on_one_channel():
+    from amqwire.codec.parser import one_run
+
+    def parsed(*parts):
+        return codec.CommandParser(delivery_type=Flat).feed(b"".join(parts))
+
+    assert one_run(parsed(_deliver(1, 1)))
+    assert one_run(parsed(*[_deliver(300, tag, "tag-\u00e9") for tag in range(1, 50)]))  # ints above the cache
+    assert not one_run([])
+    assert not one_run(parsed(_deliver(1, 1), _deliver(2, 2)))  # two channels
+    assert not one_run(parsed(_deliver(1, 1), _deliver(1, 2, "other")))  # two consumers
+    assert not one_run(parsed(_deliver(1, 1), b"\x08\x00\x00\x00\x00\x00\x00\xce"))  # a heartbeat too
+    assert not one_run(codec.CommandParser().feed(_deliver(1, 1)))  # a Command, not a delivery
+    a, b = parsed(_deliver(1, 1), _deliver(1, 2))
+    assert not one_run([a, Delivery(1, 3, False, "", "q", None, b"", consumer_tag="c")])  # two types
+    del b.consumer_tag
+    assert not one_run([a, b])  # a deleted field is no match (and no crash)
+    assert not one_run([object()])
+
+
+def test_set_channel_sets_it_on_every_delivery_of_a_list():
+    from amqwire.codec.parser import set_channel
+
+    deliveries = codec.CommandParser(delivery_type=Flat).feed(b"".join(_deliver(1, tag) for tag in range(1, 4)))
+    del deliveries[1].channel  # a deleted field is set again
+    marker = object()
+    set_channel(deliveries, marker)
+    assert all(d.channel is marker for d in deliveries)
+    set_channel(deliveries, None)
+    assert all(d.channel is None for d in deliveries)
+    with pytest.raises(TypeError, match="index 1"):
+        set_channel([deliveries[0], "x"], marker)
+    assert deliveries[0].channel is None  # checked before anything is set
+
+
+def test_delivery_iterator_pops_in_order_and_asks_slow_when_empty():
+    from collections import deque
+
+    from amqwire.codec.parser import DeliveryIterator
+
+    buffer = deque([1, 2])
+    refills = [[3, 4], []]
+
+    def slow():
+        more = refills.pop(0)
+        if not more:
+            raise StopIteration
+        buffer.extend(more[1:])
+        return more[0]
+
+    it = DeliveryIterator(buffer, slow)
+    assert iter(it) is it
+    assert next(it) == 1
+    assert buffer.popleft() == 2  # another reader of the same deque: nothing was taken ahead
+    assert list(it) == [3, 4]
+    with pytest.raises(TypeError):
+        DeliveryIterator(None, slow)
+
+
+def test_delivery_iterator_async_awaits_ready_values_and_the_slow_step():
+    import asyncio
+    from collections import deque
+
+    from amqwire.codec.parser import DeliveryIterator
+
+
+    buffer = deque(["a", (1, 2), ValueError("as a value")])
+    calls = []
+
+    async def slow():
+        calls.append(len(buffer))
+        if len(calls) == 1:
+            await asyncio.sleep(0)
+            return "waited"
+        raise StopAsyncIteration
+
+    async def main():
+        it = DeliveryIterator(buffer, slow)
+        assert it.__aiter__() is it
+        ready = it.__anext__()
+        assert await ready == "a"
+        with pytest.raises(RuntimeError):
+            await ready  # once, like a coroutine
+        got = [item async for item in it]
+        assert got[0] == (1, 2) and isinstance(got[1], ValueError) and got[2] == "waited"
+        assert calls == [0, 0]
+
+    asyncio.run(main())
