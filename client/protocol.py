@@ -967,6 +967,11 @@ class ConnectionProtocol:
             settled -= len(returned)
         if type(method) is BasicAck:
             self.publishes_acked += settled
+            last = events[-1] if events else None
+            if type(last) is Confirmed and last.ack and last.channel_id == state.id:
+                # the ack before this one in this read, on this channel: one event for both
+                last.fold(seqnos, tokens, returned, tag, method.multiple)
+                return
             events.append(Confirmed(state.id, True, seqnos, tokens, returned, tag, method.multiple))
         else:
             self.publishes_nacked += settled

@@ -1096,37 +1096,53 @@ class ChannelBase:
 
     def _on_confirmed(self, event: proto.Confirmed) -> None:
         tokens = event.tokens
-        if self._listeners is not None:
-            listeners = self._listeners.of("confirm")
-            if listeners:
-                self._connection._emit(
-                    listeners, ConfirmEvent(self.channel_id, event.ack, event.delivery_tag, event.multiple), self
-                )
-        if event.ack and event.returned is None:
+        listeners = self._listeners.of("confirm") if self._listeners is not None else ()
+        if listeners:
+            self._tell_and_settle(event, listeners)
+        elif event.ack and event.returned is None:
             self._waits.acked(tokens)
         else:
-            returned = event.returned or {}
-            for seqno, token in zip(event.seqnos, tokens):
-                message = returned.get(seqno)
-                if message is not None:
-                    error: Optional[BaseException] = MessageReturned(message, seqno)
-                elif not event.ack:
-                    error = PublishNacked(seqno)
-                else:
-                    error = None
-                if token.done():
-                    continue  # a batch that failed already
-                if error is None:
-                    token.set_result(None)
-                else:
-                    token.set_exception(error)
-                    self._failures.append(token)
+            self._settle_tokens(event, 0, len(tokens))
         with self._connection._lock:
             self._unsettled -= len(tokens)
         if self._lifecycle.state is not _CHANNEL_OPEN:  # restored by a recovery: watched
             self._watch_verdict(event.ack, len(tokens))
         if self._unsettled <= self._progress_below:  # else no waiter is ready to go on yet
             self._waits.notify_progress()
+
+    def _tell_and_settle(self, event: proto.Confirmed, listeners: tuple[Callable[[Any], Any], ...]) -> None:
+        """Confirm listeners are told of each ack or nack frame before its futures settle."""
+        acks = event.acks
+        if acks is None:
+            acks = [(event.delivery_tag, event.multiple, len(event.tokens))]
+        start = 0
+        for tag, multiple, end in acks:  # several: acks folded into one event, each as if it came alone
+            self._connection._emit(listeners, ConfirmEvent(self.channel_id, event.ack, tag, multiple), self)
+            self._settle_tokens(event, start, end)
+            start = end
+
+    def _settle_tokens(self, event: proto.Confirmed, start: int, end: int) -> None:
+        """Settle the futures ``event.tokens[start:end]`` by the broker's verdict."""
+        tokens = event.tokens[start:end]
+        if event.ack and event.returned is None:
+            self._waits.acked(tokens)
+            return
+        returned = event.returned or {}
+        for seqno, token in zip(event.seqnos[start:end], tokens):
+            message = returned.get(seqno)
+            if message is not None:
+                error: Optional[BaseException] = MessageReturned(message, seqno)
+            elif not event.ack:
+                error = PublishNacked(seqno)
+            else:
+                error = None
+            if token.done():
+                continue  # a batch that failed already
+            if error is None:
+                token.set_result(None)
+            else:
+                token.set_exception(error)
+                self._failures.append(token)
 
     def _phase(self) -> ChannelPhase:
         """The channel's phase now (read afresh: another thread, or an await, may have changed it)."""
