@@ -81,7 +81,8 @@ Body = Union[bytes, bytearray, memoryview, str]
 
 # The hot sections below (publishing, acks) run in the blocking twin under
 # ``connection._lock``, which its reader thread and other calling threads share: the
-# generator turns ``if _LOCKED_SECTION:`` into ``with connection._lock:``.  On asyncio one
+# generator turns ``if _LOCKED_SECTION:`` into an acquire of ``connection._lock`` and a
+# ``try:`` whose ``finally:`` releases it.  On asyncio one
 # thread runs everything and a section without an await cannot be interleaved, so it
 # takes no lock: a ``with`` costs more than the rest of an unconfirmed publish's bookkeeping.
 _LOCKED_SECTION = True
