@@ -65,7 +65,7 @@ from .errors import (
 )
 from .message import Message
 from .recovery import END, Topology
-from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
+from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .streams import (
     HAND_OUT, LAST, SKIP, TRUNCATED, ReplicaWait, StreamConsumerBase, StreamOffset, StreamOffsets,
     check_options, offset_argument,
@@ -704,7 +704,7 @@ class AsyncChannel(ChannelBase):
             except InvalidStateError:
                 self._check()  # the connection or channel went away meanwhile: say why
                 raise
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+        if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
 
     async def publish_async(
@@ -752,7 +752,7 @@ class AsyncChannel(ChannelBase):
                 if not self._stamp_pending:  # stamped when written (see ConnectionBase._take_output)
                     self._stamp_pending = True
                     connection._to_stamp.append(self)
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+        if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
         return self._waits.issued(token, seqno)
 
@@ -789,7 +789,7 @@ class AsyncChannel(ChannelBase):
                 if token is not None and count and not self._stamp_pending:
                     self._stamp_pending = True
                     connection._to_stamp.append(self)
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+        if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
         if token is None:
             return None

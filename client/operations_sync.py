@@ -67,7 +67,7 @@ from .errors import (
 )
 from .message import Message
 from .recovery import END, Topology
-from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
+from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .streams import (
     HAND_OUT, LAST, SKIP, TRUNCATED, ReplicaWait, StreamConsumerBase, StreamOffset, StreamOffsets,
     check_options, offset_argument,
@@ -707,7 +707,7 @@ class SyncChannel(ChannelBase):
                 raise
         finally:
             connection._lock.release()
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+        if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
 
     def publish_async(
@@ -758,7 +758,7 @@ class SyncChannel(ChannelBase):
                     connection._to_stamp.append(self)
         finally:
             connection._lock.release()
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+        if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
         return self._waits.issued(token, seqno)
 
@@ -798,7 +798,7 @@ class SyncChannel(ChannelBase):
                     connection._to_stamp.append(self)
         finally:
             connection._lock.release()
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+        if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
         if token is None:
             return None

@@ -90,8 +90,7 @@ _E = TypeVar("_E")
 
 #: The Java client's default channel RPC timeout: 10 minutes.
 DEFAULT_RPC_TIMEOUT = 600.0
-#: Publishes are written together until this much is queued (a batch, a loop pass).
-FLUSH_AT = 256 * 1024
+FLUSH_AT = proto.FLUSH_AT  # publishes are written together until this much is queued
 
 
 class ConnectOptions(TypedDict, total=False):

@@ -2276,6 +2276,39 @@ def test_the_core_counts_every_publish_it_queued_whichever_way_it_went():
     assert p.publishes_queued == 4  # ever, not what is still queued
 
 
+@pytest.mark.parametrize("how", ["writer", "big bodies", "encoded", "writer after a big body"])
+def test_flush_due_says_when_publishes_queued_flush_at_bytes(how):
+    """``flush_due`` (what a publisher reads after each publish) turns true once a publish
+    leaves FLUSH_AT bytes queued, however they were queued, and false when they are taken."""
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.buffers_to_send()
+    body = b"x" * 1000
+    big = b"y" * (proto.ZERO_COPY_THRESHOLD + 1)
+    encoded = codec.encode_publish(cid, "", "q", body)
+    if how == "writer after a big body":
+        p.publish(cid, "", "q", big)
+    for _ in range(1000):
+        assert p.flush_due == (p.pending_output >= proto.FLUSH_AT)
+        if p.flush_due:
+            break
+        if how == "big bodies":
+            p.publish(cid, "", "q", big)
+        elif how == "encoded":
+            p.publish_encoded(cid, encoded, 1)
+        else:
+            p.publish(cid, "", "q", body)
+    assert p.flush_due
+    assert p.pending_output < proto.FLUSH_AT + len(big) + 1000
+    p.buffers_to_send()
+    assert not p.flush_due
+    for _ in range(300):
+        p.publish(cid, "", "q", body)
+    assert p.flush_due
+    p.data_to_send()
+    assert not p.flush_due
+
+
 # What users imported from amqwire.client.protocol before the core was split by role.
 PUBLIC_BEFORE_THE_SPLIT = [
     "ConnectionProtocol", "ConnectionState", "ChannelStatus", "CONNECTION_TRANSITIONS", "CHANNEL_TRANSITIONS",
