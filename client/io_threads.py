@@ -581,7 +581,7 @@ class ChannelWaits:
         """The future of ``count`` confirm-mode publishes (one, or a publish_encoded batch):
         PublishFuture.__init__'s fields, set here (tests/test_publish_future_threads.py
         checks they are the same)."""
-        future = _NewFuture()
+        future: PublishFuture = _NewFuture()
         future._channel = self._channel
         future.delivery_tag = 0
         future.count = future._pending = count
@@ -803,6 +803,6 @@ class _NewFuture(PublishFuture):
     the fields."""
 
     __slots__ = ()
-    __init__ = object.__init__  # type: ignore[assignment]
+    __init__ = object.__init__
 
 
