@@ -524,7 +524,9 @@ class ConnectionBase:
         """Feed what the socket read; route the events; handle a malformed input."""
         core = self._core
         error = None
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # acquire/release, not with: ~1,100 instructions less a read (see make_sync.py)
+        try:
             # The channels as of this read: if another thread gives the connection up before
             # the dispatch below, the acks read here must still settle their futures.
             channels = self._channels
@@ -545,6 +547,8 @@ class ConnectionBase:
             observer = self._observer
             if observer is not None and observer.metrics is not None:
                 self._count_input(observer.metrics, data, events)
+        finally:
+            lock.release()
         if core.pending_output:
             self._flush_quietly()
         if events:
@@ -1102,8 +1106,12 @@ class ChannelBase:
             self._waits.acked(tokens)
         else:
             self._settle_tokens(event, 0, len(tokens))
-        with self._connection._lock:
+        lock = self._connection._lock
+        lock.acquire()
+        try:
             self._unsettled -= len(tokens)
+        finally:
+            lock.release()
         if self._lifecycle.state is not _CHANNEL_OPEN:  # restored by a recovery: watched
             self._watch_verdict(event.ack, len(tokens))
         if self._unsettled <= self._progress_below:  # else no waiter is ready to go on yet
