@@ -78,6 +78,14 @@ class NoLock:
     def __exit__(self, *exc: Any) -> None:
         return None
 
+    @staticmethod
+    def acquire() -> bool:
+        return True
+
+    @staticmethod
+    def release() -> None:
+        return None
+
 
 class _StreamProtocol(asyncio.Protocol):
     """Forwards the transport's callbacks to the I/O of the current socket."""

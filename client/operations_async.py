@@ -66,7 +66,7 @@ from .errors import (
 )
 from .message import Message
 from .recovery import END, Topology
-from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
+from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .streams import (
     HAND_OUT, LAST, SKIP, TRUNCATED, ReplicaWait, StreamConsumerBase, StreamOffset, StreamOffsets,
     check_options, offset_argument,
@@ -82,7 +82,8 @@ Body = Union[bytes, bytearray, memoryview, str]
 
 # The hot sections below (publishing, acks) run in the blocking twin under
 # ``connection._lock``, which its reader thread and other calling threads share: the
-# generator turns ``if _LOCKED_SECTION:`` into ``with connection._lock:``.  On asyncio one
+# generator turns ``if _LOCKED_SECTION:`` into an acquire of ``connection._lock`` and a
+# ``try:`` whose ``finally:`` releases it.  On asyncio one
 # thread runs everything and a section without an await cannot be interleaved, so it
 # takes no lock: a ``with`` costs more than the rest of an unconfirmed publish's bookkeeping.
 _LOCKED_SECTION = True
@@ -704,7 +705,7 @@ class AsyncChannel(ChannelBase):
             except InvalidStateError:
                 self._check()  # the connection or channel went away meanwhile: say why
                 raise
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+        if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
 
     async def publish_async(
@@ -752,7 +753,7 @@ class AsyncChannel(ChannelBase):
                 if not self._stamp_pending:  # stamped when written (see ConnectionBase._take_output)
                     self._stamp_pending = True
                     connection._to_stamp.append(self)
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+        if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
         return self._waits.issued(token, seqno)
 
@@ -789,7 +790,7 @@ class AsyncChannel(ChannelBase):
                 if token is not None and count and not self._stamp_pending:
                     self._stamp_pending = True
                     connection._to_stamp.append(self)
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+        if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
         if token is None:
             return None

@@ -68,7 +68,7 @@ from .errors import (
 )
 from .message import Message
 from .recovery import END, Topology
-from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
+from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .streams import (
     HAND_OUT, LAST, SKIP, TRUNCATED, ReplicaWait, StreamConsumerBase, StreamOffset, StreamOffsets,
     check_options, offset_argument,
@@ -81,7 +81,8 @@ Body = Union[bytes, bytearray, memoryview, str]
 
 # The hot sections below (publishing, acks) run in the blocking twin under
 # ``connection._lock``, which its reader thread and other calling threads share: the
-# generator turns ``if _LOCKED_SECTION:`` into ``with connection._lock:``.  On asyncio one
+# generator turns ``if _LOCKED_SECTION:`` into an acquire of ``connection._lock`` and a
+# ``try:`` whose ``finally:`` releases it.  On asyncio one
 # thread runs everything and a section without an await cannot be interleaved, so it
 # takes no lock: a ``with`` costs more than the rest of an unconfirmed publish's bookkeeping.
 _LOCKED_SECTION = True
@@ -560,7 +561,8 @@ class SyncChannel(ChannelBase):
         loss while the connection is down, and void (logged) once the channel is back: the
         broker requeued it."""
         connection = self._connection
-        with connection._lock:
+        connection._lock.acquire()
+        try:
             if not connection._lifecycle.answerable:  # a closed channel: the core refuses it below
                 self._check()
             try:
@@ -576,6 +578,8 @@ class SyncChannel(ChannelBase):
             if observer is not None and observer.metrics is not None:
                 self._count_settled(observer.metrics, core_method, delivery_tag,
                                     core_method != "basic_reject" and args[0])
+        finally:
+            connection._lock.release()
         # At once: a consumer busy with its buffered messages would otherwise hold back
         # the acks that let the broker send more.
         connection._io.flush_acks()
@@ -693,7 +697,8 @@ class SyncChannel(ChannelBase):
             return
         if connection._held or self._flow_paused:
             self._wait_publishable(_deadline(timeout))
-        with connection._lock:
+        connection._lock.acquire()
+        try:
             if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
                 self._check()
             try:
@@ -701,7 +706,9 @@ class SyncChannel(ChannelBase):
             except InvalidStateError:
                 self._check()  # the connection or channel went away meanwhile: say why
                 raise
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+        finally:
+            connection._lock.release()
+        if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
 
     def publish_async(
@@ -732,7 +739,8 @@ class SyncChannel(ChannelBase):
         if connection._held or self._flow_paused or self._unsettled >= self._max_in_flight:
             self._wait_for_room(1, _deadline(timeout))
         token = self._waits.new_token(1, callback)
-        with connection._lock:
+        connection._lock.acquire()
+        try:
             # Checked again under the lock: a connection lost while we waited has drained
             # its unconfirmed publishes already, and one queued now would never settle.
             if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
@@ -749,7 +757,9 @@ class SyncChannel(ChannelBase):
                 if not self._stamp_pending:  # stamped when written (see ConnectionBase._take_output)
                     self._stamp_pending = True
                     connection._to_stamp.append(self)
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+        finally:
+            connection._lock.release()
+        if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
         return self._waits.issued(token, seqno)
 
@@ -772,7 +782,8 @@ class SyncChannel(ChannelBase):
         if connection._held or self._flow_paused or self._confirm:
             self._wait_for_room(count if self._confirm else 0, deadline)
         token = self._waits.new_token(count, None) if self._confirm else None
-        with connection._lock:
+        connection._lock.acquire()
+        try:
             if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
                 self._check()
             try:
@@ -786,7 +797,9 @@ class SyncChannel(ChannelBase):
                 if token is not None and count and not self._stamp_pending:
                     self._stamp_pending = True
                     connection._to_stamp.append(self)
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
+        finally:
+            connection._lock.release()
+        if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
         if token is None:
             return None

@@ -1002,6 +1002,50 @@ def test_each_seqno_resolved_exactly_once():
     assert len(seen) == 50
 
 
+def test_the_acks_of_one_read_on_one_channel_are_one_event():
+    """Consecutive basic.acks of one read on one channel come as one Confirmed (one settle
+    step), ``acks`` listing each frame as it came with where its publishes end; a nack, or
+    anything else between them, starts a new event."""
+    p, broker, cid = published_in_confirm_mode(12)
+    frames = [BasicAck(3, True), BasicAck(5, False), BasicAck(4, False), BasicNack(6, False, False),
+              BasicAck(8, True), BasicAck(12, True)]
+    events = p.receive_data(b"".join(frame.encode(cid) for frame in frames))
+    assert confirmed(events) == [
+        (cid, True, [1, 2, 3, 5, 4], ["t1", "t2", "t3", "t5", "t4"]),
+        (cid, False, [6], ["t6"]),
+        (cid, True, [7, 8, 9, 10, 11, 12], [f"t{s}" for s in range(7, 13)]),
+    ]
+    first, nack, last = events
+    assert first.acks == [(3, True, 3), (5, False, 4), (4, False, 5)]
+    assert (first.delivery_tag, first.multiple) == (4, False)  # the last frame's
+    assert nack.acks is None and (nack.delivery_tag, nack.multiple) == (6, False)
+    assert last.acks == [(8, True, 2), (12, True, 6)]
+    assert (p.publishes_acked, p.publishes_nacked) == (11, 1)
+
+
+def test_acks_on_other_channels_or_around_a_return_are_not_folded():
+    p, broker, _ = connect()
+    c1, c2 = open_channel(p, broker), open_channel(p, broker)
+    confirm_mode(p, broker, c1)
+    confirm_mode(p, broker, c2)
+    for _ in range(3):
+        p.publish(c1, "", "q", b"", token="a")
+        p.publish(c2, "", "q", b"", token="b")
+    p.publish(c1, "ex", "nowhere", b"lost", PROPS, mandatory=True, token="r")
+    broker.sent()
+    data = b"".join([BasicAck(1, False).encode(c1), BasicAck(1, False).encode(c2), BasicAck(2, False).encode(c1),
+                     BasicAck(3, True).encode(c1)])
+    data += broker.content_bytes(c1, BasicReturn(312, "NO_ROUTE", "ex", "nowhere"), PROPS, b"lost")
+    data += BasicAck(4, False).encode(c1)
+    events = p.receive_data(data)
+    assert [type(e) for e in events] == [proto.Confirmed, proto.Confirmed, proto.Confirmed, proto.ReturnedMessage,
+                                         proto.Confirmed]
+    assert confirmed(events) == [(c1, True, [1], ["a"]), (c2, True, [1], ["b"]), (c1, True, [2, 3], ["a", "a"]),
+                                 (c1, True, [4], ["r"])]
+    assert events[2].acks == [(2, False, 1), (3, True, 2)]
+    assert events[4].acks is None and events[4].returned == {4: events[3]}
+
+
 def test_tokens_default_to_none():
     p, broker, cid = published_in_confirm_mode(2, tokens=False)
     assert confirmed(broker.send(cid, BasicAck(2, True))) == [(cid, True, [1, 2], [None, None])]
@@ -2262,6 +2306,39 @@ def test_the_core_counts_every_publish_it_queued_whichever_way_it_went():
     assert p.publishes_queued == 4
     p.buffers_to_send()
     assert p.publishes_queued == 4  # ever, not what is still queued
+
+
+@pytest.mark.parametrize("how", ["writer", "big bodies", "encoded", "writer after a big body"])
+def test_flush_due_says_when_publishes_queued_flush_at_bytes(how):
+    """``flush_due`` (what a publisher reads after each publish) turns true once a publish
+    leaves FLUSH_AT bytes queued, however they were queued, and false when they are taken."""
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.buffers_to_send()
+    body = b"x" * 1000
+    big = b"y" * (proto.ZERO_COPY_THRESHOLD + 1)
+    encoded = codec.encode_publish(cid, "", "q", body)
+    if how == "writer after a big body":
+        p.publish(cid, "", "q", big)
+    for _ in range(1000):
+        assert p.flush_due == (p.pending_output >= proto.FLUSH_AT)
+        if p.flush_due:
+            break
+        if how == "big bodies":
+            p.publish(cid, "", "q", big)
+        elif how == "encoded":
+            p.publish_encoded(cid, encoded, 1)
+        else:
+            p.publish(cid, "", "q", body)
+    assert p.flush_due
+    assert p.pending_output < proto.FLUSH_AT + len(big) + 1000
+    p.buffers_to_send()
+    assert not p.flush_due
+    for _ in range(300):
+        p.publish(cid, "", "q", body)
+    assert p.flush_due
+    p.data_to_send()
+    assert not p.flush_due
 
 
 # What users imported from amqwire.client.protocol before the core was split by role.

@@ -31,6 +31,10 @@ def test_the_generator_drops_async_keywords_only_in_code():
         '    async def g(self, connection):\n'
         '        if _LOCKED_SECTION:\n'
         '            connection.x = 1\n'
+        '            if connection.y:\n'
+        '                return 2\n'
+        '        # after the section\n'
+        '        return 1\n'
     )
     out = make_sync.to_sync(source)
     body = out.split("\n", 2)[2]  # after the two header lines
@@ -44,8 +48,15 @@ def test_the_generator_drops_async_keywords_only_in_code():
         '            y\n'
         '    def __enter__(self): return self\n'
         '    def g(self, connection):\n'
-        '        with connection._lock:\n'
+        '        connection._lock.acquire()\n'
+        '        try:\n'
         '            connection.x = 1\n'
+        '            if connection.y:\n'
+        '                return 2\n'
+        '        finally:\n'
+        '            connection._lock.release()\n'
+        '        # after the section\n'
+        '        return 1\n'
     )
 
 

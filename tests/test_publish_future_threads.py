@@ -109,3 +109,21 @@ def test_callbacks_given_at_publish_and_added_later_all_run_once_in_order():
     assert runs == ["given", "added"] and future.exception() is None
     future.add_done_callback(lambda f: runs.append("after"))
     assert runs == ["given", "added", "after"]
+
+
+@pytest.mark.parametrize("count", [0, 1, 3])
+@pytest.mark.parametrize("callback", [None, print])
+def test_new_token_makes_the_future_publish_future_init_would(count, callback):
+    """ChannelWaits.new_token sets PublishFuture's fields itself (no __init__ call, the hot
+    path of publish_async): the same fields, with the same values."""
+    channel = object()
+    waits = ChannelWaits.__new__(ChannelWaits)
+    waits._channel = channel
+    made = waits.new_token(count, callback)
+    expected = PublishFuture(channel, count)  # type: ignore[arg-type]
+    if callback is not None:
+        expected._callbacks = [[callback]]
+    assert isinstance(made, PublishFuture)
+    for name in PublishFuture.__slots__:
+        assert getattr(made, name) == getattr(expected, name), name
+    assert repr(made) == repr(expected) and made.done() == (count == 0)
