@@ -29,9 +29,11 @@ PACKAGES = {"amqwire.codec": "codec", "amqwire.client": "client", "amqwire.spark
 # merge with the installed package and shadow its compiled modules.
 TOP_LEVEL = {"amqwire": "cli/toplevel"}
 # Subpackages: package_dir finds them under their parent's folder (client/producer/).
-SUBPACKAGES = ["amqwire.client.producer"]
-# (folder, module): compiled in this order; spark's modules cimport the codec's
+SUBPACKAGES = ["amqwire.client.producer", "amqwire.codec.stream", "amqwire.client.stream"]
+# (folder, module): compiled in this order; spark's modules cimport the codec's.  A folder
+# below a package's (codec/stream) is its subpackage (amqwire.codec.stream).
 CYTHON_MODULES = [("codec", name) for name in ["buffer", "table", "properties", "methods", "writer", "parser"]]
+CYTHON_MODULES += [("codec/stream", name) for name in []]
 CYTHON_MODULES += [("spark", name) for name in ["arrow_view", "encode", "stream_batch"]]
 # Development tools that live beside the code they generate but are not part of the product.
 NOT_SHIPPED = {("amqwire.codec", "codegen"), ("amqwire.client", "make_sync")}
@@ -106,7 +108,7 @@ def extensions():
         compile_args, link_args = fuzz_build()
     return [
         Extension(
-            f"amqwire.{folder}.{name}",
+            f"amqwire.{folder.replace('/', '.')}.{name}",
             [f"{folder}/{name}.pyx"],
             include_dirs=["codec"],
             extra_compile_args=compile_args,
@@ -122,6 +124,8 @@ setup(
     include_package_data=False,
     package_data={
         "amqwire.codec": ["*.pyi", "*.pxd", "*.h", "py.typed"],
+        "amqwire.codec.stream": ["*.pyi", "*.pxd", "py.typed"],
+        "amqwire.client.stream": ["py.typed"],
         "amqwire.client": ["py.typed"],
         "amqwire.spark": ["*.pyi", "*.pxd", "py.typed"],
         "amqwire.bridge": ["py.typed"],

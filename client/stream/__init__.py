@@ -1,0 +1,1 @@
+"""amqwire.client.stream: a client of RabbitMQ's stream protocol, blocking and asyncio."""
