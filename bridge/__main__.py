@@ -72,6 +72,18 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="read the source password from this file (default: $AMQWIRE_SRC_PASSWORD, else the URL's)")
     p.add_argument("--src-queue", action="append", default=[], metavar="Q",
                    help="queue to forward from (must exist; repeatable: one channel each, on one pair of connections)")
+    p.add_argument("--src-exchange", metavar="X",
+                   help="forward an exchange instead of a queue, through a durable queue the bridge owns "
+                   "(amqwire.bridge.NAME), bound with --src-binding-key and kept when the bridge stops")
+    p.add_argument("--src-binding-key", metavar="K", default="#",
+                   help="with --src-exchange: the binding key of the bridge's queue (# by default: all, on a topic exchange)")
+    p.add_argument("--name", metavar="NAME",
+                   help="with --src-exchange: names the bridge's queue amqwire.bridge.NAME (default: EXCHANGE.KEY)")
+    p.add_argument("--delete-source-queue", action="store_true",
+                   help="with --src-exchange: delete the bridge's queue when the bridge stops (what it holds goes)")
+    p.add_argument("--no-probe", dest="probe", action="store_false",
+                   help="do not publish a probe message at start to find a loop through bindings the bridge cannot read "
+                   "(the probe is marked x-amqwire-probe, expires after 10 s, and is removed by the bridge that finds it)")
     p.add_argument("--config", metavar="PATH",
                    help="a TOML file of [[bridge]] tables choosing source queues by name or glob (instead of "
                    "--src-queue; the other options are each table's defaults)")
@@ -211,8 +223,10 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         raise BadConfiguration("--demand and --duplex: the reverse direction's consumer would count as demand")
     if args.on_refused != Refused.REQUEUE.value and not AckMode(args.ack_mode).confirms:
         raise BadConfiguration(f"--on-refused {args.on_refused} needs --ack-mode on-confirm or auto")
-    if (args.config is None) == (not args.src_queue):
-        raise BadConfiguration("give --src-queue (repeatable) or --config")
+    if sum((args.config is not None, bool(args.src_queue), args.src_exchange is not None)) != 1:
+        raise BadConfiguration("give --src-queue (repeatable), --src-exchange or --config")
+    if args.src_exchange is None and (args.name is not None or args.delete_source_queue):
+        raise BadConfiguration("--name and --delete-source-queue go with --src-exchange")
     tracing = None
     if args.tracing:
         from amqwire.client.tracing import Tracing, TracingUnavailable
@@ -238,6 +252,7 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         backoff=backoff,
         demand=args.demand,
         demand_interval=args.demand_interval,
+        probe=args.probe,
     )
     management_port = args.management_port or None
     src, dest = broker_url(args, "src", environ), broker_url(args, "dest", environ)
@@ -251,6 +266,11 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         bridge = Connector(src, dest, specs, management_port=management_port, stats_interval=args.stats_interval,
                            on_stats=display.show, connection_timeout=args.connection_timeout,
                            rescan_interval=args.rescan_interval or None)
+    elif args.src_exchange is not None:
+        bridge = Bridge(src, None, dest, src_exchange=args.src_exchange, src_binding_key=args.src_binding_key,
+                        name=args.name, delete_subscription=args.delete_source_queue, stats_interval=args.stats_interval,
+                        on_stats=display.show, connection_timeout=args.connection_timeout,
+                        management_port=management_port, **options)
     elif len(args.src_queue) > 1:
         bridge = Connector(src, dest, args.src_queue, management_port=management_port,
                            stats_interval=args.stats_interval, on_stats=display.show,

@@ -41,8 +41,20 @@ consecutive refusals and is cleared by its next clean confirm.  A publish the de
 never answered (its connection was lost) is not a refusal: it goes back to the source at
 once, as before.
 
-Messages that are not forwarded (filtered, suppressed by the loop guard, dropped by the
-hop limit) are acked with the others: they leave the source queue.
+Messages that are not forwarded because the user said so (filtered, dropped by the hop
+limit) are acked with the others: they leave the source queue.
+
+A message whose path already names the destination has been there: forwarding it would
+make a loop.  From a queue the bridge owns (an exchange source: a subscription queue that
+only feeds the bridge) it is an echo of what the bridge forwarded, acked and counted
+``suppressed``.  From any other queue it is never acked away: the forwarder counts it
+``looped``, requeues it (``basic.nack`` with requeue) and from then on forwards nothing:
+every later delivery goes back too, what was already published settles as usual, and
+:attr:`Forwarder.loop` says why, so that the transport stops the bridge.  (In no-ack
+mode the broker dropped the message when it delivered it: it is counted and reported,
+not recovered.)  The same happens when a probe this bridge published at start
+(``probe_token``, see ``runner.py``) comes back into its source; a probe of another
+bridge is acked (it is nobody's message) and logged.
 """
 from __future__ import annotations
 
@@ -56,7 +68,7 @@ from amqwire.codec import BasicProperties
 
 from .filters import TopicFilter
 from .frames import PublishFrames
-from .path import PATH_HEADER, PathWriter, read_path
+from .path import PATH_HEADER, PROBE_HEADER, PathWriter, read_path
 from .stats import Counters
 
 log = logging.getLogger("amqwire.bridge")
@@ -118,7 +130,7 @@ LOST = "lost"  # the destination's connection went before it answered: not a ref
 class Batch:
     """Deliveries handled together: ``frames`` publishes ``count`` of them."""
 
-    __slots__ = ("frames", "count", "forwarded_tags", "skipped_tags", "last_tag", "done", "messages",
+    __slots__ = ("frames", "count", "forwarded_tags", "skipped_tags", "left_tags", "last_tag", "done", "messages",
                  "properties", "first_seqno", "unresolved", "refused", "early", "ack_tag")
 
     def __init__(self) -> None:
@@ -126,6 +138,7 @@ class Batch:
         self.count = 0
         self.forwarded_tags: list[int] = []
         self.skipped_tags: list[int] = []
+        self.left_tags: list[int] = []  # not forwarded and not acked: back to the source (a loop)
         self.last_tag = 0
         self.done = False
         self.messages: list[Any] = []  # the forwarded deliveries, in publish order
@@ -146,6 +159,17 @@ class _Held:
     def __init__(self, due: float, message: Any) -> None:
         self.due = due
         self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopFound:
+    """Why the forwarder stopped: a delivery that came back (``path``: the brokers it
+    left through bridges) or this bridge's probe (``probe``)."""
+
+    delivery_tag: int
+    message_id: Optional[str]
+    path: tuple[str, ...]
+    probe: bool = False
 
 
 _DONE = object()
@@ -180,6 +204,8 @@ class Forwarder:
         dead_letter_exchange: Optional[str] = None,
         backoff: BackOff = BackOff(),
         label: str = "bridge",
+        owned_source: bool = False,
+        probe_token: Optional[str] = None,
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
@@ -198,6 +224,9 @@ class Forwarder:
         self.dead_letter_exchange = dead_letter_exchange
         self.backoff = backoff
         self.label = label
+        self.owned_source = owned_source
+        self.probe_token = probe_token
+        self.loop: Optional[LoopFound] = None  # set once: nothing is forwarded after it
         self.paused_until = 0.0  # no publishing before (time.monotonic()): the destination refuses
         self._refusal_streak = 0
         self._ledger: list[Batch] = []  # on-confirm: published, not yet settled, in tag order
@@ -245,23 +274,35 @@ class Forwarder:
         add_hop = self.paths.add_hop
         per_message = self.ack_mode is AckMode.AUTO
         transient: list[int] = []
+        left = batch.left_tags
         for message in messages:
             tag = message.delivery_tag
             if message.redelivered:
                 counters.redelivered += 1
+            properties = message.properties
+            headers = properties.headers
+            if headers and PROBE_HEADER in headers:
+                self._probe(message, headers[PROBE_HEADER])
+                skipped.append(tag)  # a probe is nobody's message: removed
+                continue
+            if self.loop is not None:
+                left.append(tag)
+                continue
             key = message.routing_key
             if flt is not None and not flt.allows(key):
                 counters.filtered += 1
                 skipped.append(tag)
                 continue
-            properties = message.properties
-            headers = properties.headers
             path: tuple[str, ...] = ()
             if headers and PATH_HEADER in headers:
                 path = tuple(read_path(properties))
                 if destination in path:
-                    counters.suppressed += 1
-                    skipped.append(tag)
+                    if self.owned_source:
+                        counters.suppressed += 1
+                        skipped.append(tag)
+                    else:
+                        self._looped(message, path)
+                        left.append(tag)
                     continue
                 if max_hops is not None and len(path) >= max_hops:
                     counters.hops_dropped += 1
@@ -278,8 +319,9 @@ class Forwarder:
             forwarded.append(tag)
             kept.append(message)
             kept_properties.append(wire)
-        if messages:
-            batch.last_tag = messages[-1].delivery_tag
+        # The highest tag this forwarder acks: never a requeued one (a ``multiple`` ack
+        # naming a tag no longer unacked closes the channel: 406 unknown delivery tag).
+        batch.last_tag = max(forwarded[-1] if forwarded else 0, skipped[-1] if skipped else 0)
         batch.ack_tag = batch.last_tag
         if transient:
             batch.early = frozenset(transient)
@@ -287,9 +329,49 @@ class Forwarder:
         batch.frames = b"".join(parts)
         return batch
 
+    def _looped(self, message: Any, path: tuple[str, ...]) -> None:
+        self.counters.looped += 1
+        if self.loop is None:
+            self.loop = LoopFound(message.delivery_tag, message.properties.message_id, path)
+            log.info("%s: delivery %d (message id %r) has been on the destination %s already (path %s): forwarding "
+                      "it would loop; it stays in the source queue and the bridge stops", self.label,
+                      message.delivery_tag, message.properties.message_id, self.destination_name, " -> ".join(path))
+
+    def _probe(self, message: Any, token: Any) -> None:
+        if isinstance(token, bytes):
+            token = token.decode("utf-8", "replace")
+        if self.probe_token is not None and token == self.probe_token:
+            if self.loop is None:
+                self.loop = LoopFound(message.delivery_tag, None, tuple(read_path(message.properties)), probe=True)
+                log.info("%s: the probe this bridge published to its destination came back into its source queue: "
+                          "a loop; the bridge stops", self.label)
+            return
+        log.warning("%s: removed a loop probe of another bridge (%r) from the source queue: that bridge's destination "
+                    "routes into this queue", self.label, token)
+
+    def _requeue_left(self, batch: Batch) -> list[Action]:
+        """Requeues for what a loop leaves at the source, before any ``multiple`` ack that
+        would cover their tags."""
+        left = batch.left_tags
+        if not left:
+            return []
+        counters = self.counters
+        counters.settled += len(left)
+        counters.requeued += len(left)
+        if self.ack_mode is AckMode.NO_ACK:
+            log.error("%s: no-ack mode: the broker dropped %d deliveries it gave this bridge that cannot be forwarded "
+                      "(a loop): they are lost", self.label, len(left))
+            return []
+        return [(NACK, tag, False) for tag in left]
+
     def sent(self, batch: Batch) -> list[Action]:
         """The batch was written to the destination (or had nothing to write).
         on-confirm: it waits in the ledger for its confirms; the others settle now."""
+        if batch.left_tags:
+            return self._requeue_left(batch) + self._sent(batch)
+        return self._sent(batch)
+
+    def _sent(self, batch: Batch) -> list[Action]:
         mode = self.ack_mode
         counters = self.counters
         if mode.confirms:

@@ -17,6 +17,8 @@ from typing import Any, Optional
 from amqwire.codec import AmqwireError, BasicProperties, encode_array
 
 PATH_HEADER = "x-amqwire-path"
+#: Marks the probe a bridge publishes at start to find a loop it cannot see (runner.py).
+PROBE_HEADER = "x-amqwire-probe"
 
 _F_CONTENT_TYPE = 0x8000
 _F_CONTENT_ENCODING = 0x4000

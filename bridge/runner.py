@@ -30,9 +30,10 @@ import socket
 import time
 import urllib.parse
 import urllib.request
+import uuid
 from typing import Any, Callable, Iterable, Optional, Union
 
-from amqwire.client import aio
+from amqwire.client import BasicProperties, aio
 from amqwire.client.errors import (
     AccessRefused,
     AMQPConnectionError,
@@ -61,6 +62,7 @@ from .errors import (
 from .filters import TopicFilter
 from .forwarder import ACK, DEAD_LETTER, NACK, REJECT, Action, AckMode, BackOff, Batch, Forwarder, Refused
 from .frames import PublishFrames
+from .path import PROBE_HEADER
 from .loops import Binding, Endpoint, find_loop, same_broker
 from .stats import BridgeStats
 
@@ -69,6 +71,7 @@ _CLOSED_BY_USER = (ConnectionStatus.CLOSING, ConnectionStatus.CLOSED)
 
 DEFAULT_RECOVERY = RecoveryPolicy(initial_delay=0.5, max_delay=10.0)
 DEFAULT_BACKOFF = BackOff()
+PROBE_TTL_MS = 10_000  # a probe that lands in other queues expires there (when it reaches their head)
 
 
 def _display(url: str) -> str:
@@ -201,7 +204,8 @@ class Direction:
     """One way across the bridge: a consumer on ``source``, publishes on ``destination``."""
 
     def __init__(self, bridge: "Bridge", source: Any, destination: Any, queue: str, exchange: str,
-                 routing_key: Optional[str], label: str) -> None:
+                 routing_key: Optional[str], label: str, *, source_exchange: Optional[str] = None,
+                 binding_key: str = "") -> None:
         self.bridge = bridge
         self.source = source
         self.destination = destination
@@ -209,6 +213,11 @@ class Direction:
         self.exchange = exchange
         self.routing_key = routing_key
         self.label = label
+        # An exchange source: ``queue`` is the bridge's own subscription queue, bound to it.
+        self.source_exchange = source_exchange
+        self.binding_key = binding_key
+        self.probe = False  # publish a probe at start: a loop it cannot see otherwise (Bridge._refuse_loops)
+        self.loop_error: Optional[ConfigurationLoop] = None
         self.forwarder: Optional[Forwarder] = None
         self._src_ch: Any = None
         self._dest_ch: Any = None
@@ -225,11 +234,14 @@ class Direction:
         self._draining = False  # on demand: the consumer was cancelled, what it received is settling
         self.demand: Optional[Demand] = None  # on demand: consuming only while the destination has consumers
         self.task: Optional["asyncio.Task[None]"] = None
+        self._side_tasks: set["asyncio.Task[None]"] = set()
 
     async def open(self) -> None:
         bridge = self.bridge
         source, destination = self.source, self.destination
         self._src_ch = await source.channel()
+        if self.source_exchange is not None:
+            await self._subscribe()
         try:
             await self._src_ch.queue_declare(self.queue, passive=True)
         except AMQPError as exc:
@@ -273,10 +285,106 @@ class Direction:
             dead_letter_exchange=bridge.dead_letter_exchange,
             backoff=bridge.backoff,
             label=self.label,
+            owned_source=self.source_exchange is not None,
+            probe_token=bridge.probe_token,
         )
+        if self.probe:
+            await self._publish_probe()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"amqwire.bridge {self.label}")
         if self.demand is None:
             await self.start_consuming()
+
+    async def _subscribe(self) -> None:
+        """The bridge's own durable queue bound to the source exchange (ActiveMQ's durable
+        subscription): declared if missing, kept when the bridge stops (deleted only by
+        ``delete_subscription``), so nothing published while the bridge is away is lost."""
+        exchange = self.source_exchange or ""
+        side = self.label.split(" ")[0]
+        try:
+            await self._src_ch.exchange_declare(exchange, passive=True)
+        except AMQPError as exc:
+            raise _resource_error(exc, f"exchange {exchange!r} on the {side} broker") from exc
+        if self._src_ch is None or not self._src_ch.is_open:
+            self._src_ch = await self.source.channel()
+        try:
+            await self._src_ch.queue_declare(self.queue, durable=True)
+            await self._src_ch.queue_bind(self.queue, exchange, self.binding_key)
+        except AMQPError as exc:
+            raise _resource_error(exc, f"the bridge's queue {self.queue!r} bound to exchange {exchange!r} on the {side} "
+                                  "broker") from exc
+        log.info("%s: forwarding exchange %r (binding key %r) through the bridge's queue %r", self.label, exchange,
+                 self.binding_key, self.queue)
+
+    async def delete_subscription(self) -> None:
+        """Delete the bridge's own queue of an exchange source (what it still holds goes)."""
+        if self.source_exchange is None:
+            return
+        channel = await self.source.channel()
+        try:
+            await channel.queue_delete(self.queue)
+            log.info("%s: deleted the bridge's queue %r", self.label, self.queue)
+        finally:
+            if channel.is_open:
+                await channel.close()
+
+    async def _publish_probe(self) -> None:
+        """Publish one probe (mandatory, confirmed, marked with the bridge's token) the way
+        this direction publishes: returned, it routes nowhere; confirmed, it may come back
+        into a source queue of this bridge, whose forwarder then stops the bridge before
+        any message looped.  A probe found by another bridge is removed there."""
+        channel = await self.destination.channel()
+        token = self.bridge.probe_token or ""
+        props = BasicProperties(headers={PROBE_HEADER: token}, type="amqwire.bridge.probe", app_id="amqwire.bridge",
+                                delivery_mode=1, expiration=str(PROBE_TTL_MS))
+        key = self.routing_key or ""
+        try:
+            await channel.confirm_select()
+            await channel.basic_publish(self.exchange, key, b"", props, mandatory=True)
+            log.info("%s: a loop probe went to exchange %r with routing key %r and was routed: if it comes back into "
+                     "a source queue of this bridge, the bridge stops", self.label, self.exchange, key)
+        except MessageReturned:
+            log.info("%s: the loop probe to exchange %r with routing key %r was returned: no route, no loop",
+                     self.label, self.exchange, key)
+        except AMQPError as exc:
+            log.warning("%s: the loop probe to exchange %r could not be published (%s): a loop through its bindings is "
+                        "found only when a message comes back", self.label, self.exchange, exc)
+        finally:
+            if channel.is_open:
+                await channel.close()
+
+    def _loop_found(self) -> None:
+        """The forwarder found a loop: no more forwarding, what it holds settles, then the
+        direction ends with ``ConfigurationLoop`` (the command exits 2)."""
+        forwarder = self.forwarder
+        if forwarder is None or forwarder.loop is None or self.loop_error is not None:
+            return
+        found = forwarder.loop
+        route = f"exchange {self.exchange!r}" + (f" with routing key {self.routing_key!r}" if self.routing_key is not None
+                                                  else " with each message's own routing key")
+        if found.probe:
+            what = (f"the probe this bridge published to {route} on the {self.label.split(' ')[-1]} broker came back "
+                    f"into queue {self.queue!r}: the destination routes into a source queue of the bridge")
+        else:
+            what = (f"delivery {found.delivery_tag} (message id {found.message_id!r}) from queue {self.queue!r} has "
+                    f"been on the destination {forwarder.destination_name} already (path {' -> '.join(found.path)}): "
+                    f"forwarding it to {route} would loop")
+        hint = self.bridge.route_hint(self)
+        self.loop_error = ConfigurationLoop(
+            f"loop: {what}{'; ' + hint if hint else ''}; nothing was acked that was not forwarded: the message stays in "
+            f"the queue and the bridge stopped")
+        self._stopping = True
+        consumer = self._consumer
+        if consumer is not None and consumer.active:
+            task = asyncio.get_running_loop().create_task(self._cancel_quietly(consumer))
+            self._side_tasks.add(task)
+            task.add_done_callback(self._side_tasks.discard)
+        self._wake.set()
+
+    async def _cancel_quietly(self, consumer: Any) -> None:
+        try:
+            await consumer.cancel()
+        except AMQPError as exc:
+            log.info("%s: cancelling the consumer: %s", self.label, exc)
 
     async def start_consuming(self) -> None:
         try:
@@ -381,10 +489,14 @@ class Direction:
                     actions = self._settle_events(forwarder) if self._events else []
                     actions += forwarder.sent(batch)
                     await self._apply(actions)
+                if forwarder.loop is not None and self.loop_error is None:
+                    self._loop_found()
                 continue
             if self._events:
                 continue
             if self._stopping and forwarder.unsettled == 0:
+                if self.loop_error is not None:
+                    raise self.loop_error
                 return
             if self._draining and forwarder.unsettled == 0:
                 self._draining = False
@@ -540,9 +652,14 @@ class Bridge:
     def __init__(
         self,
         src: str,
-        src_queue: str,
+        src_queue: Optional[str],
         dest: str,
         *,
+        src_exchange: Optional[str] = None,
+        src_binding_key: str = "#",
+        name: Optional[str] = None,
+        delete_subscription: bool = False,
+        probe: bool = True,
         dest_exchange: str = "",
         dest_routing_key: Optional[str] = None,
         keep_routing_key: bool = False,
@@ -579,8 +696,20 @@ class Bridge:
             raise ValueError(f"max_hops must be a positive int, not {max_hops!r}")
         if stats_interval is not None and not stats_interval > 0:
             raise ValueError(f"stats_interval must be a positive number of seconds, not {stats_interval!r}")
-        if not src_queue:
-            raise ValueError("src_queue must name a queue")
+        if src_exchange is not None:
+            if src_queue:
+                raise ValueError("src_queue and src_exchange: the bridge forwards a queue, or an exchange through a queue "
+                                 "of its own, not both")
+            if not isinstance(src_exchange, str) or not src_exchange:
+                raise ValueError("src_exchange must name an exchange (the default exchange cannot be bound)")
+            src_queue = f"amqwire.bridge.{name or f'{src_exchange}.{src_binding_key}'}"
+            if duplex and not dest_exchange:
+                raise ValueError("duplex with src_exchange needs dest_exchange: the reverse direction forwards that "
+                                 "exchange back")
+        elif not src_queue:
+            raise ValueError("src_queue must name a queue (or src_exchange an exchange)")
+        elif delete_subscription:
+            raise ValueError("delete_subscription applies to an exchange source: the bridge deletes only a queue it owns")
         if demand and duplex:
             raise ValueError("demand and duplex: the reverse direction's consumer would count as demand")
         if not demand_interval > 0:
@@ -605,14 +734,21 @@ class Bridge:
                 except ValueError as exc:
                     raise BadConfiguration(f"bad {name} URL: {exc}") from None
         self.src, self.dest = src, dest
-        self.src_queue = src_queue
+        self.src_queue: str = src_queue or ""
+        self.src_exchange = src_exchange
+        self.src_binding_key = src_binding_key
+        self.delete_subscription = delete_subscription
+        self.probe = probe
+        self.probe_token: Optional[str] = None  # set at start when a direction publishes a probe
         self.dest_exchange = dest_exchange
         self.dest_routing_key = dest_routing_key
         self.keep_routing_key = keep_routing_key
         self.prefetch = prefetch
         self.duplex = duplex
         self.reverse_queue = reverse_queue or src_queue
-        self.reverse_exchange = dest_exchange if reverse_exchange is None else reverse_exchange
+        if reverse_exchange is None:
+            reverse_exchange = dest_exchange if src_exchange is None else src_exchange
+        self.reverse_exchange = reverse_exchange
         self.max_hops = max_hops
         self.topic_filter = TopicFilter(include, exclude)
         self.stats_interval = stats_interval
@@ -647,6 +783,7 @@ class Bridge:
         self._stopped = False
         self._started_at = 0.0
         self._shared_connections = False
+        self._unseen_routes: dict[str, str] = {}  # direction label -> what the start could not see
 
     def _routing_key(self, exchange: str, queue: str) -> Optional[str]:
         if self.dest_routing_key is not None:
@@ -680,14 +817,17 @@ class Bridge:
 
     async def _open(self) -> "Bridge":
         try:
-            await self._refuse_loops()
             self.directions.append(Direction(
                 self, self._src_conn, self._dest_conn, self.src_queue, self.dest_exchange,
-                self._routing_key(self.dest_exchange, self.src_queue), "source -> destination"))
+                self._routing_key(self.dest_exchange, self.src_queue), "source -> destination",
+                source_exchange=self.src_exchange, binding_key=self.src_binding_key))
             if self.duplex:
                 self.directions.append(Direction(
                     self, self._dest_conn, self._src_conn, self.reverse_queue, self.reverse_exchange,
-                    self._routing_key(self.reverse_exchange, self.reverse_queue), "destination -> source"))
+                    self._routing_key(self.reverse_exchange, self.reverse_queue), "destination -> source",
+                    source_exchange=None if self.src_exchange is None else self.dest_exchange,
+                    binding_key=self.src_binding_key))
+            await self._refuse_loops()
             if self.demand:
                 for direction in self.directions:
                     direction.demand = Demand(direction.queue)
@@ -817,30 +957,53 @@ class Bridge:
             await direction.pause_consuming()
 
     async def _refuse_loops(self) -> None:
-        """ConfigurationLoop when a direction's destination routes back into its own
-        source queue on the same broker and vhost (see ``loops.py``)."""
+        """ConfigurationLoop when a direction's destination routes into a queue the bridge
+        consumes and does not own: its own source on the same broker and vhost, or with
+        ``duplex`` the other direction's (see ``loops.py``).  Where the exchange's bindings
+        cannot be read, the direction publishes a probe at start (``Direction.probe``)."""
         same = await _same_broker_probe(self._src_conn, self._dest_conn)
         if same is None:  # could not probe: by address and cluster name
             same = same_broker(await _endpoint(self._src_conn), await _endpoint(self._dest_conn))
-        if not same:
-            return
         where = f"{_display(self.src)} and {_display(self.dest)} are the same broker and vhost"
-        if self.duplex:
+        if self.duplex and same:
             raise ConfigurationLoop(f"loop: {where}, and --duplex forwards queue {self.reverse_queue!r} back onto it")
-        exchange = self.dest_exchange
-        routing_key = self._routing_key(exchange, self.src_queue)
-        bindings = types = None
-        if exchange and self.management_port is not None:
-            found = await asyncio.to_thread(_exchange_graph, self._src_conn.params, exchange, self.management_port)
-            if found is None:
-                log.warning("%s: could not read the bindings of exchange %r from the management API (port %d): "
-                            "a loop through them is not detected", where, exchange, self.management_port)
-            else:
-                types, bindings = found
-        loop = find_loop(queue=self.src_queue, exchange=exchange, routing_key=routing_key,
-                         exchange_types=types or {}, bindings=bindings)
-        if loop is not None:
-            raise ConfigurationLoop(f"loop: {where}: {loop}")
+        owned = self.src_exchange is not None
+        forward, reverse = self.directions[0], self.directions[1] if self.duplex else None
+        # (direction, the queue it must not route into, the connection of the broker where both live, why)
+        checks: list[tuple[Direction, str, Any, str]] = []
+        if same and not owned:
+            checks.append((forward, forward.queue, self._src_conn, where))
+        if reverse is not None and not owned:
+            checks.append((forward, reverse.queue, self._dest_conn,
+                           f"--duplex: on {_display(self.dest)} the bridge forwards queue {reverse.queue!r} back to the source"))
+            checks.append((reverse, forward.queue, self._src_conn,
+                           f"--duplex: on {_display(self.src)} the bridge forwards queue {forward.queue!r} to the destination"))
+        for direction, queue, connection, why in checks:
+            exchange, key = direction.exchange, direction.routing_key
+            bindings = types = None
+            if exchange and self.management_port is not None:
+                found = await asyncio.to_thread(_exchange_graph, connection.params, exchange, self.management_port)
+                if found is None:
+                    log.warning("%s: could not read the bindings of exchange %r from the management API (port %d): %s",
+                                direction.label, exchange, self.management_port,
+                                "a probe message looks for a loop through them" if self.probe else
+                                "a loop through them is found when a message comes back (the bridge stops, the "
+                                "message stays)")
+                else:
+                    types, bindings = found
+            loop = find_loop(queue=queue, exchange=exchange, routing_key=key, exchange_types=types or {},
+                             bindings=bindings)
+            if loop is not None:
+                raise ConfigurationLoop(f"loop: {why}: {loop}")
+            if exchange and bindings is None:
+                direction.probe = self.probe  # with each message's own key: probed with "" (fanout, headers, #)
+                self._unseen_routes[direction.label] = f"the bindings of exchange {exchange!r} could not be read"
+        if any(d.probe for d in self.directions):
+            self.probe_token = uuid.uuid4().hex
+
+    def route_hint(self, direction: Direction) -> str:
+        """What the start knew of the routes of ``direction`` (for the loop's line)."""
+        return self._unseen_routes.get(direction.label, "")
 
     def _direction_done(self, task: "asyncio.Task[None]") -> None:
         if task.cancelled():
@@ -848,7 +1011,8 @@ class Bridge:
         error = task.exception()
         if error is not None and self._failure is None:
             self._failure = error
-            log.error("bridge failed: %s", error)
+            # A loop is reported by wait() (the command's one line); other failures here too.
+            log.log(logging.INFO if isinstance(error, ConfigurationLoop) else logging.ERROR, "bridge failed: %s", error)
         if (error is not None or not self._stopped) and self._finished is not None:
             self._finished.set()
 
@@ -925,6 +1089,12 @@ class Bridge:
                                 left, timeout)
                     for task in pending:
                         task.cancel()
+            if self.delete_subscription:
+                for direction in self.directions:
+                    try:
+                        await direction.delete_subscription()
+                    except AMQPError as exc:
+                        log.warning("%s: deleting the bridge's queue %r: %s", direction.label, direction.queue, exc)
         finally:
             if self._watch is not None:
                 self._watch.cancel()

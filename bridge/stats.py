@@ -40,6 +40,7 @@ class BridgeStats:
     forwarded: int = 0
     acked: int = 0
     suppressed: int = 0
+    looped: int = 0
     hops_dropped: int = 0
     filtered: int = 0
     redelivered: int = 0
@@ -59,9 +60,10 @@ class BridgeStats:
 
     def line(self) -> str:
         """One line for logs and the command's display."""
+        looped = f"looped {self.looped}  " if self.looped else ""
         return (
             f"forwarded {self.forwarded}  acked {self.acked}  in flight {self.in_flight}  "
-            f"suppressed {self.suppressed}  hops-dropped {self.hops_dropped}  filtered {self.filtered}  "
+            f"suppressed {self.suppressed}  {looped}hops-dropped {self.hops_dropped}  filtered {self.filtered}  "
             f"redelivered {self.redelivered}  requeued {self.requeued}  returned {self.returned}  "
             f"nacked {self.nacked}  dead-lettered {self.dead_lettered}  dropped {self.dropped}  "
             f"backed-off {self.backed_off}  {self.msg_per_s:,.0f} msg/s"
@@ -72,13 +74,13 @@ class BridgeStats:
 class Counters:
     """Mutable counters of one direction, updated by the forwarder."""
 
-    __slots__ = ("received", "forwarded", "acked", "suppressed", "hops_dropped", "filtered", "redelivered",
+    __slots__ = ("received", "forwarded", "acked", "suppressed", "looped", "hops_dropped", "filtered", "redelivered",
                  "requeued", "returned", "nacked", "dead_lettered", "dropped", "backed_off", "paused", "settled",
                  "_samples")
 
     def __init__(self) -> None:
         self.received = self.forwarded = self.acked = 0
-        self.suppressed = self.hops_dropped = self.filtered = 0
+        self.suppressed = self.looped = self.hops_dropped = self.filtered = 0
         self.redelivered = self.requeued = self.settled = 0
         self.returned = self.nacked = self.dead_lettered = self.dropped = self.backed_off = self.paused = 0
         self._samples: deque[tuple[float, int]] = deque()
@@ -100,6 +102,7 @@ class Counters:
             forwarded=self.forwarded,
             acked=self.acked,
             suppressed=self.suppressed,
+            looped=self.looped,
             hops_dropped=self.hops_dropped,
             filtered=self.filtered,
             redelivered=self.redelivered,

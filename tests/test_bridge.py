@@ -37,11 +37,11 @@ from conftest import (
     within,
 )
 
-from amqwire.bridge import PATH_HEADER, Bridge, BridgeStats, MissingResource
+from amqwire.bridge import PATH_HEADER, Bridge, BridgeStats, ConfigurationLoop, MissingResource
 from amqwire.bridge.forwarder import BackOff
 from amqwire.bridge.frames import PublishFrames
 from amqwire.bridge.runner import broker_name
-from amqwire.client import BasicProperties, aio
+from amqwire.client import BasicProperties, NotFound, aio
 
 COUNT = int(os.environ.get("AMQWIRE_BRIDGE_COUNT", "2000"))
 FAULT_COUNT = int(os.environ.get("AMQWIRE_BRIDGE_FAULT_COUNT", "5000"))
@@ -357,22 +357,27 @@ def test_stop_drains_mid_run(nodes, request):
 # ---------------------------------------------------------------- loops, hops, filters
 
 
-def test_duplex_reaches_the_other_side_once_and_never_comes_back(nodes, request):
+def test_duplex_of_an_exchange_reaches_the_other_side_once_and_never_comes_back(nodes, request):
+    """An exchange on each broker, forwarded both ways through queues the bridge owns: each
+    message reaches the other side once; its echo in the other side's bridge queue is
+    suppressed (acked: that queue only feeds the bridge)."""
     a, b = nodes
-    exchange, bridge_queue, app = unique("events"), unique("bridgeq"), unique("app")
+    exchange, app = unique("events"), unique("app")
     k = 200
 
     async def setup(url):
         async with aio.connect(url) as conn, conn.channel() as ch:
             await ch.exchange_declare(exchange, "fanout")
-            for q in (bridge_queue, app):
-                await ch.queue_declare(q)
-                await ch.queue_bind(q, exchange)
+            await ch.queue_declare(app)
+            await ch.queue_bind(app, exchange)
 
     async def main():
         await setup(a.url)
         await setup(b.url)
-        async with Bridge(a.url, bridge_queue, b.url, dest_exchange=exchange, duplex=True) as bridge:
+        async with Bridge(a.url, None, b.url, src_exchange=exchange, dest_exchange=exchange, duplex=True,
+                          delete_subscription=True) as bridge:
+            owned = bridge.src_queue
+            assert owned == f"amqwire.bridge.{exchange}.#"
             await publish(a.url, "", k, exchange=exchange, key=lambda i: "from.a")
             await publish(b.url, "", k, start=k, exchange=exchange, key=lambda i: "from.b")
             await until(lambda: _at_least(a.url, app, 2 * k), "A's app queue", 15)
@@ -384,8 +389,10 @@ def test_duplex_reaches_the_other_side_once_and_never_comes_back(nodes, request)
             assert sorted(int(m.properties.message_id) for m in msgs) == list(range(2 * k))  # each once
         came_from_b = [m for m in on_a if m.routing_key == "from.b"]
         assert {tuple(m.properties.headers[PATH_HEADER]) for m in came_from_b} == {(broker_name(bridge._dest_conn),)}
-        assert (stats.forwarded, stats.suppressed, stats.in_flight) == (2 * k, 2 * k, 0)
-        assert await count(a.url, bridge_queue) == await count(b.url, bridge_queue) == 0
+        assert (stats.forwarded, stats.suppressed, stats.looped, stats.in_flight) == (2 * k, 2 * k, 0, 0)
+        for url in (a.url, b.url):  # delete_subscription: the bridge's own queues went with it
+            with pytest.raises(NotFound):
+                await count(url, owned)
 
     bounded(request, main)
 
@@ -393,6 +400,208 @@ def test_duplex_reaches_the_other_side_once_and_never_comes_back(nodes, request)
 async def _duplex_settled(bridge, k) -> bool:
     s = bridge.stats()
     return s.suppressed == 2 * k and s.in_flight == 0
+
+
+def test_an_exchange_source_keeps_its_queue_across_a_stop_nothing_published_meanwhile_is_lost(nodes, request):
+    a, b = nodes
+    exchange, dst = unique("orders"), unique("dst")
+
+    async def main():
+        async with aio.connect(a.url) as conn, conn.channel() as ch:
+            await ch.exchange_declare(exchange, "topic")
+        await declare(b.url, dst)
+        options = dict(src_exchange=exchange, src_binding_key="orders.eu.#", dest_routing_key=dst, name=dst)
+        async with Bridge(a.url, None, b.url, **options) as bridge:
+            await publish(a.url, "", 10, exchange=exchange, key=lambda i: "orders.eu.new" if i % 2 else "orders.us.new")
+            await until(lambda: _at_least(b.url, dst, 5), "the 5 matching ones forwarded", 15)
+        await publish(a.url, "", 10, start=10, exchange=exchange, key=lambda i: "orders.eu.new")  # the bridge is away
+        assert await count(a.url, f"amqwire.bridge.{dst}") == 10  # kept: a durable subscription
+        async with Bridge(a.url, None, b.url, **options, delete_subscription=True):
+            await until(lambda: _at_least(b.url, dst, 15), "what came while it was away", 15)
+        ids = sorted(int(m.properties.message_id) for m in await drain(b.url, dst))
+        assert ids == [1, 3, 5, 7, 9, *range(10, 20)] and bridge.stats().looped == 0
+        with pytest.raises(NotFound):
+            await count(a.url, f"amqwire.bridge.{dst}")
+
+    bounded(request, main)
+
+
+# ---------------------------------------------------------------- loops found while running: nothing lost
+
+LOOP_N = 20
+
+
+async def _ids(url: str, *queues: str) -> list[int]:
+    """The message ids in ``queues`` (drained), probes left out."""
+    out = []
+    for q in queues:
+        out += [int(m.properties.message_id) for m in await drain(url, q) if m.properties.type != "amqwire.bridge.probe"]
+    return out
+
+
+async def _stopped_by_a_loop(bridge: Bridge, limit: float = 30) -> str:
+    """Until ``bridge`` stops on its own with ConfigurationLoop: its line."""
+    with pytest.raises(ConfigurationLoop) as caught:
+        await within(bridge.wait(), limit, "the bridge to stop on the loop")
+    return str(caught.value)
+
+
+async def _one_broker_topology(url: str, kind: str, src: str) -> tuple[str, str, list[str]]:
+    """Bind ``src`` so that publishing to the returned exchange and key comes back into it;
+    the queues besides ``src`` that get copies."""
+    entry, other = unique("x"), unique("y")
+    async with aio.connect(url) as conn, conn.channel() as ch:
+        if kind == "direct":
+            await ch.exchange_declare(entry, "direct")
+            await ch.queue_bind(src, entry, "k")
+            return entry, "k", []
+        if kind == "topic":
+            await ch.exchange_declare(entry, "topic")
+            await ch.queue_bind(src, entry, "orders.#")
+            return entry, "orders.eu", []
+        if kind == "fanout":
+            app = unique("app")
+            await ch.exchange_declare(entry, "fanout")
+            await ch.queue_declare(app)
+            await ch.queue_bind(src, entry)
+            await ch.queue_bind(app, entry)
+            return entry, "any", [app]
+        # exchange to exchange: entry (direct) -> other (topic) -> src
+        await ch.exchange_declare(entry, "direct")
+        await ch.exchange_declare(other, "topic")
+        await ch.exchange_bind(other, entry, "orders.eu")
+        await ch.queue_bind(src, other, "orders.#")
+        return entry, "orders.eu", []
+
+
+@pytest.mark.parametrize("probe", [True, False], ids=["probe", "no-probe"])
+@pytest.mark.parametrize("kind", ["direct", "topic", "fanout", "exchange-to-exchange"])
+def test_a_loop_through_a_binding_on_one_broker_stops_the_bridge_and_loses_nothing(nodes, kind, probe, request):
+    """The loop the management API would show, without it: with a probe the bridge stops on
+    the probe, before any message came back; without, on the first message that came back.
+    Either way every message is in the source queue at the end (the forwarded ones came
+    back, the others were never taken)."""
+    a, _b = nodes
+    src = unique("src")
+
+    async def main():
+        await declare(a.url, src)
+        exchange, key, copies = await _one_broker_topology(a.url, kind, src)
+        await publish(a.url, src, LOOP_N)
+        bridge = Bridge(a.url, src, a.url, dest_exchange=exchange, dest_routing_key=key, management_port=None,
+                        probe=probe)
+        async with bridge:
+            line = await _stopped_by_a_loop(bridge)
+        stats = bridge.stats()
+        back = await _ids(a.url, src)
+        lost = set(range(LOOP_N)) - set(back)
+        print(f"loop through a {kind} binding ({'probe' if probe else 'no probe'}): sent {LOOP_N}, forwarded "
+              f"{stats.forwarded}, back at the source {len(back)}, lost {len(lost)}")
+        assert not lost and stats.in_flight == 0, (lost, stats)
+        assert line.startswith("loop: ") and src in line and exchange in line, line
+        assert ("probe" in line) is probe, line
+        if not probe:
+            assert stats.looped >= 1 and stats.forwarded == LOOP_N
+        for app in copies:
+            await drain(a.url, app)
+
+    bounded(request, main, 60)
+
+
+@pytest.mark.parametrize("through", ["default exchange", "direct binding"])
+def test_a_loop_across_two_brokers_and_two_bridges_stops_the_second_and_loses_nothing(nodes, through, request):
+    """A.q -> B (into r), and another bridge B.r -> A (into q): each alone is no loop; together
+    every message would circle.  The second bridge finds the first's path on what it gets,
+    stops, and leaves it in r."""
+    a, b = nodes
+    q, r = unique("q"), unique("r")
+
+    async def main():
+        await declare(a.url, q)
+        await declare(b.url, r)
+        if through == "default exchange":
+            first = dict(dest_routing_key=r)
+            second = dict(dest_routing_key=q)
+        else:
+            x, y = unique("x"), unique("y")
+            async with aio.connect(b.url) as conn, conn.channel() as ch:
+                await ch.exchange_declare(x, "direct")
+                await ch.queue_bind(r, x, "k")
+            async with aio.connect(a.url) as conn, conn.channel() as ch:
+                await ch.exchange_declare(y, "direct")
+                await ch.queue_bind(q, y, "k")
+            first = dict(dest_exchange=x, dest_routing_key="k")
+            second = dict(dest_exchange=y, dest_routing_key="k")
+        await publish(a.url, q, LOOP_N)
+        async with Bridge(a.url, q, b.url, management_port=None, **first) as one, \
+                Bridge(b.url, r, a.url, management_port=None, **second) as two:
+            line = await _stopped_by_a_loop(two)
+            await until(lambda: _settled(one), "the first bridge to settle", 10)
+        back = await _ids(a.url, q) + await _ids(b.url, r)
+        lost = set(range(LOOP_N)) - set(back)
+        print(f"loop across two brokers through a {through}: sent {LOOP_N}, forwarded {one.stats().forwarded} + "
+              f"{two.stats().forwarded}, left in the second's source {len(back)}, lost {len(lost)}")
+        assert not lost and len(back) == LOOP_N and two.stats().forwarded == 0 and two.stats().looped >= 1
+        assert "has been on the destination" in line and r in line, line
+
+    bounded(request, main, 60)
+
+
+async def _settled(bridge) -> bool:
+    return bridge.stats().in_flight == 0
+
+
+@pytest.mark.parametrize("probe", [True, False], ids=["probe", "no-probe"])
+def test_duplex_of_queues_that_feed_each_other_stops_and_loses_nothing(nodes, probe, request):
+    """Duplex over two brokers whose exchanges route what the bridge forwards into the queue
+    the other direction consumes (a user's queue, not the bridge's own): a loop.  Nothing
+    is acked away: each message is in the source's bridge queue or, forwarded, in the other
+    side's."""
+    a, b = nodes
+    exchange, bridge_queue, app = unique("events"), unique("bridgeq"), unique("app")
+
+    async def setup(url):
+        async with aio.connect(url) as conn, conn.channel() as ch:
+            await ch.exchange_declare(exchange, "fanout")
+            for q in (bridge_queue, app):
+                await ch.queue_declare(q)
+                await ch.queue_bind(q, exchange)
+
+    async def main():
+        await setup(a.url)
+        await setup(b.url)
+        await publish(a.url, "", LOOP_N, exchange=exchange, key=lambda i: "from.a")
+        bridge = Bridge(a.url, bridge_queue, b.url, dest_exchange=exchange, duplex=True, management_port=None,
+                        probe=probe)
+        async with bridge:
+            line = await _stopped_by_a_loop(bridge)
+        on_bridge_queues = await _ids(a.url, bridge_queue) + await _ids(b.url, bridge_queue)
+        lost = set(range(LOOP_N)) - set(on_bridge_queues)
+        print(f"duplex loop ({'probe' if probe else 'no probe'}): sent {LOOP_N}, forwarded {bridge.stats().forwarded}, "
+              f"in the bridge queues {len(on_bridge_queues)}, lost {len(lost)}")
+        assert not lost and bridge.stats().in_flight == 0
+        assert ("probe" in line) is probe and "loop: " in line, line
+        for url in (a.url, b.url):
+            await drain(url, app)
+
+    bounded(request, main, 60)
+
+
+@pytest.mark.timeout(120)
+def test_command_a_loop_found_while_running_exits_2_with_one_line_and_loses_nothing(nodes):
+    a, _b = nodes
+    src = unique("src")
+    asyncio.run(declare(a.url, src))
+    exchange, key, _ = asyncio.run(_one_broker_topology(a.url, "direct", src))
+    asyncio.run(publish(a.url, src, LOOP_N))
+    rc, out, err = _run_command("--src", a.url, "--src-queue", src, "--dest", a.url, "--dest-exchange", exchange,
+                                "--dest-routing-key", key, "--management-port", "0", "--no-probe",
+                                deadline=Deadline(60, "the bridge to stop on the loop"))
+    lines = err.strip().splitlines()
+    assert (rc, len(lines)) == (2, 1), (rc, err)
+    assert "loop: " in lines[0] and "stays in the queue" in lines[0], err
+    assert "looped 1" in out.splitlines()[-1] or "looped" in out, out
+    assert sorted(asyncio.run(_ids(a.url, src))) == list(range(LOOP_N))
 
 
 def test_max_hops_drops_and_counts(nodes, caplog, request):

@@ -151,7 +151,7 @@ def forwarder(mode, **kw):
 
 
 def test_on_confirm_acks_in_tag_order_with_multiple_and_requeues_what_was_lost():
-    f = forwarder(AckMode.ON_CONFIRM)
+    f = forwarder(AckMode.ON_CONFIRM, owned_source=True)  # an echo in the bridge's own queue: suppressed
     b1 = f.prepare([message(1), message(2)])
     b2 = f.prepare([message(3)])
     b3 = f.prepare([message(4), message(5, headers={PATH_HEADER: ["B/"]})])
@@ -402,7 +402,7 @@ def persistent(tag, body=b"body"):
 
 
 def test_auto_acks_transient_messages_when_written_and_persistent_ones_on_their_confirm():
-    f = forwarder(AckMode.AUTO)
+    f = forwarder(AckMode.AUTO, owned_source=True)
     b1 = f.prepare([persistent(1), message(2), persistent(3), message(4, headers={PATH_HEADER: ["B/"]})])
     assert b1.count == 3 and b1.early == {1}
     # the transient one and the suppressed one at once, one by one: 1 and 3 wait for their confirms
@@ -547,8 +547,8 @@ def test_command_bad_config_or_no_queue_exits_2_with_one_line(tmp_path, capsys):
     levels = {name: logging.getLogger(name).level for name in ("amqwire.client", "amqwire.bridge")}
     bad = write_config(tmp_path, "[[bridge]]\ninclude = ['q']\nack_mode = 'sometimes'\n")
     for args, text in [(["--config", bad], "ack_mode must be one of"),
-                       ([], "give --src-queue (repeatable) or --config"),
-                       (["--config", bad, "--src-queue", "q"], "give --src-queue (repeatable) or --config"),
+                       ([], "give --src-queue (repeatable), --src-exchange or --config"),
+                       (["--config", bad, "--src-queue", "q"], "give --src-queue (repeatable), --src-exchange or --config"),
                        (["--src-queue", "q", "--demand", "--duplex"], "--demand and --duplex"),
                        (["--config", write_config(tmp_path, "[[bridge]]\ninclude = ['q']\n\n[[bridge]]\n"
                                                   "include = ['r']\non_refused = 'drop'\nack_mode = 'no-ack'\n", "two.toml")],
@@ -576,3 +576,73 @@ def test_command_tracing_without_opentelemetry_exits_2_with_one_line(tmp_path):
         "amqwire-bridge: error: --tracing: tracing needs opentelemetry-api: pip install 'amqwire[otel]' (or opentelemetry-api)"
     ], done.stderr
 
+
+
+# ---------------------------------------------------------------- a message that came back
+
+
+@pytest.mark.parametrize("mode", [AckMode.ON_CONFIRM, AckMode.ON_PUBLISH, AckMode.AUTO])
+def test_a_message_back_from_the_destination_is_requeued_never_acked_and_nothing_after_it_is_forwarded(mode):
+    """It has been on the destination (its path names it), in a queue the bridge does not own:
+    forwarding it would loop and acking it would lose it.  It and everything after it go
+    back; what was forwarded before it settles as usual; no ack ever names a requeued tag."""
+    f = forwarder(mode)
+    b1 = f.prepare([persistent(1), message(2, headers={PATH_HEADER: ["B/"]}), persistent(3), message(4, key="x")])
+    assert (b1.count, b1.forwarded_tags, b1.left_tags) == (1, [1], [2, 3, 4])
+    assert f.loop is not None and (f.loop.delivery_tag, f.loop.path, f.loop.probe) == (2, ("B/",), False)
+    actions = f.sent(b1)
+    assert actions[:3] == [("nack", 2, False), ("nack", 3, False), ("nack", 4, False)]  # before any ack
+    b2 = f.prepare([persistent(5)])
+    assert (b2.count, b2.left_tags) == (0, [5])  # after a loop nothing more is forwarded
+    actions += f.sent(b2)
+    if mode.confirms:
+        actions += f.confirm(True, 1, False, NOW)
+    acks = [a for a in actions if a[0] == "ack"]
+    assert acks == [("ack", 1, True)], actions
+    assert [a[1] for a in actions if a[0] == "nack"] == [2, 3, 4, 5]
+    s = f.counters.snapshot()
+    assert (s.forwarded, s.acked, s.looped, s.requeued, s.suppressed, s.in_flight) == (1, 1, 1, 4, 0, 0)
+    assert "looped 1" in s.line()
+
+
+def test_a_multiple_ack_never_names_a_requeued_tag():
+    """RabbitMQ closes the channel (406 unknown delivery tag) when a multiple ack names a
+    tag that is no longer unacked: a batch whose last delivery came back acks up to the
+    one before."""
+    f = forwarder(AckMode.ON_PUBLISH)
+    b = f.prepare([message(1), message(2), message(3, headers={PATH_HEADER: ["B/"]})])
+    assert f.sent(b) == [("nack", 3, False), ("ack", 2, True)]
+    f = forwarder(AckMode.ON_CONFIRM)
+    b = f.prepare([message(1), message(2, headers={PATH_HEADER: ["B/"]})])
+    assert f.sent(b) == [("nack", 2, False)]
+    assert f.confirm(True, 1, False, NOW) == [("ack", 1, True)]
+    f = forwarder(AckMode.ON_CONFIRM)
+    b = f.prepare([message(1, headers={PATH_HEADER: ["B/"]})])
+    assert f.sent(b) == [("nack", 1, False)] and f.unsettled == 0
+
+
+def test_no_ack_mode_cannot_leave_a_message_says_so(caplog):
+    caplog.set_level(logging.ERROR, logger="amqwire.bridge")
+    f = forwarder(AckMode.NO_ACK)
+    b = f.prepare([message(1), message(2, headers={PATH_HEADER: ["B/"]})])
+    assert f.sent(b) == [] and f.loop is not None
+    assert any("they are lost" in r.getMessage() for r in caplog.records)
+    assert (f.counters.looped, f.unsettled) == (1, 0)
+
+
+def test_an_echo_in_a_queue_the_bridge_owns_is_suppressed_and_forwarding_goes_on():
+    f = forwarder(AckMode.ON_CONFIRM, owned_source=True)
+    b = f.prepare([message(1, headers={PATH_HEADER: ["B/"]}), message(2)])
+    assert (b.count, b.skipped_tags, b.left_tags, f.loop) == (1, [1], [], None)
+
+
+def test_the_bridges_own_probe_found_in_its_source_is_a_loop_a_foreign_one_is_removed(caplog):
+    from amqwire.bridge.path import PROBE_HEADER
+    caplog.set_level(logging.WARNING, logger="amqwire.bridge")
+    f = forwarder(AckMode.ON_CONFIRM, probe_token="tok-1")
+    b = f.prepare([message(1, headers={PROBE_HEADER: "someone-else"}), message(2)])
+    assert (b.skipped_tags, b.forwarded_tags, f.loop) == ([1], [2], None)
+    assert any("another bridge" in r.getMessage() for r in caplog.records)
+    b = f.prepare([message(3), message(4, headers={PROBE_HEADER: "tok-1"}), message(5)])
+    assert (b.forwarded_tags, b.skipped_tags, b.left_tags) == ([3], [4], [5])
+    assert f.loop is not None and f.loop.probe
