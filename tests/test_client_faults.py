@@ -430,6 +430,34 @@ def test_acks_after_the_broker_force_closes_the_connection(run, fault_node):
     run(scenario, timeout=90)  # inside the default pytest timeout (120 s)
 
 
+def test_connect_without_a_recovery_option_recovers(run, fault_node):
+    """Recovery is on by default, as in the Java client: ``connect(url)`` and nothing more,
+    the broker force-closes the connection, and the same connection, channel, queue and
+    consumer work again (both transports)."""
+    node = fault_node
+
+    async def scenario(api):
+        conn = await api.connect(node.url)  # no recovery option
+        recovered: list = []
+        conn.add_recovery_succeeded_listener(recovered.append)
+        ch = await conn.channel()
+        queue = api.names.queue()
+        await ch.queue_declare(queue, durable=True)
+        await ch.confirm_select()
+        consumer = await ch.consume(queue)
+        await ch.basic_publish("", queue, b"before")
+        first = await api.next(consumer)
+        await first.ack()
+        await asyncio.to_thread(node.close_all_connections, "amqwire: the default recovery")
+        assert await api.pump(conn, lambda: bool(recovered), timeout=45), "connect(url) did not recover"
+        await ch.basic_publish("", queue, b"after")  # the same channel, confirmed
+        again = await api.next(consumer)  # the same consumer, re-subscribed
+        assert (first.body, again.body) == (b"before", b"after")
+        await again.ack()
+
+    run(scenario, timeout=90)
+
+
 # =========================================================================== the fault suite
 #
 # Issue 10's seven scenarios, each against a private RabbitMQ node (one per module, reset
