@@ -12,11 +12,34 @@ the source consumer, forward what was received, settle it, then call ``drained()
 
 A stop always drains before the next start: demand that comes back while draining is
 remembered and answered by ``drained()``, so there is never more than one consumer.
+
+Bridges are not demand (ActiveMQ counts only local consumers, never the network's own
+subscriptions): otherwise a bridge's consumer on the destination's queue keeps the
+bridge forwarding into it after the last real consumer left, and two opposite bridges
+keep each other running.  RabbitMQ gives only a queue's consumer count over AMQP, so
+every amqwire bridge marks the queues it consumes: before consuming queue Q it consumes
+the queue :func:`mark_queue` (Q) (declared with ``x-expires``: it goes a minute after the
+last mark), and cancels that consumer after Q's.  The demand for Q is Q's consumer count
+less its mark queue's, exact across bridges, processes and hosts, with no plugin.  The
+bridges' consumer tags start with ``amqwire.bridge.`` for people reading a consumer list.
 """
 from __future__ import annotations
 
 import enum
+import hashlib
 from typing import Optional
+
+MARK_PREFIX = "amqwire.bridge.consumers."
+MARK_EXPIRES_MS = 60_000
+
+
+def mark_queue(queue: str) -> str:
+    """The queue whose consumer count is the number of bridges consuming ``queue``."""
+    name = MARK_PREFIX + queue
+    if len(name.encode("utf-8")) > 255:
+        name = MARK_PREFIX + hashlib.sha256(queue.encode("utf-8")).hexdigest()
+    return name
+
 
 START = "start"
 STOP = "stop"

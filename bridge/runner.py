@@ -49,7 +49,7 @@ from amqwire.client.lifecycle import ConnectionStatus
 from amqwire.client.recovery import RecoveryPolicy
 from amqwire.client.url import parse_url
 
-from .demand import START, STOP, Demand, DemandState, consumer_event_queue
+from .demand import MARK_EXPIRES_MS, START, STOP, Demand, DemandState, consumer_event_queue, mark_queue
 from .errors import (
     BadConfiguration,
     BridgeError,
@@ -106,6 +106,10 @@ async def _connect(url: str, role: str, recovery: RecoveryPolicy, connection_tim
         raise BrokerUnreachable(f"cannot reach the {role} broker {_display(url)}: {exc}") from exc
     except ValueError as exc:
         raise BadConfiguration(f"bad {role} URL: {exc}") from exc
+
+
+def _discard(message: Any) -> None:
+    """A mark queue's consumer: nothing is published there; whatever is, goes."""
 
 
 async def _close_quietly(connection: Any) -> None:
@@ -235,6 +239,7 @@ class Direction:
         self.demand: Optional[Demand] = None  # on demand: consuming only while the destination has consumers
         self.task: Optional["asyncio.Task[None]"] = None
         self._side_tasks: set["asyncio.Task[None]"] = set()
+        self._mark: Any = None  # the consumer on mark_queue(queue): says "a bridge consumes queue" (demand.py)
 
     async def open(self) -> None:
         bridge = self.bridge
@@ -387,21 +392,31 @@ class Direction:
             log.info("%s: cancelling the consumer: %s", self.label, exc)
 
     async def start_consuming(self) -> None:
+        """Consume the source queue, marked as a bridge's consumer first (``demand.py``)."""
         try:
+            if self._mark is None or not self._mark.active:
+                name = mark_queue(self.queue)
+                await self._src_ch.queue_declare(name, arguments={"x-expires": MARK_EXPIRES_MS})
+                self._mark = await self._src_ch.consume(name, _discard, no_ack=True,
+                                                        consumer_tag=f"amqwire.bridge.mark.{uuid.uuid4().hex}")
             self._consumer = await self._src_ch.consume(self.queue, self._on_message,
-                                                        no_ack=self.bridge.ack_mode is AckMode.NO_ACK)
+                                                        no_ack=self.bridge.ack_mode is AckMode.NO_ACK,
+                                                        consumer_tag=f"amqwire.bridge.{uuid.uuid4().hex}")
         except AMQPError as exc:
             raise _resource_error(exc, f"consuming from queue {self.queue!r}") from exc
 
     async def pause_consuming(self) -> None:
         """Cancel the consumer and settle what it received (forwarded as ``stop`` does;
-        held ones back to the source at once), then calls the bridge's ``demand_drained``."""
+        held ones back to the source at once), then calls the bridge's ``demand_drained``.
+        The mark goes after the consumer: never a bridge's consumer without its mark."""
         consumer, self._consumer = self._consumer, None
-        if consumer is not None and consumer.active:
-            try:
-                await consumer.cancel()
-            except AMQPError as exc:
-                log.info("%s: cancelling the consumer: %s", self.label, exc)
+        mark, self._mark = self._mark, None
+        for one in (consumer, mark):
+            if one is not None and one.active:
+                try:
+                    await one.cancel()
+                except AMQPError as exc:
+                    log.info("%s: cancelling the consumer: %s", self.label, exc)
         self._draining = True
         self._wake.set()
 
@@ -886,8 +901,9 @@ class Bridge:
 
     def _on_consumer_event(self, message: Any) -> None:
         queue = consumer_event_queue(message.properties.headers, self._dest_conn.params.vhost)
-        if queue is not None and any(d.queue == queue for d in self.directions):
-            self._look_again(queue)
+        for direction in self.directions:
+            if queue is not None and queue in (direction.queue, mark_queue(direction.queue)):
+                self._look_again(direction.queue)
 
     def _look_again(self, queue: Optional[str]) -> None:
         """Read the consumer count of ``queue`` (None: of all) at once."""
@@ -920,8 +936,16 @@ class Bridge:
                     if channel is None or not channel.is_open:
                         channel = await self._dest_conn.channel()
                     consumers: Optional[int] = (await channel.queue_declare(direction.queue, passive=True)).consumer_count
+                    if consumers:  # less the bridges' own (their marks)
+                        try:
+                            marks = (await channel.queue_declare(mark_queue(direction.queue), passive=True)).consumer_count
+                        except NotFound:
+                            marks = 0
+                            channel = None
+                        consumers = max(consumers - marks, 0)
                 except NotFound:
                     consumers = None
+                    channel = None
                 except AMQPError as exc:  # the destination is away: nothing known, nothing changes
                     log.debug("demand for %r: %s", direction.queue, exc)
                     continue

@@ -1299,6 +1299,45 @@ async def _idle(demand, stops) -> bool:
     return demand.stops >= stops and demand.state.value == "idle"
 
 
+def test_demand_does_not_count_bridges_two_opposite_bridges_stop_when_the_outside_consumer_leaves(nodes, request):
+    """Queue q on A and on B, a bridge each way, both on demand (polled).  An outside
+    consumer on B's q starts A -> B; A -> B's consumer on A's q is a bridge's, not demand,
+    so B -> A never starts; when the outside consumer leaves, A -> B stops.  (Before, each
+    bridge's consumer was the other's demand: both ran for ever.)"""
+    a, b = nodes
+    queue = unique("opposite")
+
+    async def main():
+        await declare(a.url, queue, durable=True)
+        await declare(b.url, queue, durable=True)
+        options = dict(prefetch=50, demand=True, demand_interval=0.2, management_port=None)
+        async with Bridge(a.url, queue, b.url, **options) as a_to_b, Bridge(b.url, queue, a.url, **options) as b_to_a:
+            forward, backward = a_to_b.directions[0].demand, b_to_a.directions[0].demand
+            outside = DestinationConsumer(b.url, queue)
+            await outside.start()
+            await until(lambda: _started(forward, 1), "A -> B to see the outside consumer", 10)
+            await publish(a.url, queue, 100)
+            await until(lambda: _received(outside, 100), "the 100 at the outside consumer", 20)
+            looks = backward.looks + 5
+            await until(lambda: _looked(backward, looks), "B -> A to look five more times", 10)
+            assert backward.starts == 0, "B -> A counted A -> B's consumer as demand"
+            await outside.stop()
+            await until(lambda: _idle(forward, 1), "A -> B to stop once the outside consumer left", 10)
+            await publish(a.url, queue, 10, start=100)
+            looks = forward.looks + 5
+            await until(lambda: _looked(forward, looks), "A -> B to look five more times", 10)
+            assert (forward.starts, forward.stops, backward.starts) == (1, 1, 0)
+            assert a_to_b.stats().without_demand == b_to_a.stats().without_demand == 1
+        left = sorted(int(m.properties.message_id) for m in await drain(a.url, queue))
+        assert left == list(range(100, 110)) and sorted(set(outside.ids)) == list(range(100))
+
+    bounded(request, main)
+
+
+async def _started(demand, starts) -> bool:
+    return demand.starts >= starts
+
+
 def test_demand_polled_consumers_come_and_go_while_messages_flow(nodes, request):
     a, b = nodes
     _demand_scenario(a.url, b.url, "polling", request)
