@@ -212,7 +212,8 @@ def broker_url(args: argparse.Namespace, side: str, environ: Mapping[str, str]) 
     return with_password(url, password) if password else url
 
 
-async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, str] = os.environ) -> int:
+async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, str] = os.environ,
+              on_started: Optional[Callable[[], None]] = None) -> int:
     try:
         backoff = BackOff(args.backoff, max(args.max_backoff, args.backoff))
     except ValueError as exc:
@@ -294,6 +295,8 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
         starting.result()  # raises why it could not start
     for name in _QUIET_WHILE_STARTING:  # from here on, reconnects are worth a warning
         logging.getLogger(name).setLevel(logging.NOTSET)
+    if on_started is not None:
+        on_started()
     display.show(bridge)  # at once: the first interval can be long
     waiter = loop.create_task(bridge.wait())
     try:
@@ -309,17 +312,45 @@ async def run(args: argparse.Namespace, display: Display, environ: Mapping[str, 
     return 0
 
 
+class _Summary(logging.Filter):
+    """Without --verbose: warnings, and the INFO lines that say what is bridged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or bool(getattr(record, "amqwire_summary", False))
+
+
+class _HeldWhileStarting(logging.Handler):
+    """What the bridge logs while it starts, shown once it started: a start that fails is
+    the one line main() prints, not the warnings of the way there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     """``prog``: the name usage and errors give the command (``amqwire bridge`` runs this too)."""
     args = parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     levels = {name: logging.getLogger(name).level for name in _QUIET_WHILE_STARTING}
+    bridge_log = logging.getLogger("amqwire.bridge")
+    shown = logging.StreamHandler(sys.stderr)
+    shown.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    shown.addFilter(_Summary())
+    held = _HeldWhileStarting()
     if not args.verbose:
         for name in _QUIET_WHILE_STARTING:  # a failed start is the one line main() prints
             logging.getLogger(name).setLevel(logging.CRITICAL)
+        bridge_log.setLevel(logging.INFO)  # held, then shown through _Summary (not the root's WARNING)
+        bridge_log.propagate = False
+        bridge_log.addHandler(held)
     try:
-        return asyncio.run(run(args, Display(sys.stdout)))
+        started = None if args.verbose else (lambda: _show_held(held, shown, bridge_log))
+        return asyncio.run(run(args, Display(sys.stdout), on_started=started))
     except BridgeError as exc:
         sys.stderr.write(f"{prog}: error: {exc}\n")
         return exc.exit_code
@@ -329,6 +360,18 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     finally:  # called in-process (tests, an embedding program): leave its loggers as they were
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+        bridge_log.removeHandler(held)
+        bridge_log.removeHandler(shown)
+        bridge_log.propagate = True
+
+
+def _show_held(held: _HeldWhileStarting, shown: logging.Handler, bridge_log: logging.Logger) -> None:
+    bridge_log.removeHandler(held)
+    for record in held.records:
+        shown.handle(record)
+    held.records.clear()
+    bridge_log.setLevel(logging.INFO)
+    bridge_log.addHandler(shown)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,8 @@ _CLOSED_BY_USER = (ConnectionStatus.CLOSING, ConnectionStatus.CLOSED)
 
 DEFAULT_RECOVERY = RecoveryPolicy(initial_delay=0.5, max_delay=10.0)
 DEFAULT_BACKOFF = BackOff()
+#: ``extra`` of the INFO lines the command shows without --verbose (what is bridged)
+SUMMARY = {"amqwire_summary": True}
 PROBE_TTL_MS = 10_000  # a probe that lands in other queues expires there (when it reaches their head)
 
 
@@ -868,9 +870,15 @@ class Bridge:
             self._demand_task.add_done_callback(self._direction_done)
         self._started_at = time.monotonic()
         self._watch = asyncio.get_running_loop().create_task(self._watchdog(), name="amqwire.bridge watch")
-        log.info("bridge started: %s queue %r -> %s exchange %r (%s, prefetch %d%s%s)", _display(self.src),
-                 self.src_queue, _display(self.dest), self.dest_exchange, self.ack_mode.value, self.prefetch,
-                 ", duplex" if self.duplex else "", f", on demand ({self.demand_source})" if self.demand else "")
+        source = (f"exchange {self.src_exchange!r} (binding key {self.src_binding_key!r}, through queue "
+                  f"{self.src_queue!r})" if self.src_exchange is not None else f"queue {self.src_queue!r}")
+        log.info("bridge started: %s %s -> %s exchange %r (%s, prefetch %d%s, %s)", _display(self.src), source,
+                 _display(self.dest), self.dest_exchange, self.ack_mode.value, self.prefetch,
+                 ", duplex" if self.duplex else "",
+                 f"on demand ({self.demand_source})" if self.demand else "always", extra=SUMMARY)
+        if self.ack_mode is AckMode.ON_PUBLISH or self.ack_mode is AckMode.NO_ACK:
+            log.warning("ack mode %s: messages the destination does not store (its connection lost, a refusal, no "
+                        "route) are lost; on-confirm loses none", self.ack_mode.value)
         return self
 
     # ------------------------------------------------------------------ on demand

@@ -597,7 +597,7 @@ def test_command_a_loop_found_while_running_exits_2_with_one_line_and_loses_noth
     rc, out, err = _run_command("--src", a.url, "--src-queue", src, "--dest", a.url, "--dest-exchange", exchange,
                                 "--dest-routing-key", key, "--management-port", "0", "--no-probe",
                                 deadline=Deadline(60, "the bridge to stop on the loop"))
-    lines = err.strip().splitlines()
+    lines = [line for line in err.strip().splitlines() if "bridge started:" not in line]  # what it bridged, then why it stopped
     assert (rc, len(lines)) == (2, 1), (rc, err)
     assert "loop: " in lines[0] and "stays in the queue" in lines[0], err
     assert "looped 1" in out.splitlines()[-1] or "looped" in out, out
@@ -1027,6 +1027,36 @@ def test_command_secrets_off_the_command_line_first_stats_at_once(nodes, tmp_pat
         out, err = _communicate(p, Deadline(30, "the bridge to stop after SIGTERM"))
     assert p.returncode == 0, err
     assert "stopped: forwarded 20 " in out
+    # without --verbose: one line saying what is bridged, nothing else on a clean run
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "bridge started:" in lines[0], err
+    assert f"queue {src!r} -> " in lines[0] and "on-confirm" in lines[0] and lines[0].endswith("always)"), err
+
+
+@pytest.mark.timeout(120)
+def test_command_shows_its_safety_warnings_without_verbose(nodes):
+    """The bindings cannot be read and the probe is off: a loop through them is found only
+    when a message comes back.  The command says so, and what it bridges, without -v."""
+    a, _b = nodes
+    src, topic = unique("src"), unique("topic")
+    asyncio.run(declare(a.url, src))
+
+    async def setup():
+        async with aio.connect(a.url) as conn, conn.channel() as ch:
+            await ch.exchange_declare(topic, "topic")
+    asyncio.run(setup())
+    p = command("--src", a.url, "--src-queue", src, "--dest", a.url, "--dest-exchange", topic, "--no-probe",
+                "--management-port", str(closed_port()), "--ack-mode", "on-publish", "--stats-interval", "3600")
+    try:
+        ready, _, _ = select.select([p.stdout], [], [], 30)
+        assert ready and p.stdout.readline().startswith("forwarded "), "the bridge did not start"
+    finally:
+        p.send_signal(signal.SIGTERM)
+        _out, err = _communicate(p, Deadline(30, "the bridge to stop after SIGTERM"))
+    assert p.returncode == 0, err
+    assert "could not read the bindings of exchange" in err and "found when a message comes back" in err, err
+    assert "bridge started:" in err and "ack mode on-publish" in err, err
+    assert "INFO" not in err.replace("INFO bridge started", ""), err  # no other INFO line
 
 
 def test_command_bad_url_and_secrets_exit_2(nodes, tmp_path):

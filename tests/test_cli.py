@@ -47,7 +47,7 @@ def test_bridge_delegates_to_the_bridge_command():
     result = amqwire("bridge", "--help")
     assert b"--src-queue" in ok(result)
     result = amqwire("bridge")  # no queue to forward: the bridge's own one-line error, under the command's name
-    assert result.returncode == 2 and result.stderr == b"amqwire bridge: error: give --src-queue (repeatable) or --config\n"
+    assert result.returncode == 2 and result.stderr == b"amqwire bridge: error: give --src-queue (repeatable), --src-exchange or --config\n"
     result = amqwire("bridge", "--src-queue", "q")  # no source URL: the bridge's one line, its exit code
     assert result.returncode == 2 and result.stderr.startswith(b"amqwire bridge: error: no source URL")
 
