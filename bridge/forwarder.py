@@ -114,11 +114,27 @@ class BackOff:
         return float(min(self.maximum, self.initial * (1 << max(attempt - 1, 0))))
 
 
+#: Why a message was dead-lettered, in the headers of what the bridge publishes to the
+#: dead-letter exchange: its refusals, the last one's reply code and text, the bridge.
+ATTEMPTS_HEADER = "x-amqwire-attempts"
+REPLY_CODE_HEADER = "x-amqwire-reply-code"
+REPLY_TEXT_HEADER = "x-amqwire-reply-text"
+BRIDGE_HEADER = "x-amqwire-bridge"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLetter:
+    """A refused delivery to publish to the dead-letter exchange, with ``headers`` added."""
+
+    message: Any
+    headers: dict[str, Any]
+
+
 # Actions for the transport, applied in order on the source channel: (op, delivery tag, arg).
 ACK = "ack"  # arg: multiple
 NACK = "nack"  # requeue; arg False
 REJECT = "reject"  # basic.nack(requeue=False): to the source queue's dead-letter exchange; arg False
-DEAD_LETTER = "dead-letter"  # publish arg (the Message) to the dead-letter exchange at the source, then call
+DEAD_LETTER = "dead-letter"  # publish arg (a DeadLetter) to the dead-letter exchange at the source, then call
 # dead_lettered(tag, ok)
 Action = tuple[str, int, Any]
 
@@ -206,6 +222,7 @@ class Forwarder:
         label: str = "bridge",
         owned_source: bool = False,
         probe_token: Optional[str] = None,
+        name: str = "amqwire.bridge",
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
@@ -225,6 +242,7 @@ class Forwarder:
         self.backoff = backoff
         self.label = label
         self.owned_source = owned_source
+        self.name = name
         self.probe_token = probe_token
         self.loop: Optional[LoopFound] = None  # set once: nothing is forwarded after it
         self.paused_until = 0.0  # no publishing before (time.monotonic()): the destination refuses
@@ -645,7 +663,9 @@ class Forwarder:
                 log.warning("%s: dead-lettering delivery %d to exchange %r at the source after %d refusals "
                             "(last: %s)", self.label, tag, self.dead_letter_exchange, attempts, reason)
                 self._dead_lettering[tag] = message
-                actions.append((DEAD_LETTER, tag, message))
+                actions.append((DEAD_LETTER, tag, DeadLetter(message, {
+                    ATTEMPTS_HEADER: attempts, REPLY_CODE_HEADER: code, REPLY_TEXT_HEADER: text,
+                    BRIDGE_HEADER: self.name})))
             return
         if len(self._attempts) >= _ATTEMPTS_KEPT:
             del self._attempts[next(iter(self._attempts))]

@@ -60,9 +60,9 @@ from .errors import (
     MissingResource,
 )
 from .filters import TopicFilter
-from .forwarder import ACK, DEAD_LETTER, NACK, REJECT, Action, AckMode, BackOff, Batch, Forwarder, Refused
+from .forwarder import ACK, DEAD_LETTER, NACK, REJECT, Action, AckMode, BackOff, Batch, DeadLetter, Forwarder, Refused
 from .frames import PublishFrames
-from .path import PROBE_HEADER
+from .path import PROBE_HEADER, with_headers
 from .loops import Binding, Endpoint, find_loop, same_broker
 from .stats import BridgeStats
 
@@ -294,6 +294,7 @@ class Direction:
             label=self.label,
             owned_source=self.source_exchange is not None,
             probe_token=bridge.probe_token,
+            name=bridge.name,
         )
         if self.probe:
             await self._publish_probe()
@@ -596,15 +597,16 @@ class Direction:
                 # The source is gone: it requeues what was not acked and delivers it again.
                 log.info("%s: %s of delivery %d not sent: %s", self.label, op, tag, exc)
 
-    async def _dead_letter(self, tag: int, message: Any) -> None:
-        """Publish a refused message, as it came from the source, to the dead-letter
-        exchange at the source; its confirm decides (``Forwarder.dead_lettered``)."""
+    async def _dead_letter(self, tag: int, dead: DeadLetter) -> None:
+        """Publish a refused message, as it came from the source with the reason in its
+        headers, to the dead-letter exchange at the source; its confirm decides
+        (``Forwarder.dead_lettered``)."""
         frames = self._dead_letter_frames
         if frames is None:
             raise BridgeError(f"{self.label}: no dead-letter exchange")
         parts: list[Any] = []
-        properties = message.properties
-        wire = properties.wire if properties.wire is not None else properties.encode()
+        message = dead.message
+        wire = with_headers(message.properties, dead.headers)
         frames.append(parts, self.bridge.dead_letter_exchange or "", message.routing_key, wire, message.body)
         try:
             future = await self._dead_letter_ch.publish_encoded(b"".join(parts), 1)
@@ -744,16 +746,18 @@ class Bridge:
         if self.refused is not Refused.REQUEUE and not self.ack_mode.confirms:
             raise ValueError(f"refused={self.refused.value!r} needs ack_mode 'on-confirm' or 'auto': only they learn "
                              "of refusals before acking")
-        for name, url in (("src", src), ("dest", dest)):
+        for side, url in (("src", src), ("dest", dest)):
             if isinstance(url, str):
                 try:
                     parse_url(url)
                 except ValueError as exc:
-                    raise BadConfiguration(f"bad {name} URL: {exc}") from None
+                    raise BadConfiguration(f"bad {side} URL: {exc}") from None
         self.src, self.dest = src, dest
         self.src_queue: str = src_queue or ""
         self.src_exchange = src_exchange
         self.src_binding_key = src_binding_key
+        #: in the x-amqwire-bridge header of what it dead-letters: ``name``, else what it forwards
+        self.name = name or (f"{src_exchange}.{src_binding_key}" if src_exchange is not None else self.src_queue)
         self.delete_subscription = delete_subscription
         self.probe = probe
         self.probe_token: Optional[str] = None  # set at start when a direction publishes a probe

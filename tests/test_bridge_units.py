@@ -241,7 +241,10 @@ def test_dead_letter_exchange_acks_after_its_confirm_or_requeues():
     f.sent(batch)
     actions = f.confirm(False, 2, True, NOW)
     assert [(op, tag) for op, tag, _ in actions] == [("dead-letter", 1), ("dead-letter", 2)]
-    assert actions[0][2].delivery_tag == 1
+    dead = actions[0][2]
+    assert dead.message.delivery_tag == 1
+    assert dead.headers == {"x-amqwire-attempts": 1, "x-amqwire-reply-code": 0,
+                            "x-amqwire-reply-text": "nacked by the destination", "x-amqwire-bridge": "amqwire.bridge"}
     assert f.dead_lettered(1, True, NOW) == [("ack", 1, False)]
     assert f.dead_lettered(2, False, NOW) == []  # the exchange refused it too: a back-off, not a hot loop
     assert f.next_due == NOW + f.backoff.delay(1) and f.held == 1
@@ -646,3 +649,15 @@ def test_the_bridges_own_probe_found_in_its_source_is_a_loop_a_foreign_one_is_re
     b = f.prepare([message(3), message(4, headers={PROBE_HEADER: "tok-1"}), message(5)])
     assert (b.forwarded_tags, b.skipped_tags, b.left_tags) == ([3], [4], [5])
     assert f.loop is not None and f.loop.probe
+
+
+def test_with_headers_adds_the_reason_and_keeps_every_other_byte():
+    from amqwire.bridge.path import with_headers
+    wire = BasicProperties(content_type="a/b", headers={"keep": 1, "x-amqwire-attempts": 9}, priority=3).encode()
+    props = BasicProperties.decode(wire)
+    out = with_headers(props, {"x-amqwire-attempts": 5, "x-amqwire-reply-text": "NO_ROUTE"})
+    back = BasicProperties.decode(out)
+    assert back.headers == {"keep": 1, "x-amqwire-attempts": 5, "x-amqwire-reply-text": "NO_ROUTE"}
+    assert (back.content_type, back.priority) == ("a/b", 3)
+    bare = BasicProperties.decode(BasicProperties(message_id="m").encode())
+    assert BasicProperties.decode(with_headers(bare, {"x-amqwire-attempts": 1})).headers == {"x-amqwire-attempts": 1}
