@@ -33,7 +33,7 @@ from amqwire.client.url import parse_url
 
 from .errors import BadConfiguration, BridgeError, MissingResource
 from .forwarder import AckMode, Refused
-from .runner import DEFAULT_RECOVERY, Bridge, _close_quietly, _connect, _get_json
+from .runner import DEFAULT_RECOVERY, OWN_QUEUES, Bridge, _close_quietly, _connect, _get_json, subscription_queue
 from .stats import BridgeStats
 
 log = logging.getLogger("amqwire.bridge")
@@ -53,9 +53,14 @@ _OPTIONS = {
     "on_refused": str,
     "max_attempts": int,
     "dead_letter_exchange": str,
+    "src_exchange": str,
+    "binding_key": str,
+    "name": str,
+    "delete_subscription": bool,
+    "probe": bool,
 }
 _KIND_NAMES = {str: "a string", bool: "true or false", int: "an integer", list: "a list of strings"}
-_KEYS = {"include_keys": "include", "exclude_keys": "exclude", "on_refused": "refused"}
+_KEYS = {"include_keys": "include", "exclude_keys": "exclude", "on_refused": "refused", "binding_key": "src_binding_key"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +72,18 @@ class BridgeSpec:
     exclude: tuple[str, ...] = ()
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     name: str = "bridge"
+
+    @property
+    def exchange(self) -> Optional[str]:
+        """The source exchange of a spec that forwards one (through the bridge's own queue)."""
+        value = self.options.get("src_exchange")
+        return value if isinstance(value, str) else None
+
+    @property
+    def subscription(self) -> str:
+        """An exchange spec's queue (the bridge's own)."""
+        return subscription_queue(self.exchange or "", self.options.get("src_binding_key", "#"),
+                                  self.options.get("name"))
 
     @property
     def needs_listing(self) -> bool:
@@ -122,8 +139,15 @@ def specs_from(document: Mapping[str, Any], defaults: Mapping[str, Any],
         name = f"[[bridge]] {number}"
         if not isinstance(table, dict):
             raise BadConfiguration(f"{where}: {name} must be a table")
-        include = _names(table.get("include"), f"{where}: {name}: include", required=True)
-        exclude = _names(table.get("exclude", []), f"{where}: {name}: exclude", required=False)
+        if "src_exchange" in table:  # an exchange, through a queue of the bridge's own
+            if "include" in table or "exclude" in table:
+                raise BadConfiguration(f"{where}: {name}: src_exchange or include/exclude: a table forwards an "
+                                       "exchange or queues, not both")
+            include: tuple[str, ...] = ()
+            exclude: tuple[str, ...] = ()
+        else:
+            include = _names(table.get("include"), f"{where}: {name}: include", required=True)
+            exclude = _names(table.get("exclude", []), f"{where}: {name}: exclude", required=False)
         options = dict(defaults)
         for key, value in table.items():
             if key in ("include", "exclude"):
@@ -161,7 +185,8 @@ def list_queues(params: Any, port: int) -> list[str]:
     auth = base64.b64encode(f"{params.username}:{params.password}".encode()).decode()
     vhost = urllib.parse.quote(params.vhost, safe="")
     url = f"{scheme}://{params.host}:{port}/api/queues/{vhost}?columns=name,exclusive"
-    return sorted(str(q["name"]) for q in _get_json(url, auth) if not q.get("exclusive"))
+    return sorted(str(q["name"]) for q in _get_json(url, auth)
+                  if not q.get("exclusive") and not str(q["name"]).startswith(OWN_QUEUES))
 
 
 def choose(specs: Sequence[BridgeSpec], queues: Iterable[str]) -> list[tuple[str, BridgeSpec]]:
@@ -208,7 +233,7 @@ class Connector:
                 raise BadConfiguration(f"bad {name} URL: {exc}") from None
         for spec in self.specs:  # each spec's options checked now, before anything connects
             try:
-                Bridge(src, spec.include[0], dest, **spec.options)
+                Bridge(src, spec.include[0] if spec.exchange is None else None, dest, **spec.options)
             except TypeError as exc:
                 raise BadConfiguration(f"{spec.name}: {exc}") from None
             except ValueError as exc:
@@ -237,6 +262,8 @@ class Connector:
 
     async def _queues(self) -> list[str]:
         named = [p for spec in self.specs for p in spec.include if not _GLOB & set(p)]
+        if not any(spec.include for spec in self.specs):
+            return []
         if not any(spec.needs_listing for spec in self.specs):
             return list(dict.fromkeys(named))
         if self.management_port is None:
@@ -261,6 +288,7 @@ class Connector:
             self._dest_conn = await _connect(self.dest, "destination", DEFAULT_RECOVERY, self.connection_timeout,
                                              self.heartbeat)
             chosen = choose(self.specs, await self._queues())
+            chosen += [(spec.subscription, spec) for spec in self.specs if spec.exchange is not None]
             if not chosen:
                 raise MissingResource("no source queue matches the bridges' include lists")
             # All at once: one after the other, each start's round trips queue behind the
@@ -284,7 +312,8 @@ class Connector:
         return self
 
     async def _add(self, queue: str, spec: BridgeSpec) -> None:
-        bridge = Bridge(self.src, queue, self.dest, management_port=self.management_port, **spec.options)
+        bridge = Bridge(self.src, queue if spec.exchange is None else None, self.dest,
+                        management_port=self.management_port, **spec.options)
         self.bridges[queue] = bridge
         try:
             await bridge.start_on(self._src_conn, self._dest_conn)

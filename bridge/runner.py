@@ -110,6 +110,15 @@ async def _connect(url: str, role: str, recovery: RecoveryPolicy, connection_tim
         raise BadConfiguration(f"bad {role} URL: {exc}") from exc
 
 
+#: The queues the bridge makes for itself start with this (never forwarded by a glob).
+OWN_QUEUES = "amqwire.bridge."
+
+
+def subscription_queue(exchange: str, binding_key: str, name: Optional[str] = None) -> str:
+    """The durable queue a bridge forwarding ``exchange`` owns: ``amqwire.bridge.NAME``."""
+    return f"{OWN_QUEUES}{name or f'{exchange}.{binding_key}'}"
+
+
 def _discard(message: Any) -> None:
     """A mark queue's consumer: nothing is published there; whatever is, goes."""
 
@@ -721,7 +730,7 @@ class Bridge:
                                  "of its own, not both")
             if not isinstance(src_exchange, str) or not src_exchange:
                 raise ValueError("src_exchange must name an exchange (the default exchange cannot be bound)")
-            src_queue = f"amqwire.bridge.{name or f'{src_exchange}.{src_binding_key}'}"
+            src_queue = subscription_queue(src_exchange, src_binding_key, name)
             if duplex and not dest_exchange:
                 raise ValueError("duplex with src_exchange needs dest_exchange: the reverse direction forwards that "
                                  "exchange back")

@@ -89,7 +89,7 @@ def nodes():
 
 
 def unique(kind: str) -> str:
-    return f"amqwire.bridge.test.{kind}.{uuid.uuid4().hex[:8]}"
+    return f"amqwire-test.bridge.{kind}.{uuid.uuid4().hex[:8]}"
 
 
 async def declare(url: str, *queues: str, durable: bool = False, arguments=None) -> None:
@@ -1502,6 +1502,37 @@ def test_command_config_file_each_bridge_its_ack_mode_and_destination(nodes, tmp
     assert p.returncode == 0, err
     assert f"  queue {plain}: forwarded 40 " in out and f"  queue {per_message}: forwarded 40 " in out, out
     assert asyncio.run(count(a.url, ignored)) == 40
+
+
+@pytest.mark.timeout(120)
+def test_command_config_file_forwards_an_exchange_through_the_bridges_own_queue(nodes, tmp_path):
+    a, b = nodes
+    topic, dst = unique("topic"), unique("dst")
+
+    async def setup():
+        async with aio.connect(a.url) as conn, conn.channel() as ch:
+            await ch.exchange_declare(topic, "topic")
+    asyncio.run(setup())
+    asyncio.run(declare(b.url, dst, durable=True))
+    config = tmp_path / "bridges.toml"
+    config.write_text(f'[[bridge]]\nsrc_exchange = "{topic}"\nbinding_key = "audit.#"\nname = "{dst}"\n'
+                      f'dest_routing_key = "{dst}"\ndelete_subscription = true\n')
+    p = command("--src", a.url, "--dest", b.url, "--config", str(config), "--management-port", "0",
+                "--stats-interval", "0.5")
+    try:
+        ready, _, _ = select.select([p.stdout], [], [], 30)
+        assert ready and p.stdout.readline().startswith("forwarded "), "the bridge did not start"
+        asyncio.run(publish(a.url, "", 30, exchange=topic, key=lambda i: "audit.x" if i % 3 else "other"))
+        asyncio.run(until(lambda: _at_least(b.url, dst, 20), "the 20 audit messages forwarded", 30))
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = _communicate(p, Deadline(20, "the bridge to stop after SIGTERM"))
+    assert p.returncode == 0, err
+    assert f"  queue amqwire.bridge.{dst}: forwarded 20 " in out, out
+    ids = sorted(int(m.properties.message_id) for m in asyncio.run(drain(b.url, dst)))
+    assert ids == [i for i in range(30) if i % 3]
+    with pytest.raises(NotFound):  # delete_subscription: gone with the bridge
+        asyncio.run(count(a.url, f"amqwire.bridge.{dst}"))
 
 
 @pytest.mark.timeout(300)  # the node's start (60 s), its restart (inside the scenario), the scenario 110 s

@@ -661,3 +661,14 @@ def test_with_headers_adds_the_reason_and_keeps_every_other_byte():
     assert (back.content_type, back.priority) == ("a/b", 3)
     bare = BasicProperties.decode(BasicProperties(message_id="m").encode())
     assert BasicProperties.decode(with_headers(bare, {"x-amqwire-attempts": 1})).headers == {"x-amqwire-attempts": 1}
+
+
+def test_config_table_with_an_exchange_source():
+    from amqwire.bridge.connector import specs_from
+    from amqwire.bridge.errors import BadConfiguration
+    specs, _ = specs_from({"bridge": [{"src_exchange": "events", "binding_key": "a.#", "name": "mirror"},
+                                      {"include": ["q1"]}]}, {})
+    assert specs[0].exchange == "events" and specs[0].subscription == "amqwire.bridge.mirror"
+    assert specs[0].options["src_binding_key"] == "a.#" and specs[1].exchange is None
+    with pytest.raises(BadConfiguration, match="not both"):
+        specs_from({"bridge": [{"src_exchange": "events", "include": ["q"]}]}, {})
