@@ -19,6 +19,8 @@ from typing import Any, Callable, Deque, Optional, Protocol, Sequence, Union
 
 from amqwire.codec import AMQPSyntaxError, BasicProperties, FrameWriter, encode_publish
 
+from .. import delays
+from ..delays import ROCKETMQ_LEVELS, check_levels
 from ..errors import InvalidStateError, MessageReturned, PublishNacked
 from ..url import ParametersLike, parameters_list
 from .compression import Compressor
@@ -88,7 +90,7 @@ class ProducerCore:
         "_closed", "_stopping",
         "_waiting", "_sent", "_confirmed", "_oneway", "_retried", "_failed", "_bytes",
         "_latencies", "_backend", "_lock", "_new_future", "_resolve", "_resolve_all", "_wake", "_notify",
-        "_tracing",
+        "_tracing", "delay_levels",
     )
 
     def __init__(
@@ -125,6 +127,7 @@ class ProducerCore:
         ssl_context: Any = None,
         client_properties: Optional[dict[str, Any]] = None,
         tracing: Any = False,
+        delay_levels: Sequence[float] = ROCKETMQ_LEVELS,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 or None, not {timeout!r}")
@@ -154,6 +157,7 @@ class ProducerCore:
         table = LatencyTable(latency_thresholds, latency_penalties)  # checked even when not used
         self.selector = BrokerSelector(self.brokers, policy, avoid_backoff, avoid_backoff_max,
                                        table if latency_avoidance else None)
+        self.delay_levels = check_levels(delay_levels)
         self.timeout = timeout
         self.retries = retries
         self.retry_backoff = retry_backoff
@@ -225,8 +229,11 @@ class ProducerCore:
     # the call site ----------------------------------------------------------------------
 
     def _prepare(self, exchange: str, routing_key: str, body: Body, properties: Optional[BasicProperties],
-                 mandatory: bool, timeout: Optional[float], oneway: bool) -> OutgoingMessage:
-        """Validate and shape one send, before anything is queued: the codec's typed errors."""
+                 mandatory: bool, timeout: Optional[float], oneway: bool, delay: Optional[float] = None,
+                 key: Optional[str] = None) -> OutgoingMessage:
+        """Validate and shape one send, before anything is queued: the codec's typed errors.
+        ``delay``: served that many seconds later (delays.py); ``key``: the broker is chosen
+        by it (``BrokerSelector.for_key``)."""
         if self._closed:
             raise InvalidStateError("the producer is closed")
         if timeout is None:
@@ -247,8 +254,18 @@ class ProducerCore:
             message_id = properties.message_id
         if len(body) > self.max_body_size:
             raise AMQPSyntaxError(f"body: {len(body)} bytes, over max_body_size ({self.max_body_size} bytes)")
+        route = None
+        if delay is not None:
+            route = delays.route(exchange, delay, self.delay_levels)  # ValueError for a bad delay
+            exchange = route.exchange
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"key must be a str, not {type(key).__name__}")
         message = OutgoingMessage(exchange, routing_key, body, properties, mandatory, message_id, oneway, timeout,
                                   with_id)
+        if route is not None:
+            message.delay_route = route
+        if key is not None:
+            message.key = key
         if self.before_send is not None:
             self.before_send(message)
         if self._tracing is not None:

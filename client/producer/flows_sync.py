@@ -102,6 +102,7 @@ class Producer(ProducerCore):
         broker.connection = connection
         broker.channel = channel
         broker.oneway_channel = None
+        broker.delay_routes = set()
         broker.connected()
         log.info("producer: connected to %s", broker.url)
 
@@ -188,10 +189,14 @@ class Producer(ProducerCore):
         *,
         mandatory: bool = False,
         timeout: Optional[float] = None,
+        delay: Optional[float] = None,
+        key: Optional[str] = None,
     ) -> SendResult:
         """Send and wait for the broker's confirm: the SendResult, or SendFailed (with the
-        attempts) / SendTimeout (naming the wait it was in) / the codec's error for bad input."""
-        message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
+        attempts) / SendTimeout (naming the wait it was in) / the codec's error for bad input.
+        ``delay``: delivered that many seconds later (at most one delay level later, see
+        ``delays.py``); ``key``: every send with this key goes to one broker, in order."""
+        message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False, delay, key)
         self._submit(message)
         return self._wait_result(message.future)
 
@@ -205,10 +210,13 @@ class Producer(ProducerCore):
         mandatory: bool = False,
         timeout: Optional[float] = None,
         callback: Optional[Callable[[SendFuture], Any]] = None,
+        delay: Optional[float] = None,
+        key: Optional[str] = None,
     ) -> SendFuture:
         """Queue a send and return its future (its result: a SendResult); ``callback(future)``
-        runs exactly once when it settles.  Waits only for room in the buffer."""
-        message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False)
+        runs exactly once when it settles.  Waits only for room in the buffer.  ``delay`` and
+        ``key`` as for ``send``."""
+        message = self._prepare(exchange, routing_key, body, properties, mandatory, timeout, False, delay, key)
         self._submit(message)
         future: SendFuture = message.future
         if callback is not None:
@@ -223,11 +231,13 @@ class Producer(ProducerCore):
         properties: Optional[BasicProperties] = None,
         *,
         timeout: Optional[float] = None,
+        delay: Optional[float] = None,
+        key: Optional[str] = None,
     ) -> None:
         """Queue a send without a confirm and without retries: it returns once the message is
         queued, and the message may be lost (a connection lost before the broker read it, an
         unroutable message).  Counted in ``stats().oneway``; a drop is logged."""
-        message = self._prepare(exchange, routing_key, body, properties, False, timeout, True)
+        message = self._prepare(exchange, routing_key, body, properties, False, timeout, True, delay, key)
         self._submit(message)
 
     def _submit(self, message: OutgoingMessage) -> None:
@@ -310,10 +320,11 @@ class Producer(ProducerCore):
             if not isinstance(exc, Exception):
                 raise  # cancelled, or the interpreter exits: an error is reported above, once
 
-    def _pick(self, retry_of: Collection[Broker] = ()) -> Optional[Broker]:
+    def _pick(self, retry_of: Collection[Broker] = (), key: Optional[str] = None) -> Optional[Broker]:
         """A broker ready to publish to, connecting as needed; None when every broker is
         avoided (``_no_broker_until`` then says when to try again).  ``retry_of``: where the
-        batch's retried sends failed (another broker is preferred)."""
+        batch's retried sends failed (another broker is preferred).  ``key``: an ordered
+        send's key, whose broker is chosen by it (``BrokerSelector.for_key``)."""
         while True:
             now = time.monotonic()
             if self._stopping:  # close() is closing the connections: open none
@@ -321,7 +332,11 @@ class Producer(ProducerCore):
                     self._no_broker_until = now + TICK
                 return None
             with self._lock:
-                broker, wait = self.selector.choose(now, self._is_blocked, retry_of)
+                if key is None:
+                    broker, wait = self.selector.choose(now, self._is_blocked, retry_of)
+                else:
+                    broker = self.selector.for_key(key, now)
+                    wait = 0.0 if broker is not None else min(b.avoid_until for b in self.brokers) - now
             if broker is None:
                 with self._lock:
                     self._no_broker_until = now + min(wait, TICK)
@@ -384,16 +399,35 @@ class Producer(ProducerCore):
             self._close_quietly(connection)
 
     def _write(self, batch: list[OutgoingMessage]) -> None:
-        """Publish a batch through one broker, in one write: the plain confirmed sends as one
-        run of frames under one confirm future (a failure retries the whole run: at least
-        once), mandatory and one-way sends one by one.  What cannot be written now goes back
-        to the head of the queue."""
+        """Publish a batch: ordered sends (with a key) to their key's broker, each broker's
+        share in order; the others through one broker (``_write_to``)."""
+        for message in batch:
+            if message.key is not None:
+                break
+        else:
+            self._write_to(batch, None)
+            return
+        now = time.monotonic()
+        shares: dict[Optional[Broker], list[OutgoingMessage]] = {}
+        for message in batch:
+            target = None if message.key is None else self.selector.for_key(message.key, now)
+            shares.setdefault(target, []).append(message)
+        for target, share in shares.items():
+            self._write_to(share, None if target is None else share[0].key)
+
+    def _write_to(self, batch: list[OutgoingMessage], key: Optional[str]) -> None:
+        """Publish a batch through one broker (``key``: an ordered send's), in one write: the
+        plain confirmed sends as one run of frames under one confirm future (a failure
+        retries the whole run: at least once), mandatory and one-way sends one by one.  What
+        cannot be written now goes back to the head of the queue."""
         retry_of: Collection[Broker] = ()
         if batch[0].attempts:  # retries are at the head of the queue
             retry_of = {m.broker for m in batch if m.attempts and m.broker is not None}
-        broker = self._pick(retry_of)
+        broker = self._pick(retry_of, key)
         if broker is None:
             self._requeue(batch)
+            return
+        if not self._declare_delays(broker, batch):
             return
         now = time.monotonic()
         live = []
@@ -471,6 +505,33 @@ class Producer(ProducerCore):
             return
         self._waiting = "the producer's queue"
         self.selector.succeeded(broker)
+
+    def _declare_delays(self, broker: Broker, batch: list[OutgoingMessage]) -> bool:
+        """Declare on ``broker`` the delay routes of the batch's delayed sends it has not yet
+        (delays.py: a fanout exchange, a durable queue with the step's TTL dead-lettering to
+        the target, the binding).  A route the broker refuses (a queue of that name with
+        other arguments) fails its sends; a lost channel or connection requeues the batch."""
+        routes = {m.delay_route for m in batch if m.delay_route is not None} - broker.delay_routes
+        for route in routes:
+            channel = broker.channel
+            try:
+                channel.exchange_declare(route.exchange, "fanout", durable=True)
+                channel.queue_declare(route.queue, durable=True, arguments=route.queue_arguments)
+                channel.queue_bind(route.queue, route.exchange)
+            except ChannelClosed as exc:
+                if exc.reply_code in (403, 404, 406):  # refused for good: those sends fail
+                    log.warning("producer: the delay route %s on %s was refused: %s", route.queue, broker.url, exc)
+                    for message in batch:
+                        if message.delay_route == route:
+                            self._fail(message, exc)
+                self._requeue(batch)  # the others, on a new channel
+                return False
+            except _BROKER_ERRORS + (OperationTimeout,) as exc:
+                self._broker_failed(broker, exc)
+                self._requeue(batch)
+                return False
+            broker.delay_routes.add(route)
+        return True
 
     def _write_solo(self, broker: Broker, message: OutgoingMessage, timeout: float) -> None:
         """One message alone, its confirm awaited (within ``timeout``) before anything else

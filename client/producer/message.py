@@ -46,7 +46,7 @@ class OutgoingMessage:
     __slots__ = (
         "exchange", "routing_key", "body", "_properties", "_with_id", "mandatory", "message_id", "oneway",
         "timeout", "deadline", "started", "attempts", "future", "size", "not_before", "stage",
-        "epoch", "done", "broker", "solo", "span",
+        "epoch", "done", "broker", "solo", "span", "key", "delay_route",
     )
 
     def __init__(self, exchange: str, routing_key: str, body: bytes, properties: Optional[BasicProperties],
@@ -76,6 +76,8 @@ class OutgoingMessage:
         self.broker: Any = None
         self.solo = False  # sent alone, its confirm awaited before the next (see _batch_cb)
         self.span: Any = None  # its OpenTelemetry send span, with tracing on
+        self.key: Optional[str] = None  # an ordered send's key: its broker is chosen by it
+        self.delay_route: Any = None  # a delayed send's DelayRoute (delays.py): declared before it is written
 
     @property
     def properties(self) -> Optional[BasicProperties]:

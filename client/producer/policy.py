@@ -14,6 +14,7 @@ never left idle for nothing; a failed one is not.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import random
 from typing import Any, Callable, Collection, Optional, Sequence
 
@@ -128,6 +129,7 @@ class Broker:
         self.channel: Any = None  # confirm mode
         self.oneway_channel: Any = None
         self.failures = 0  # consecutive
+        self.delay_routes: set[Any] = set()  # the delay routes declared over this connection (delays.py)
         self.avoid_until = 0.0
         self.nacked_in_row = 0  # messages nacked since the channel's last ack (or its opening)
         self.renewals = 0  # channels renewed since the last ack or connection
@@ -288,6 +290,22 @@ class BrokerSelector:
                     best, chosen = rank, broker
         self._next = (chosen.index + 1) % n
         return chosen, 0.0
+
+    def for_key(self, key: str, now: float) -> Optional[Broker]:
+        """The broker of an ordered send's ``key`` (RocketMQ's MessageQueueSelector by hash):
+        rendezvous hashing over the brokers not avoided, so a key stays on its broker while
+        that broker lives, and when it fails only its keys move (to the next best broker),
+        back when it returns.  None when every broker is avoided."""
+        best: Optional[Broker] = None
+        best_weight = b""
+        encoded = key.encode("utf-8", "surrogatepass")
+        for broker in self.brokers:
+            if broker.avoid_until > now:
+                continue
+            weight = hashlib.blake2b(encoded, digest_size=8, key=broker.url.encode("utf-8")[:64]).digest()
+            if best is None or weight > best_weight:
+                best, best_weight = broker, weight
+        return best
 
     def broker_stats(self, now: float, is_blocked: Callable[[Broker], bool]) -> tuple[BrokerStats, ...]:
         stats = []
