@@ -58,9 +58,13 @@ from .producer.errors import BufferFullError, SendFailed, SendTimeout
 from .producer.message import OutgoingMessage, SendResult
 from .producer.policy import Attempt, BrokerStats
 from .producer.stats import ProducerStats
+from .retry import RetryStats
+from .retry_sync import ConsumerRetry
 from .url import ConnectionParameters, parse_url
 
 __all__ = [
+    "ConsumerRetry",
+    "RetryStats",
     "aio",
     "connect",
     "Connection",

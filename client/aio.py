@@ -6,5 +6,6 @@ gathers them, so that neither imports the other through it.
 """
 from .aio_connection import Channel, Connection, Consumer, StreamConsumer, StreamOffsets, connect
 from .producer.aio import Producer
+from .retry_async import ConsumerRetry
 
-__all__ = ["connect", "Connection", "Channel", "Consumer", "StreamConsumer", "StreamOffsets", "Producer"]
+__all__ = ["connect", "Connection", "Channel", "Consumer", "StreamConsumer", "StreamOffsets", "Producer", "ConsumerRetry"]

@@ -1,5 +1,5 @@
 """Write the blocking twins of the async flows: operations_sync.py from operations_async.py,
-producer/flows_sync.py from producer/flows_async.py.
+producer/flows_sync.py from producer/flows_async.py, retry_sync.py from retry_async.py.
 
     python client/make_sync.py           # rewrite the generated files
     python client/make_sync.py --check   # exit 1 when a committed file drifts
@@ -37,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 FILES = [
     (HERE / "operations_async.py", HERE / "operations_sync.py"),
     (HERE / "producer" / "flows_async.py", HERE / "producer" / "flows_sync.py"),
+    (HERE / "retry_async.py", HERE / "retry_sync.py"),
 ]
 
 RENAMES = {
