@@ -1,11 +1,33 @@
 """Messages as the client hands them to users."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from amqwire.codec import BasicProperties, Delivery
 
 from .encoding import decode_body
+
+
+_PROPERTY_NAMES = (
+    "content_type", "content_encoding", "headers", "delivery_mode", "priority", "correlation_id", "reply_to",
+    "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id",
+)
+
+
+def replace_properties(properties: BasicProperties, **changes: Any) -> BasicProperties:
+    """A copy of ``properties`` with some fields changed (the caller's object stays as it is)."""
+    values = {name: getattr(properties, name) for name in _PROPERTY_NAMES}
+    values.update(changes)
+    return BasicProperties(**values)
+
+
+def with_headers(properties: Optional[BasicProperties], added: dict[str, Any]) -> BasicProperties:
+    """A copy of ``properties`` whose headers are its own plus ``added`` (copy-on-write:
+    the caller's object and its headers dict stay as they are)."""
+    if properties is None:
+        return BasicProperties(headers=added)
+    headers = properties.headers
+    return replace_properties(properties, headers={**headers, **added} if headers else added)
 
 
 class Message(Delivery):

@@ -18,11 +18,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional, Sequence, TypeVar
 
-from amqwire.codec import BasicProperties
-
 from . import delays
-from .message import Message
-from .producer.message import replace_properties
+from .message import Message, with_headers
 from .retry import RetryPlan, RetryStats
 
 log = logging.getLogger("amqwire.client.retry")
@@ -74,7 +71,7 @@ class ConsumerRetry:
                 await channel.queue_declare(route.queue, durable=True, arguments=route.queue_arguments)
                 await channel.queue_bind(route.queue, route.exchange)
                 self._declared.add(route)
-            properties = _with_headers(message.properties, plan.headers)
+            properties = with_headers(message.properties, plan.headers)
             await channel.basic_publish(plan.exchange, plan.routing_key, message.body, properties, mandatory=True,
                                         timeout=timeout)
             self.plan.done(message, plan)
@@ -97,12 +94,6 @@ class ConsumerRetry:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
-
-
-def _with_headers(properties: Optional[BasicProperties], headers: dict[str, Any]) -> BasicProperties:
-    if properties is None:
-        return BasicProperties(headers=dict(headers))
-    return replace_properties(properties, headers={**(properties.headers or {}), **headers})
 
 
 __all__ = ["ConsumerRetry"]

@@ -27,17 +27,13 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from amqwire.codec import BasicProperties
 
 from .errors import AMQPError
+from .message import with_headers
 
 __all__ = ["Tracing", "TracingUnavailable", "TRACEPARENT", "TRACESTATE", "tracing_from_option"]
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 SYSTEM = "rabbitmq"
-
-_PROPERTY_NAMES = (
-    "content_type", "content_encoding", "headers", "delivery_mode", "priority", "correlation_id", "reply_to",
-    "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id",
-)
 
 # True while a traced publish runs: the channel method it calls (basic_publish ->
 # publish_async in confirm mode, or the call itself again with the traced headers) must
@@ -69,15 +65,7 @@ class _HeaderGetter:
 _GETTER = _HeaderGetter()
 
 
-def with_headers(properties: Optional[BasicProperties], added: dict[str, Any]) -> BasicProperties:
-    """A copy of ``properties`` whose headers are its own plus ``added`` (copy-on-write:
-    the caller's object and its headers dict stay as they are)."""
-    if properties is None:
-        return BasicProperties(headers=added)
-    values = {name: getattr(properties, name) for name in _PROPERTY_NAMES}
-    headers = values["headers"]
-    values["headers"] = {**headers, **added} if headers else added
-    return BasicProperties(**values)
+
 
 
 def _version() -> str:

@@ -8,7 +8,7 @@ from typing import Callable, Optional
 from amqwire.codec import BasicProperties
 
 from ..encoding import encoder, zstd_available
-from .message import replace_properties
+from ..message import replace_properties
 
 
 class Compressor:

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple, Optional, Union
 
 from amqwire.codec import BasicProperties
 
+from ..message import replace_properties
 from .policy import Attempt
 
 Body = Union[bytes, bytearray, memoryview, str]
@@ -24,19 +25,6 @@ class SendResult(NamedTuple):
     attempts: int
     message_id: Optional[str]
     latency: float
-
-
-_PROPERTY_NAMES = (
-    "content_type", "content_encoding", "headers", "delivery_mode", "priority", "correlation_id", "reply_to",
-    "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id",
-)
-
-
-def replace_properties(properties: BasicProperties, **changes: Any) -> BasicProperties:
-    """A copy of ``properties`` with some fields changed (the caller's object stays as it is)."""
-    values = {name: getattr(properties, name) for name in _PROPERTY_NAMES}
-    values.update(changes)
-    return BasicProperties(**values)
 
 
 class OutgoingMessage:
