@@ -35,6 +35,8 @@ def parser() -> argparse.ArgumentParser:
     perf.add_command(commands, common)
     commands.add_parser("bridge", help="forward a queue to an exchange on another broker (amqwire bridge --help)",
                         add_help=False)
+    for command in commands.choices.values():  # an unknown option gets its subcommand's usage
+        command.set_defaults(command_parser=command)
     return top
 
 
@@ -44,7 +46,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from amqwire.bridge.__main__ import main as bridge_main
 
         return bridge_main(arguments[1:], prog=f"{PROG} bridge")
-    args = parser().parse_args(arguments)
+    args, unknown = parser().parse_known_args(arguments)
+    if unknown:
+        command_parser: argparse.ArgumentParser = args.command_parser
+        command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # exits 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     levels = {name: logging.getLogger(name).level for name in _QUIET_UNLESS_VERBOSE}
