@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 from amqwire.client import AmqwireError
 
 from . import messages, perf
-from .settings import ENV_PASSWORD, ENV_URL, PROG, Handler, UsageError, connection_options, connection_settings, redact, url_passwords
+from .settings import ENV_PASSWORD, ENV_URL, PROG, Handler, UsageError, connection_options, connection_settings, redact
 
 # The client logs what it retries and why; a command reports a failure in its one line.
 _QUIET_UNLESS_VERBOSE = ("amqwire.client", "amqwire.bridge")
@@ -56,21 +56,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.verbose:
         for name in _QUIET_UNLESS_VERBOSE:
             logging.getLogger(name).setLevel(logging.CRITICAL)
-    secrets: Sequence[str] = url_passwords(args.url or os.environ.get(ENV_URL) or "")
     try:
         settings = connection_settings(args)
-        secrets = settings.secrets
         handler: Handler = args.handler
         return handler(args, settings)
     except UsageError as exc:
-        return _fail(str(exc), 2, secrets)
+        return _fail(str(exc), 2)
     except AmqwireError as exc:
-        return _fail(str(exc) or type(exc).__name__, 1, secrets)
+        return _fail(str(exc) or type(exc).__name__, 1)
     except BrokenPipeError:  # stdout closed early (| head): stop quietly, as other tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as exc:  # a socket error the client did not wrap
-        return _fail(f"{type(exc).__name__}: {exc}", 1, secrets)
+        return _fail(f"{type(exc).__name__}: {exc}", 1)
     except KeyboardInterrupt:
         return 130
     finally:  # called in-process (tests, an embedding program): leave its loggers as they were
@@ -78,10 +76,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             logging.getLogger(name).setLevel(level)
 
 
-def _fail(message: str, code: int, secrets: Sequence[str]) -> int:
+def _fail(message: str, code: int) -> int:
     try:
         sys.stdout.flush()
     except OSError:
         pass
-    sys.stderr.write(f"{PROG}: error: {redact(message, secrets)}\n")
+    sys.stderr.write(f"{PROG}: error: {redact(message)}\n")
     return code

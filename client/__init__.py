@@ -58,7 +58,7 @@ from .producer.errors import BufferFullError, SendFailed, SendTimeout
 from .producer.message import OutgoingMessage, SendResult
 from .producer.policy import Attempt, BrokerStats
 from .producer.stats import ProducerStats
-from .url import ConnectionParameters, parse_url
+from .url import ConnectionParameters, mask_url_passwords, parse_url
 
 __all__ = [
     "aio",
@@ -74,6 +74,7 @@ __all__ = [
     "BasicProperties",
     "ConnectionParameters",
     "parse_url",
+    "mask_url_passwords",
     "RecoveryPolicy",
     "ConnectionStatus",
     "AmqwireError",

@@ -331,13 +331,46 @@ def test_the_console_script_is_on_the_venv_path():
     assert shutil.which("amqwire", path=str(SCRIPT.parent)) == str(SCRIPT)
 
 
-def test_redact_masks_secrets_and_url_passwords_on_one_line():
+def test_redact_masks_the_password_field_only_on_one_line():
     from amqwire.cli.settings import redact
 
-    assert redact("login as bob with hunter22\nrefused", ["hunter22"]) == "login as bob with **** refused"
-    assert redact("amqp://bob:pa%2Fss@host:5672/ failed", []) == "amqp://bob:****@host:5672/ failed"
-    # a secret too short to mask safely is left to the client, which never shows passwords
-    assert redact("channel closed", ["a"]) == "channel closed"
+    assert redact("amqp://bob:pa%2Fss@host:5672/ failed\nfor good") == "amqp://bob:****@host:5672/ failed for good"
+    # the password's text elsewhere is not a password field: the user name, vhost and queue stay
+    assert redact("amqp://guest:guest@h/guest-vhost: queue 'guest.q' of guest") == \
+        "amqp://guest:****@h/guest-vhost: queue 'guest.q' of guest"
+    assert redact("amqp://u:p@ss/w?rd#@host:5672/ and amqps://v:x@h2/") == "amqp://u:****@host:5672/ and amqps://v:****@h2/"
+    assert redact("channel closed") == "channel closed"
+
+
+def test_the_user_name_shows_whatever_the_password(amqp_url):
+    """guest:guest: the password's text is the user name's, which every error line shows as it is."""
+    for password in ("guest", "gue"):
+        result = amqwire("get", "q", "--connect-timeout", "3", url=f"amqp://guest:{password}@127.0.0.1:{_free_port()}/")
+        assert result.returncode == 1 and result.stderr.count(b"\n") == 1, result.stderr
+        assert b"could not connect: amqp://guest@127.0.0.1:" in result.stderr, result.stderr
+
+
+def test_two_different_passwords_are_refused(amqp_url, names, tmp_path):
+    host, port = url_host_port(amqp_url)
+    user, password = url_credentials(amqp_url)
+    other = "0ther-Pa55"
+    in_url = f"amqp://{user}:{password}@{host}:{port}/"
+    password_file = tmp_path / "password"
+    password_file.write_text(other + "\n")
+    for kwargs, words in (({"url": in_url, "env": {"AMQP_PASSWORD": other}}, b"(--url) and $AMQP_PASSWORD's"),
+                          ({"env": {"AMQP_URL": in_url, "AMQP_PASSWORD": other}}, b"($AMQP_URL) and $AMQP_PASSWORD's"),
+                          ({"url": in_url, "args": ("--password-file", str(password_file))}, b"(--url) and --password-file's")):
+        result = amqwire("purge", "q", *kwargs.pop("args", ()), **kwargs)
+        assert result.returncode == 2 and result.stdout == b"", result
+        assert result.stderr.startswith(b"amqwire: error: two different passwords: the URL's ") and words in result.stderr
+        assert result.stderr.count(b"\n") == 1 and other.encode() not in result.stderr
+        assert password.encode() not in result.stderr.replace(user.encode(), b""), result.stderr
+    # the same password twice, or one only (the default URL's guest is no password given): fine
+    queue = names.queue()
+    ok(amqwire("declare-queue", queue, url=in_url, env={"AMQP_PASSWORD": password}))
+    ok(amqwire("purge", queue, url=f"amqp://{user}@{host}:{port}/", env={"AMQP_PASSWORD": password}))
+    default = amqwire("purge", queue, "--connect-timeout", "5", env={"AMQP_PASSWORD": other})
+    assert b"two different passwords" not in default.stderr, default.stderr
 
 
 def test_main_in_process_leaves_the_loggers_it_quietened_as_they_were(capsys):
