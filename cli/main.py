@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 from amqwire.client import AmqwireError
 
 from . import messages, perf
-from .settings import ENV_PASSWORD, ENV_URL, PROG, Handler, UsageError, connection_options, connection_settings, redact, url_passwords
+from .settings import ENV_PASSWORD, ENV_URL, PROG, Handler, UsageError, connection_options, connection_settings, redact
 
 # The client logs what it retries and why; a command reports a failure in its one line.
 _QUIET_UNLESS_VERBOSE = ("amqwire.client", "amqwire.bridge")
@@ -35,6 +35,8 @@ def parser() -> argparse.ArgumentParser:
     perf.add_command(commands, common)
     commands.add_parser("bridge", help="forward a queue to an exchange on another broker (amqwire bridge --help)",
                         add_help=False)
+    for command in commands.choices.values():  # an unknown option gets its subcommand's usage
+        command.set_defaults(command_parser=command)
     return top
 
 
@@ -44,28 +46,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from amqwire.bridge.__main__ import main as bridge_main
 
         return bridge_main(arguments[1:], prog=f"{PROG} bridge")
-    args = parser().parse_args(arguments)
+    args, unknown = parser().parse_known_args(arguments)
+    if unknown:
+        command_parser: argparse.ArgumentParser = args.command_parser
+        command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # exits 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     levels = {name: logging.getLogger(name).level for name in _QUIET_UNLESS_VERBOSE}
     if not args.verbose:
         for name in _QUIET_UNLESS_VERBOSE:
             logging.getLogger(name).setLevel(logging.CRITICAL)
-    secrets: Sequence[str] = url_passwords(args.url or os.environ.get(ENV_URL) or "")
     try:
         settings = connection_settings(args)
-        secrets = settings.secrets
         handler: Handler = args.handler
         return handler(args, settings)
     except UsageError as exc:
-        return _fail(str(exc), 2, secrets)
+        return _fail(str(exc), 2)
     except AmqwireError as exc:
-        return _fail(str(exc) or type(exc).__name__, 1, secrets)
+        return _fail(str(exc) or type(exc).__name__, 1)
     except BrokenPipeError:  # stdout closed early (| head): stop quietly, as other tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as exc:  # a socket error the client did not wrap
-        return _fail(f"{type(exc).__name__}: {exc}", 1, secrets)
+        return _fail(f"{type(exc).__name__}: {exc}", 1)
     except KeyboardInterrupt:
         return 130
     finally:  # called in-process (tests, an embedding program): leave its loggers as they were
@@ -73,10 +76,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             logging.getLogger(name).setLevel(level)
 
 
-def _fail(message: str, code: int, secrets: Sequence[str]) -> int:
+def _fail(message: str, code: int) -> int:
     try:
         sys.stdout.flush()
     except OSError:
         pass
-    sys.stderr.write(f"{PROG}: error: {redact(message, secrets)}\n")
+    sys.stderr.write(f"{PROG}: error: {redact(message)}\n")
     return code

@@ -3,7 +3,9 @@
 A body comes from ``--body``, ``--file`` or stdin; properties and headers are options.
 Bodies are written to stdout as they are, one per line (``--json``: one JSON object per
 message, with its properties, headers and the exact body).  Publishes are confirmed: the command returns
-once the broker has the message, or fails.
+once the broker has the message, or fails; a message no queue took is said on stderr (an
+error with ``--mandatory``).  A queue that does not exist is an error (exit 1) for every
+subcommand that names one.
 """
 from __future__ import annotations
 
@@ -11,12 +13,13 @@ import argparse
 import base64
 import datetime
 import json
+import re
 import sys
 from typing import Any, BinaryIO, Optional
 
-from amqwire.client import BasicProperties, Channel, Message, connect
+from amqwire.client import BasicProperties, Channel, Message, MessageReturned, PreconditionFailed, connect
 
-from .settings import Settings, UsageError, int_range, non_negative_int, positive_float, positive_int
+from .settings import PROG, Settings, UsageError, int_range, non_negative_int, positive_float, positive_int
 
 QUEUE_TYPES = ("classic", "quorum", "stream")
 
@@ -31,7 +34,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     body = publish.add_mutually_exclusive_group()
     body.add_argument("-b", "--body", help="the body, as UTF-8 text")
     body.add_argument("-f", "--file", metavar="PATH", help="read the body from this file ('-': stdin)")
-    publish.add_argument("--mandatory", action="store_true", help="fail if no queue receives the message")
+    publish.add_argument("--mandatory", action="store_true",
+                         help="fail (exit 1) if no queue receives the message (default: a warning on stderr, exit 0)")
     publish.add_argument("-p", "--persistent", action="store_true", help="delivery mode 2 (written to disk)")
     publish.add_argument("-H", "--header", action="append", default=[], metavar="NAME=VALUE",
                          help="a header, text unless --header-json; repeatable")
@@ -54,7 +58,11 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     get.add_argument("-n", "--count", type=positive_int, default=1, help="at most this many messages (default: 1)")
     _add_output_options(get)
     get.add_argument("--requeue", action="store_true",
-                     help="put the messages back once written (a peek; they come back marked redelivered)")
+                     help="put the messages back once written (a peek on a classic queue; they come back "
+                     "marked redelivered); refused on a quorum queue, where it is no peek, unless --force")
+    get.add_argument("--force", action="store_true",
+                     help="--requeue on a quorum queue all the same: it raises each message's delivery count "
+                     "(which its delivery-limit counts) and may change the order")
     get.set_defaults(handler=run_get)
 
     consume = commands.add_parser("consume", parents=[common], help="subscribe to a queue and print what arrives",
@@ -82,7 +90,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     declare.add_argument("--passive", action="store_true", help="only check that it exists")
     declare.set_defaults(handler=run_declare_queue)
 
-    delete = commands.add_parser("delete-queue", parents=[common], help="delete a queue, print how many messages it held")
+    delete = commands.add_parser("delete-queue", parents=[common], help="delete a queue, print how many messages it held",
+                                 description="Delete a queue and print how many messages it held; "
+                                 "a queue that does not exist is an error (exit 1).")
     delete.add_argument("queue")
     delete.add_argument("--if-unused", action="store_true", help="only if it has no consumers")
     delete.add_argument("--if-empty", action="store_true", help="only if it holds no messages")
@@ -164,8 +174,16 @@ def run_publish(args: argparse.Namespace, settings: Settings) -> int:
     with connect(settings.parameters) as connection:
         channel = connection.channel()
         channel.confirm_select()
-        channel.basic_publish(args.exchange, args.routing_key, body, properties,
-                              mandatory=args.mandatory, timeout=args.timeout)
+        # Always mandatory, so that the broker says when no queue took the message (without
+        # the flag it drops it and confirms all the same); --mandatory makes that an error.
+        try:
+            channel.basic_publish(args.exchange, args.routing_key, body, properties, mandatory=True, timeout=args.timeout)
+        except MessageReturned as returned:
+            if args.mandatory:
+                raise
+            sys.stderr.write(f"{PROG}: warning: no queue received the message: {returned.reply_code} {returned.reply_text} "
+                             f"(exchange {returned.exchange!r}, routing key {returned.routing_key!r}); "
+                             "the broker dropped it (--mandatory: exit 1)\n")
     return 0
 
 
@@ -222,11 +240,34 @@ class MessageWriter:
         self.out.flush()
 
 
+def queue_type(connection: Any, queue: str) -> Optional[str]:
+    """``classic``, ``quorum`` or ``stream`` as the broker names the queue's type; None when
+    it does not say.  AMQP 0-9-1 has no call that tells: a consumer with ``x-stream-offset``
+    (an argument only streams accept) is refused by any other queue with 406 "... of queue
+    type rabbit_quorum_queue", which names it, and creates nothing.  On a throwaway
+    channel, which the refusal closes; a stream accepts it only with a prefetch, which this
+    channel has not, so nothing is consumed there either."""
+    channel = connection.channel()
+    try:
+        consumer = channel.basic_consume(queue, no_ack=False, arguments={"x-stream-offset": "next"})
+    except PreconditionFailed as refused:
+        match = re.search(r"of queue type rabbit_(\w+)_queue", refused.reply_text)
+        return match.group(1) if match else None
+    consumer.cancel()  # a broker that took it: a stream
+    channel.close()
+    return "stream"
+
+
 def run_get(args: argparse.Namespace, settings: Settings) -> int:
     writer = MessageWriter(args, sys.stdout.buffer)
     no_ack = not args.ack and not args.requeue
     with connect(settings.parameters) as connection:
         channel = connection.channel()
+        channel.queue_declare(args.queue, passive=True)  # missing: NOT_FOUND, exit 1
+        if args.requeue and not args.force and queue_type(connection, args.queue) == "quorum":
+            raise UsageError(f"--requeue is no peek on quorum queue {args.queue!r}: each message would come back "
+                             "with its delivery count raised (a delivery-limit drops or dead-letters it) and "
+                             "possibly out of order; --force to do it all the same")
         peeked: list[Message] = []
         for _ in range(args.count):
             message = channel.basic_get(args.queue, no_ack=no_ack)
@@ -290,7 +331,10 @@ def run_declare_queue(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_delete_queue(args: argparse.Namespace, settings: Settings) -> int:
     with connect(settings.parameters) as connection:
-        held = connection.channel().queue_delete(args.queue, if_unused=args.if_unused, if_empty=args.if_empty)
+        channel = connection.channel()
+        # RabbitMQ answers the delete of a missing queue as done, with 0 messages
+        channel.queue_declare(args.queue, passive=True)  # missing: NOT_FOUND, exit 1
+        held = channel.queue_delete(args.queue, if_unused=args.if_unused, if_empty=args.if_empty)
     sys.stdout.write(f"{held}\n")
     return 0
 

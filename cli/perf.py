@@ -7,6 +7,13 @@ Each second prints the rates of that second (sent, confirmed, nacked, received) 
 latency percentiles of the messages received in it; the end prints a summary, and
 ``--json PATH`` writes the samples and the summary.  A broker that goes silent cannot hold
 the end: publishes wait at most a second at a time, confirms 10 s, closing 5 s more.
+
+A queue of the user's (``-u``) is kept, and so are the messages it held; the run's consumers
+take whatever comes first, as PerfTest's do.  What the run published and did not consume
+it takes back at the end (every message carries the run's ``app_id``): it consumes from
+the queue until it is empty or a message the run did not publish comes first (that one
+and the rest stay, in order), and says what the queue still holds.  ``--keep-messages``
+leaves them (to fill a queue with ``-y 0``), and says how many the queue holds.
 """
 from __future__ import annotations
 
@@ -26,7 +33,7 @@ from typing import Any, Optional, Sequence, TextIO
 
 from amqwire.client import AmqwireError, BasicProperties, NotFound, OperationTimeout, PublishError, aio
 
-from .settings import Settings, UsageError, non_negative_int, positive_float, positive_int
+from .settings import PROG, Settings, UsageError, non_negative_int, positive_float, positive_int
 
 log = logging.getLogger("amqwire.cli.perf")
 STAMP = struct.Struct(">Q")
@@ -37,20 +44,27 @@ SUMMARY_SAMPLE = 200_000
 CONFIRM_DRAIN_SECONDS = 10.0
 STOP_CHECK_SECONDS = 1.0
 SHUTDOWN_GRACE_SECONDS = CONFIRM_DRAIN_SECONDS + 5.0
+TAKE_BACK_PREFETCH = 1000
+TAKE_BACK_IDLE_SECONDS = 2.0  # a queue that held messages and sends none for this long: the rest are elsewhere
 
 
 def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    # -h is the URL, as in PerfTest (-h/--uri); help is --help only
     perf = commands.add_parser(
-        "perf", parents=[common], help="measure a broker: PerfTest's main flags",
+        "perf", parents=[common], help="measure a broker: PerfTest's main flags", add_help=False,
         description="Publish and consume as fast as allowed and print the rates each second, then a summary. "
         "Runs until -z seconds, -C messages per producer (all received), or Ctrl-C.",
     )
+    perf.add_argument("--help", action="help", help="show this help message and exit")
+    perf.add_argument("-h", dest="url", metavar="URI", help="the URL, as PerfTest's -h (the same as --url/--uri)")
     perf.add_argument("-x", "--producers", type=non_negative_int, default=1, help="producer connections (default: 1)")
     perf.add_argument("-y", "--consumers", type=non_negative_int, default=1, help="consumer connections (default: 1)")
     perf.add_argument("-s", "--size", type=non_negative_int, default=12,
                       help=f"body size in bytes (default: 12; at least {STAMP.size}, the timestamp)")
-    perf.add_argument("-u", "--queue", help="queue to use, declared if missing and kept "
-                      "(default: a new queue, deleted at the end)")
+    perf.add_argument("-u", "--queue", help="queue to use, declared if missing and kept; the run takes back "
+                      "the messages it published and did not consume (default: a new queue, deleted at the end)")
+    perf.add_argument("--keep-messages", action="store_true",
+                      help="with -u: leave what the run published and did not consume in the queue")
     perf.add_argument("-c", "--confirm", type=positive_int, metavar="WINDOW",
                       help="publisher confirms, with at most this many unconfirmed per producer")
     perf.add_argument("-q", "--qos", "--prefetch", dest="prefetch", type=non_negative_int, default=0,
@@ -122,6 +136,7 @@ class Run:
     counters: Counters = dataclasses.field(default_factory=Counters)
     stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     stop_reason: str = "interrupted"
+    marker: str = dataclasses.field(default_factory=lambda: f"amqwire-perf {uuid.uuid4().hex[:12]}")  # app_id
     stopped_at: Optional[float] = None
     producers_done: int = 0
 
@@ -141,7 +156,7 @@ class Run:
 async def produce(run: Run) -> None:
     args = run.args
     counters = run.counters
-    properties = BasicProperties(delivery_mode=2) if "persistent" in args.flag else None
+    properties = BasicProperties(app_id=run.marker, delivery_mode=2 if "persistent" in args.flag else None)
     mandatory = "mandatory" in args.flag
     padding = bytes(max(args.size - STAMP.size, 0))
     async with aio.connect(run.settings.parameters) as connection:
@@ -275,12 +290,72 @@ async def prepare_queue(run: Run) -> bool:
     async with aio.connect(run.settings.parameters) as connection:
         if run.args.queue:
             try:
-                await (await connection.channel()).queue_declare(run.queue, passive=True)
+                held = (await (await connection.channel()).queue_declare(run.queue, passive=True)).message_count
+                if held and run.args.consumers:
+                    sys.stderr.write(f"{PROG} perf: warning: queue {run.queue!r} holds {held} messages: "
+                                     "the run's consumers take them too\n")
                 return False
             except NotFound:
                 pass  # that channel is closed now; the next one declares it
         await (await connection.channel()).queue_declare(run.queue, durable=durable)
     return not run.args.queue
+
+
+@dataclasses.dataclass
+class Leftovers:
+    """What a kept queue (-u) holds after the run."""
+
+    taken_back: int  # messages the run published and did not consume, taken back
+    held: int  # messages the queue holds after that
+    foreign_first: bool  # taking back stopped at a message the run did not publish
+
+    def line(self, queue: str, kept: bool) -> str:
+        if kept:
+            return f"queue {queue!r} kept its messages (--keep-messages): it holds {self.held}"
+        line = f"queue {queue!r}: took back {self.taken_back} messages this run published and did not consume"
+        if self.foreign_first:
+            return (line + f", then stopped at one it did not publish (left in its place); the queue holds {self.held}, "
+                    "the run's behind that one among them")
+        return line + f"; the queue holds {self.held}"
+
+
+async def take_back(run: Run) -> Leftovers:
+    """Consume the run's own messages (its app_id) from the kept queue and ack them, until
+    the queue is empty or a message the run did not publish comes first: that one and those
+    delivered after it go back unacked when the channel closes, in their places."""
+    async with aio.connect(run.settings.parameters) as connection:
+        channel = await connection.channel()
+        held = (await channel.queue_declare(run.queue, passive=True)).message_count
+        # the run's last publishes may reach the queue after this count (another connection's)
+        counters = run.counters
+        held = max(held, counters.sent - counters.received)
+        if run.args.keep_messages or held == 0:
+            if run.args.keep_messages:
+                await asyncio.sleep(0.2)  # the count said: let the last publishes land first
+                held = (await channel.queue_declare(run.queue, passive=True)).message_count
+            return Leftovers(0, held, False)
+        await channel.basic_qos(TAKE_BACK_PREFETCH)
+        taken = 0
+        last_own = acked = 0
+        foreign = False
+        consumer = await channel.consume(run.queue)
+        while taken < held:
+            message = await consumer.get(timeout=TAKE_BACK_IDLE_SECONDS)
+            if message is None:
+                break
+            if message.properties.app_id != run.marker:
+                foreign = True
+                break
+            taken += 1
+            last_own = message.delivery_tag
+            if taken % TAKE_BACK_PREFETCH == 0:
+                await channel.basic_ack(last_own, multiple=True)
+                acked = last_own
+        if last_own > acked:
+            await channel.basic_ack(last_own, multiple=True)
+        await channel.close()  # what it holds unacked goes back
+        left = (await (await connection.channel()).queue_declare(run.queue, passive=True)).message_count
+    return Leftovers(taken, left, foreign)
 
 
 async def delete_queue(run: Run) -> None:
@@ -321,6 +396,7 @@ async def perf(args: argparse.Namespace, settings: Settings, out: TextIO) -> dic
         if own_queue:
             with contextlib.suppress(AmqwireError, OSError):
                 await delete_queue(run)
+    leftovers = await take_back(run) if args.queue else None
     counters = run.counters
     summary: dict[str, Any] = {
         "stopped": run.stop_reason,
@@ -333,6 +409,10 @@ async def perf(args: argparse.Namespace, settings: Settings, out: TextIO) -> dic
     }
     if args.confirm:
         summary.update(confirmed=counters.confirmed, nacked=counters.nacked)
+    if leftovers is not None:
+        summary["queue_left"] = {"taken_back": leftovers.taken_back, "held": leftovers.held,
+                                 "foreign_first": leftovers.foreign_first,
+                                 "line": leftovers.line(queue, args.keep_messages)}
     return {"settings": _settings_record(args, queue), "samples": samples, "summary": summary}
 
 
@@ -373,7 +453,8 @@ async def supervise(run: Run, workers: Sequence[asyncio.Future[None]]) -> None:
 def _settings_record(args: argparse.Namespace, queue: str) -> dict[str, Any]:
     return {"producers": args.producers, "consumers": args.consumers, "size": max(args.size, STAMP.size),
             "queue": queue, "confirm": args.confirm, "prefetch": args.prefetch, "multi_ack_every": args.multi_ack_every,
-            "autoack": args.autoack, "flags": args.flag, "rate": args.rate, "duration": args.duration, "count": args.count}
+            "autoack": args.autoack, "keep_messages": args.keep_messages, "flags": args.flag, "rate": args.rate,
+            "duration": args.duration, "count": args.count}
 
 
 def summary_lines(result: dict[str, Any]) -> list[str]:
@@ -387,12 +468,16 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     if latency:
         names = [name for name, _ in PERCENTILES]
         lines.append(f"consumer latency {'/'.join(names)}: {'/'.join(str(latency[n]) for n in names)} µs")
+    if "queue_left" in summary:
+        lines.append(summary["queue_left"]["line"])
     return lines
 
 
 def run_perf(args: argparse.Namespace, settings: Settings) -> int:
     if args.producers == 0 and args.consumers == 0:
         raise UsageError("nothing to run: -x and -y are both 0")
+    if args.keep_messages and not args.queue:
+        raise UsageError("--keep-messages needs -u QUEUE (without it the run's queue is deleted at the end)")
     if args.size < STAMP.size:
         log.info("bodies are %d bytes, the timestamp's size, not %d", STAMP.size, args.size)
     if args.json_path:

@@ -1,17 +1,15 @@
 """What every subcommand of the ``amqwire`` command shares: where to connect (URL,
-password, timeout, with the secrets the error line must never show), the argument types,
-and the masking of a failure's one line.
+password, timeout), the argument types, and the masking of a failure's one line.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
-import re
-from typing import Callable, Optional, Sequence
-from urllib.parse import unquote
+from typing import Callable, Optional
+from urllib.parse import urlsplit
 
-from amqwire.client import ConnectionParameters, parse_url
+from amqwire.client import ConnectionParameters, mask_url_passwords, parse_url
 
 PROG = "amqwire"
 ENV_URL = "AMQP_URL"
@@ -25,41 +23,43 @@ class UsageError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Where to connect, with the secrets the error line must never show."""
+    """Where to connect."""
 
     parameters: ConnectionParameters
-    secrets: tuple[str, ...]
 
 
 def connection_settings(args: argparse.Namespace) -> Settings:
     """The URL from ``--url``, else ``$AMQP_URL``, else the local default; the password
-    from ``--password-file``, else ``$AMQP_PASSWORD``, else the URL's."""
-    url: str = args.url or os.environ.get(ENV_URL) or DEFAULT_URL
-    secrets = url_passwords(url)
+    from ``--password-file``, else ``$AMQP_PASSWORD``, else the URL's.  A password from the
+    file or the environment and another in a given URL: refused (which one was meant?)."""
+    given: Optional[str] = args.url or os.environ.get(ENV_URL)
+    url = given or DEFAULT_URL
     try:
         parameters = parse_url(url.strip())
     except ValueError as exc:
         raise UsageError(f"bad URL: {exc}") from None
     password: Optional[str] = None
+    source = ""
     if args.password_file:
-        password = _read_first_line(args.password_file, "password file")
+        password, source = _read_first_line(args.password_file, "password file"), "--password-file"
     elif os.environ.get(ENV_PASSWORD):
-        password = os.environ[ENV_PASSWORD]
+        password, source = os.environ[ENV_PASSWORD], f"${ENV_PASSWORD}"
     if password is not None:
+        if given is not None and _has_password(given) and parameters.password != password:
+            where = "--url" if args.url else f"${ENV_URL}"
+            raise UsageError(f"two different passwords: the URL's ({where}) and {source}'s; give one "
+                             "(a URL without one: amqp://user@host/)")
         parameters = dataclasses.replace(parameters, password=password)
-    secrets.append(parameters.password)
     if args.connect_timeout is not None:
         parameters = dataclasses.replace(parameters, connection_timeout=args.connect_timeout)
-    return Settings(parameters, tuple(s for s in secrets if s))
+    return Settings(parameters)
 
 
-def url_passwords(url: str) -> list[str]:
-    # Taken apart by hand: a URL the parser refuses must not leak its password either.
-    match = re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*://([^@]*)@", url.strip())
-    if not match or ":" not in match.group(1):
-        return []
-    raw = match.group(1).split(":", 1)[1]
-    return [raw, unquote(raw)]
+def _has_password(url: str) -> bool:
+    try:
+        return urlsplit(url.strip()).password is not None
+    except ValueError:
+        return False
 
 
 def _read_first_line(path: str, what: str) -> str:
@@ -70,16 +70,14 @@ def _read_first_line(path: str, what: str) -> str:
         raise UsageError(f"cannot read the {what} {path}: {exc.strerror}") from None
 
 
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """One line with every secret masked, and any URL's user-info password too.
+def redact(text: str) -> str:
+    """One line, with the password field of any URL in it masked, and nothing else.
 
-    The client's exceptions never contain a password; this is the second line of defence,
-    so it skips secrets under 4 characters, which would mask letters all over the line."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= 4:
-            text = text.replace(secret, "****")
-    text = re.sub(r"(://[^:/@\s]*):[^@\s]*@", r"\1:****@", text)
-    return " ".join(text.split())
+    The client's exceptions never contain a password (they show a URL as
+    ``amqp://user@host:port``); this is the second line of defence, for a URL written out
+    whole.  Not a search for the password's text, which would also mask the same letters
+    in a user name (``guest:guest``), a vhost or a queue's name."""
+    return " ".join(mask_url_passwords(text).split())
 
 
 def _integer(text: str) -> int:

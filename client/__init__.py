@@ -60,7 +60,7 @@ from .producer.policy import Attempt, BrokerStats
 from .producer.stats import ProducerStats
 from .retry import RetryStats
 from .retry_sync import ConsumerRetry
-from .url import ConnectionParameters, parse_url
+from .url import ConnectionParameters, mask_url_passwords, parse_url
 
 __all__ = [
     "ConsumerRetry",
@@ -78,6 +78,7 @@ __all__ = [
     "BasicProperties",
     "ConnectionParameters",
     "parse_url",
+    "mask_url_passwords",
     "RecoveryPolicy",
     "ConnectionStatus",
     "AmqwireError",

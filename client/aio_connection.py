@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence, Union
 
 from .io_asyncio import Opener
+from .message import AsyncMessage as Message
 from .operations_async import AsyncChannel as Channel
 from .operations_async import AsyncConnection as Connection
 from .operations_async import AsyncConsumer as Consumer
@@ -26,7 +27,7 @@ from .url import ParametersLike
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["connect", "Connection", "Channel", "Consumer", "StreamConsumer", "StreamOffsets"]
+__all__ = ["connect", "Connection", "Channel", "Consumer", "StreamConsumer", "StreamOffsets", "Message"]
 
 
 def connect(

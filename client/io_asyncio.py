@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable, Generator, Generic, Optional, TypeV
 from . import protocol as proto
 from .connect import make_ssl_context, server_hostname
 from .errors import AMQPConnectionError, HeartbeatTimeout, OperationTimeout
-from .message import Message
+from .message import AsyncMessage, Message
 from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
 
@@ -172,7 +172,7 @@ class AsyncioIO:
     def on_io_thread() -> bool:
         return False
 
-    def channel_waits(self, channel: "ChannelBase") -> "ChannelWaits":
+    def channel_waits(self, channel: "ChannelBase[AsyncMessage]") -> "ChannelWaits":
         return ChannelWaits(channel, self)
 
     def inbox(self, consumer: "ConsumerBase") -> "Inbox":
@@ -375,7 +375,7 @@ class ChannelWaits:
 
     __slots__ = ("_channel", "_io", "rpc_lock", "_progress")
 
-    def __init__(self, channel: "ChannelBase", io: AsyncioIO) -> None:
+    def __init__(self, channel: "ChannelBase[AsyncMessage]", io: AsyncioIO) -> None:
         self._channel = channel
         self._io = io
         self.rpc_lock = asyncio.Lock()  # one request at a time on the channel

@@ -130,7 +130,7 @@ class ThreadIO:
         """Whether the calling thread is the I/O thread (a callback runs on it)."""
         return threading.current_thread() is self.thread
 
-    def channel_waits(self, channel: "ChannelBase") -> "ChannelWaits":
+    def channel_waits(self, channel: "ChannelBase[Message]") -> "ChannelWaits":
         return ChannelWaits(channel, self)
 
     def inbox(self, consumer: "ConsumerBase") -> "Inbox":
@@ -528,7 +528,7 @@ class ChannelWaits:
 
     __slots__ = ("_channel", "_io", "rpc_lock", "_progress", "_progress_waiters")
 
-    def __init__(self, channel: "ChannelBase", io: ThreadIO) -> None:
+    def __init__(self, channel: "ChannelBase[Message]", io: ThreadIO) -> None:
         self._channel = channel
         self._io = io
         self.rpc_lock = threading.Lock()  # one request at a time on the channel
@@ -713,7 +713,7 @@ class PublishFuture:
 
     __slots__ = ("_channel", "delivery_tag", "count", "_pending", "_state", "_error", "_callbacks", "_retrieved")
 
-    def __init__(self, channel: "ChannelBase", count: int = 1) -> None:
+    def __init__(self, channel: "ChannelBase[Message]", count: int = 1) -> None:
         self._channel = channel
         self.delivery_tag = 0
         self.count = count  # publishes it stands for (publish_encoded: a whole batch)

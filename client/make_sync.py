@@ -45,6 +45,7 @@ RENAMES = {
     "AsyncChannel": "SyncChannel",
     "AsyncConsumer": "SyncConsumer",
     "AsyncStreamConsumer": "SyncStreamConsumer",
+    "AsyncMessage": "Message",  # one class at run time; two to type checkers (message.py)
     "AsyncProducer": "SyncProducer",
     "AsyncioWaiting": "ThreadWaiting",
     "AsyncioSendFuture": "SendFuture",

@@ -1,7 +1,7 @@
 """Messages as the client hands them to users."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Coroutine, Optional
 
 from amqwire.codec import BasicProperties, Delivery
 
@@ -30,8 +30,9 @@ def with_headers(properties: Optional[BasicProperties], added: dict[str, Any]) -
     return replace_properties(properties, headers={**headers, **added} if headers else added)
 
 
-class Message(Delivery):
-    """A delivered message (basic.deliver or basic.get-ok) with its content.
+class DeliveredMessage(Delivery):
+    """A delivered message (basic.deliver or basic.get-ok) with its content: what both
+    transports' messages have.
 
     The codec's parser builds these directly (``CommandParser(delivery_type=Message)``):
     one object per delivery. Attributes: ``channel_id``, ``channel`` (the transport's
@@ -40,8 +41,6 @@ class Message(Delivery):
     ``message_count`` (basic.get only), ``properties``, ``body``, ``stream_offset`` (its
     offset in a stream queue, read by the parser from the x-stream-offset header; None
     for other queues).
-    ``ack``/``nack``/``reject`` go through ``channel``, and are coroutines on the asyncio
-    transport.
     """
 
     __slots__ = ()
@@ -50,15 +49,6 @@ class Message(Delivery):
         if self.channel is None:
             raise AttributeError("this message is not attached to a channel; ack through the protocol core")
         return self.channel
-
-    def ack(self, multiple: bool = False) -> Any:
-        return self._target().basic_ack(self.delivery_tag, multiple)
-
-    def nack(self, multiple: bool = False, requeue: bool = True) -> Any:
-        return self._target().basic_nack(self.delivery_tag, multiple, requeue)
-
-    def reject(self, requeue: bool = True) -> Any:
-        return self._target().basic_reject(self.delivery_tag, requeue)
 
     def decoded_body(self) -> bytes:
         """The body with the compression its ``content_encoding`` names undone (``zstd``,
@@ -70,6 +60,54 @@ class Message(Delivery):
             f"<Message channel={self.channel_id} delivery_tag={self.delivery_tag} "
             f"exchange={self.exchange!r} routing_key={self.routing_key!r} body={len(self.body)} bytes>"
         )
+
+
+# One class at run time for both transports (the parser and the shared layer test
+# ``type(item) is Message`` on the hot path): ``ack``/``nack``/``reject`` return what the
+# message's channel's ``basic_ack``/... return: None on the blocking transport, a coroutine
+# on asyncio.  Type checkers see the two transports' messages as two classes, so that an
+# asyncio ``message.ack()`` without ``await`` (the ack is never sent) is an error
+# (``unused-coroutine`` under ``mypy --strict``), and a blocking one's result is None.
+if TYPE_CHECKING:
+    class Message(DeliveredMessage):
+        """A message of the blocking transport: ``ack``/``nack``/``reject`` send at once."""
+
+        __slots__ = ()
+
+        def ack(self, multiple: bool = False) -> None: ...
+
+        def nack(self, multiple: bool = False, requeue: bool = True) -> None: ...
+
+        def reject(self, requeue: bool = True) -> None: ...
+
+    class AsyncMessage(DeliveredMessage):
+        """A message of the asyncio transport (``amqwire.client.aio.Message``):
+        ``await message.ack()``."""
+
+        __slots__ = ()
+
+        def ack(self, multiple: bool = False) -> Coroutine[Any, Any, None]: ...
+
+        def nack(self, multiple: bool = False, requeue: bool = True) -> Coroutine[Any, Any, None]: ...
+
+        def reject(self, requeue: bool = True) -> Coroutine[Any, Any, None]: ...
+else:
+    class Message(DeliveredMessage):
+        """A delivered message; ``ack``/``nack``/``reject`` go through its channel, and are
+        coroutines on the asyncio transport (``await message.ack()``)."""
+
+        __slots__ = ()
+
+        def ack(self, multiple=False):
+            return self._target().basic_ack(self.delivery_tag, multiple)
+
+        def nack(self, multiple=False, requeue=True):
+            return self._target().basic_nack(self.delivery_tag, multiple, requeue)
+
+        def reject(self, requeue=True):
+            return self._target().basic_reject(self.delivery_tag, requeue)
+
+    AsyncMessage = Message
 
 
 class ReturnedMessage:

@@ -64,7 +64,7 @@ from .errors import (
     PreconditionFailed,
     StreamReplicaUnavailable,
 )
-from .message import Message
+from .message import AsyncMessage
 from .recovery import END, Topology
 from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .streams import (
@@ -351,7 +351,7 @@ class AsyncConnection(ConnectionBase):
         log.info("connection to %s closed", self.params)
 
 
-class AsyncChannel(ChannelBase):
+class AsyncChannel(ChannelBase[AsyncMessage]):
     """An AMQP channel.  A channel is meant for one thread (or task) at a time; requests
     from several are serialized."""
 
@@ -527,12 +527,12 @@ class AsyncChannel(ChannelBase):
         for consumer in list(self._consumers.values()):
             self._consumer_event(ConsumerEventKind.RECOVER_OK, consumer)
 
-    async def basic_get(self, queue: str, *, no_ack: bool = False, timeout: Optional[float] = None) -> Optional[Message]:
+    async def basic_get(self, queue: str, *, no_ack: bool = False, timeout: Optional[float] = None) -> Optional[AsyncMessage]:
         """One message from the queue, or None if it is empty (``message_count``: how many remain)."""
         self._get_no_ack = no_ack
         tracing = self._connection._tracing
         started = 0 if tracing is None else tracing.now()
-        message: Optional[Message] = await self._rpc(BasicGet(0, queue, no_ack), timeout, record=False)
+        message: Optional[AsyncMessage] = await self._rpc(BasicGet(0, queue, no_ack), timeout, record=False)
         if tracing is not None:
             tracing.received(self, queue, message, started)
         return message
@@ -819,7 +819,7 @@ class AsyncChannel(ChannelBase):
     def consume(
         self,
         queue: str,
-        callback: Optional[Callable[[Message], Any]] = None,
+        callback: Optional[Callable[[AsyncMessage], Any]] = None,
         *,
         no_ack: bool = False,
         exclusive: bool = False,
@@ -1182,18 +1182,18 @@ class AsyncConsumer(ConsumerBase):
     channel: AsyncChannel
     _inbox: Inbox
 
-    def __init__(self, channel: AsyncChannel, queue_name: str, callback: Optional[Callable[[Message], Any]],
+    def __init__(self, channel: AsyncChannel, queue_name: str, callback: Optional[Callable[[AsyncMessage], Any]],
                  method: Any) -> None:
         super().__init__(channel, queue_name, callback, method)
         self._buffer = self._inbox.buffer  # read here first: no call per message while it holds some
 
-    def __aiter__(self) -> AsyncIterator[Message]:
+    def __aiter__(self) -> AsyncIterator[AsyncMessage]:
         if self._tracing is not None:
             return self  # each step ends the last message's span and starts the next one's
         # While messages are buffered, each step takes one in C; the step below once none is.
         return DeliveryIterator(self._buffer, self.__anext__)
 
-    async def __anext__(self) -> Message:
+    async def __anext__(self) -> AsyncMessage:
         buffer = self._buffer
         if buffer and self._tracing is None:
             return buffer.popleft()  # type: ignore[no-any-return]
@@ -1201,7 +1201,7 @@ class AsyncConsumer(ConsumerBase):
         if tracing is not None:
             tracing.handled(self)  # asking for the next message ends the last one's span
         item = await self._inbox.next(None)
-        if type(item) is Message:
+        if type(item) is AsyncMessage:
             if tracing is not None:
                 tracing.hand_out(self, item)
             return item
@@ -1209,13 +1209,13 @@ class AsyncConsumer(ConsumerBase):
             raise StopAsyncIteration
         raise item
 
-    async def get(self, timeout: Optional[float] = None) -> Optional[Message]:
+    async def get(self, timeout: Optional[float] = None) -> Optional[AsyncMessage]:
         """The next message; None after ``timeout`` seconds or once the consumer is cancelled."""
         tracing = self._tracing
         if tracing is not None:
             tracing.handled(self)
         item = await self._inbox.next(timeout)
-        if item is None or type(item) is Message:
+        if item is None or type(item) is AsyncMessage:
             if tracing is not None and item is not None:
                 tracing.hand_out(self, item)
             return item
@@ -1269,13 +1269,13 @@ class AsyncStreamConsumer(AsyncConsumer, StreamConsumerBase):
     def __aiter__(self) -> AsyncStreamConsumer:
         return self
 
-    async def __anext__(self) -> Message:
+    async def __anext__(self) -> AsyncMessage:
         message = await self.get()
         if message is None:
             raise StopAsyncIteration
         return message
 
-    async def get(self, timeout: Optional[float] = None) -> Optional[Message]:
+    async def get(self, timeout: Optional[float] = None) -> Optional[AsyncMessage]:
         """The next message; None after ``timeout`` seconds, or once the end offset was read
         or the consumer cancelled."""
         deadline = _deadline(timeout)
@@ -1298,12 +1298,12 @@ class AsyncStreamConsumer(AsyncConsumer, StreamConsumerBase):
                 if verdict == TRUNCATED:
                     raise self._truncation()
 
-    async def _next_delivery(self, timeout: Optional[float]) -> Optional[Message]:
+    async def _next_delivery(self, timeout: Optional[float]) -> Optional[AsyncMessage]:
         """Wait for the next delivery (None: timeout, or the consumer ended), acking what
         was read first: a reader that waits must not hold back the broker's credit."""
         self._give_credit()
         item = await self._inbox.next(timeout)
-        if item is None or type(item) is Message:
+        if item is None or type(item) is AsyncMessage:
             return item
         if item is END:
             return None
@@ -1318,7 +1318,7 @@ class AsyncStreamConsumer(AsyncConsumer, StreamConsumerBase):
         self._finish(END)
         while True:
             item = await self._inbox.next(0)
-            if type(item) is not Message:
+            if type(item) is not AsyncMessage:
                 break
             self._unacked.append(item.delivery_tag)
         self._give_credit()

@@ -349,7 +349,7 @@ class SyncConnection(ConnectionBase):
         log.info("connection to %s closed", self.params)
 
 
-class SyncChannel(ChannelBase):
+class SyncChannel(ChannelBase[Message]):
     """An AMQP channel.  A channel is meant for one thread (or task) at a time; requests
     from several are serialized."""
 

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
 from . import delays
-from .message import Message
+from .message import DeliveredMessage
 
 ATTEMPTS = "x-amqwire-attempts"
 LAST_ERROR = "x-amqwire-last-error"
@@ -62,7 +62,7 @@ class Republish:
         return self.route is None
 
 
-def attempts_of(message: Message) -> int:
+def attempts_of(message: DeliveredMessage) -> int:
     """The failures a delivery had before this one (0 for a first delivery)."""
     headers = message.properties.headers if message.properties is not None else None
     value = headers.get(ATTEMPTS) if headers else None
@@ -93,7 +93,7 @@ class RetryPlan:
         self.retried = self.dead_lettered = self.duplicates = 0
         self._copied: "OrderedDict[tuple[Any, ...], None]" = OrderedDict()
 
-    def decide(self, message: Message, error: BaseException) -> Republish:
+    def decide(self, message: DeliveredMessage, error: BaseException) -> Republish:
         before = attempts_of(message)
         attempts = before + 1
         identity = _identity(message, before)
@@ -109,7 +109,7 @@ class RetryPlan:
         route = delays.route("", delay, self.levels)
         return Republish(route.exchange, self.queue, {ATTEMPTS: attempts, LAST_ERROR: text}, attempts, route)
 
-    def done(self, message: Message, plan: Republish) -> None:
+    def done(self, message: DeliveredMessage, plan: Republish) -> None:
         """``plan``'s copy is stored (and the delivery about to be acked)."""
         if plan.duplicate:
             return
@@ -125,7 +125,7 @@ class RetryPlan:
         return RetryStats(self.retried, self.dead_lettered, self.duplicates)
 
 
-def _identity(message: Message, attempts: int) -> tuple[Any, ...]:
+def _identity(message: DeliveredMessage, attempts: int) -> tuple[Any, ...]:
     props = message.properties
     message_id = props.message_id if props is not None else None
     return (message_id, attempts) if message_id is not None else (hash(message.body), message.routing_key, attempts)

@@ -19,7 +19,7 @@ import logging
 from typing import Any, Optional, Sequence, TypeVar
 
 from . import delays
-from .message import Message, with_headers
+from .message import AsyncMessage, with_headers
 from .retry import RetryPlan, RetryStats
 
 log = logging.getLogger("amqwire.client.retry")
@@ -55,7 +55,7 @@ class ConsumerRetry:
             raise
         return cls(channel, plan)
 
-    async def failed(self, message: Message, error: BaseException, *, timeout: Optional[float] = None) -> str:
+    async def failed(self, message: AsyncMessage, error: BaseException, *, timeout: Optional[float] = None) -> str:
         """``message``'s handler raised ``error``: republish it for a later attempt (or to the
         dead-letter queue after ``max_attempts``), and once the broker confirmed that copy, ack
         it.  Returns ``"retry"``, ``"dead-letter"`` or ``"duplicate"`` (its copy was made before

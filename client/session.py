@@ -26,7 +26,7 @@ import inspect
 import logging
 import ssl
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypedDict, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Sequence, TypedDict, TypeVar, Union
 
 from amqwire.codec import BasicCancel, BasicConsumeOk, CodecError, ProtocolHeaderError
 from amqwire.codec.parser import one_run, set_channel
@@ -58,7 +58,7 @@ from .listeners import (
     UnblockedEvent,
     log_callback_error,
 )
-from .message import Message, ReturnedMessage
+from .message import DeliveredMessage, Message, ReturnedMessage
 from .lifecycle import (
     CHANNEL_OPEN_PHASES,
     CHANNEL_PHASES,
@@ -88,6 +88,8 @@ _CHANNEL_OPEN = ChannelPhase.OPEN
 _ANY = 1 << 62  # a confirm waiter that wants every change
 log = logging.getLogger("amqwire.client")
 _E = TypeVar("_E")
+#: the transport's message as type checkers see it: Message (blocking) or AsyncMessage
+_M = TypeVar("_M", bound=DeliveredMessage)
 
 #: The Java client's default channel RPC timeout: 10 minutes.
 DEFAULT_RPC_TIMEOUT = 600.0
@@ -817,8 +819,9 @@ class ConnectionBase:
             self._emit(listeners, RecoveryEvent(attempt))
 
 
-class ChannelBase:
-    """What a channel knows and does on events, on both transports."""
+class ChannelBase(Generic[_M]):
+    """What a channel knows and does on events, on both transports (``_M``: the
+    transport's message, for the types of callbacks that receive one)."""
 
     # Slots, on every class of the chain: CPython 3.11 keeps at most 30 attributes of an instance
     # inline; past that the instance gets a dict and calls of its methods are no longer specialized
@@ -859,7 +862,7 @@ class ChannelBase:
         self._flow.set()
         self._tag_base = 0  # the delivery tags of a reopened channel go on after this one
         self._qos: Optional[tuple[Any, ...]] = None
-        self._default_consumer: Optional[Callable[[Message], Any]] = None
+        self._default_consumer: Optional[Callable[[_M], Any]] = None
         self._default_cancel: Optional[Callable[[str], Any]] = None
         self._unknown_logged = False
         # consumer tags whose deliveries must not be nacked: no_ack consumers abandoned
@@ -965,12 +968,12 @@ class ChannelBase:
     # the default consumer --------------------------------------------------------------
 
     @property
-    def default_consumer(self) -> Optional[Callable[[Message], Any]]:
+    def default_consumer(self) -> Optional[Callable[[_M], Any]]:
         """Called with deliveries for consumer tags this channel does not know (None: they
         are nacked back to their queue, and logged once)."""
         return self._default_consumer
 
-    def set_default_consumer(self, callback: Optional[Callable[[Message], Any]], *,
+    def set_default_consumer(self, callback: Optional[Callable[[_M], Any]], *,
                              on_cancel: Optional[Callable[[str], Any]] = None) -> None:
         """``callback(message)`` for deliveries to consumer tags this channel does not know;
         ``on_cancel(consumer_tag)`` for the broker's basic.cancel of such a tag (the Java
@@ -1471,7 +1474,8 @@ class ConsumerBase:
     #: at its first offset: it ends with the connection instead)
     _recoverable = True
 
-    def __init__(self, channel: Any, queue_name: str, callback: Optional[Callable[[Message], Any]], method: Any) -> None:
+    # callback: given the transport's message (consume() types it: Message or AsyncMessage)
+    def __init__(self, channel: Any, queue_name: str, callback: Optional[Callable[[Any], Any]], method: Any) -> None:
         self.channel = channel
         self.queue = queue_name
         # With tracing, each message reaches the callback inside a ``process`` span, and an

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Callable, Optional, Sequence, Union
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -65,6 +66,19 @@ class ConnectionParameters:
 
     def __str__(self) -> str:
         return self.display_url
+
+
+# scheme://user:PASSWORD@ : the user name stops at the first ':' (a raw one cannot be in
+# it); the password runs to the last '@' of the URL (a raw '@' in it is a mistake, but
+# still a password), never across white space.
+_URL_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):\S*@")
+
+
+def mask_url_passwords(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``****``, and nothing else:
+    the user name, host and vhost stay as they are, whatever the password's text (a user
+    ``guest`` with the password ``guest`` still reads ``amqp://guest:****@host``)."""
+    return _URL_PASSWORD.sub(r"\1:****@", text)
 
 
 def _quote(text: str) -> str:

@@ -37,6 +37,7 @@ from pyspark.sql.types import StructType
 
 from amqwire.client.url import parameters_list, parse_option
 from amqwire.spark.encode import PublishEncoder
+from amqwire.codec.errors import AmqwireError
 from amqwire.spark.errors import SinkError
 from amqwire.spark.workers import workers_run_this_python
 
@@ -424,9 +425,13 @@ class AMQPDataSource(DataSource):
     def name(cls) -> str:
         return "amqp"
 
-    def schema(self) -> str:  # a read's schema; writes use the DataFrame's
+    def schema(self) -> str:
+        """A read's schema, asked by ``load()`` (writes use the DataFrame's): where the
+        options and the streams are checked, so that a bad read fails where it is defined."""
+        from amqwire.spark.source import check_read
         from amqwire.spark.stream_rows import STREAM_DDL
 
+        check_read(self.options)
         return STREAM_DDL
 
     def reader(self, schema: StructType) -> Any:
@@ -436,10 +441,13 @@ class AMQPDataSource(DataSource):
         return AMQPBatchReader(SourceSettings.from_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> Any:
-        from amqwire.spark.source import AMQPStreamReader, SourceSettings, check_schema
+        from amqwire.spark.source import AMQPStreamReader, RefusedStreamReader, SourceSettings, check_schema
 
-        check_schema(schema)
-        return AMQPStreamReader(SourceSettings.from_options(self.options, streaming=True))
+        try:
+            check_schema(schema)
+            return AMQPStreamReader(SourceSettings.from_options(self.options, streaming=True))
+        except AmqwireError as error:  # raised here, it would reach the user behind Spark's UnboundLocalError
+            return RefusedStreamReader(error)
 
     def writer(self, schema: StructType, overwrite: bool) -> AMQPBatchWriter:
         if overwrite:

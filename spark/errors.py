@@ -3,12 +3,13 @@ source options, streams that cannot be read; all are ``amqwire.codec.AmqwireErro
 the builtin each stands for as a second base."""
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 from amqwire.codec.errors import AMQPSyntaxError, AmqwireError
 
 __all__ = ["ArrowTypeError", "DataLoss", "MessageRowError", "RowEncodeError", "SinkError", "SourceError",
-           "SourceOptionError", "StreamUnavailable"]
+           "SourceOptionError", "StreamUnavailable", "source_error"]
 
 
 class ArrowTypeError(AmqwireError, TypeError):
@@ -122,3 +123,43 @@ class DataLoss(SourceError):
         return (f"stream {self.stream!r}: offsets {self.requested}..{self.first_offset - 1} were removed by "
                 f"retention before they were read ({self.lost} offsets lost); set failOnDataLoss=false to "
                 f"skip them, or start again from a new checkpoint")
+
+
+# How a Python worker's error reaches the user inside Spark's own exception: the
+# traceback's last line, "amqwire.spark.errors.<class>: <message>".
+_IN_SPARK = re.compile(r"^(?:amqwire\.spark\.errors\.)?(SourceOptionError|StreamUnavailable|SourceError|DataLoss): (.+)$",
+                       re.M)
+_OPTION = re.compile(r"amqp source option (\w+): (.*)")
+_LOSS = re.compile(r"stream '(.+)': offsets (\d+)\.\.(\d+) were removed")
+
+
+def source_error(error: BaseException) -> Optional[SourceError | SourceOptionError]:
+    """The "amqp" source's own error inside an exception Spark raised (an
+    ``AnalysisException`` from ``load()``, a ``StreamingQueryException``, a failed job),
+    rebuilt with its class and one-line message; None when the failure is not the source's.
+
+    Spark shows a Python data source's error as text behind its own first line
+    (``[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: ...``):
+    ``except AnalysisException as exc: raise source_error(exc) or exc``."""
+    texts: list[str] = []
+    seen: Optional[BaseException] = error
+    while seen is not None and len(texts) < 10:
+        texts.append(str(seen))
+        seen = seen.__cause__ or seen.__context__
+    for text in texts:
+        matches = list(_IN_SPARK.finditer(text))
+        if matches:
+            found = matches[-1]  # the error the traceback ends with
+            break
+    else:
+        return None
+    name, message = found.group(1), found.group(2).strip()
+    if name == "SourceOptionError":
+        option = _OPTION.match(message)
+        return SourceOptionError(option.group(1), option.group(2)) if option else SourceOptionError("options", message)
+    if name == "DataLoss":
+        loss = _LOSS.match(message)
+        if loss:
+            return DataLoss(loss.group(1), int(loss.group(2)), int(loss.group(3)) + 1)
+        return SourceError(message)
+    return StreamUnavailable(message) if name == "StreamUnavailable" else SourceError(message)

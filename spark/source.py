@@ -15,8 +15,12 @@ not dense (the stream's own entries take some), so a range says which offsets, n
 many messages.  The tails are found with ``Channel.stream_offsets``, so a range always
 ends at a message the broker has: no task waits for a message that will never come.
 
-Options are checked on the driver, before any task runs (``SourceOptionError`` naming the
-option, ``StreamUnavailable`` naming the stream); see ``docs/spark-read.md`` for the table.
+Options and the streams are checked where the read is defined, by ``load()`` (the data
+source's ``schema()``: ``check_read``), as Spark's Kafka source does: ``SourceOptionError``
+naming the option, ``StreamUnavailable`` naming the stream; see ``docs/spark-read.md`` for
+the table.  Making a stream reader never raises (Spark's runner would put an
+UnboundLocalError of its own in front of the error): what only a stream query refuses is
+raised by the reader's first call (``RefusedStreamReader``).
 """
 from __future__ import annotations
 
@@ -91,7 +95,10 @@ class SourceSettings:
     batch_rows: int
 
     @classmethod
-    def from_options(cls, options: Any, *, streaming: bool) -> "SourceSettings":
+    def from_options(cls, options: Any, *, streaming: Optional[bool]) -> "SourceSettings":
+        """``streaming`` None: at ``load()``, where Spark does not say whether the read is
+        ``spark.read`` or ``readStream``; an end (batch only) or ``maxOffsetsPerTrigger``
+        (streaming only) tells, else what only one of them refuses waits for the reader."""
         try:
             options = _canonical(options, _ALIASES)
         except ValueError as exc:
@@ -105,18 +112,25 @@ class SourceSettings:
         except ValueError as exc:
             raise SourceOptionError("url", str(exc)) from None
         streams = _streams(options.get("streams"))
+        ends = [name for name in ("ending_offsets", "ending_timestamp", "ending_offsets_by_timestamp")
+                if options.get(name) is not None]
+        if streaming is None and ends and options.get("max_offsets_per_trigger") is not None:
+            raise SourceOptionError("max_offsets_per_trigger", f"applies to spark.readStream only, and {ends[0]} "
+                                                               "to spark.read only: not both")
+        if streaming is None:
+            streaming = None if not ends and options.get("max_offsets_per_trigger") is None else not ends
         if streaming:
             for name in ("ending_offsets", "ending_timestamp", "ending_offsets_by_timestamp"):
                 if options.get(name) is not None:
                     raise SourceOptionError(name, "only a batch read (spark.read) has an end; a stream query "
                                                   "reads on, up to maxOffsetsPerTrigger a micro-batch")
-        elif options.get("max_offsets_per_trigger") is not None:
+        elif streaming is not None and options.get("max_offsets_per_trigger") is not None:
             raise SourceOptionError("max_offsets_per_trigger", "applies to spark.readStream only (a batch read "
                                                                "reads its whole range)")
         starting = _positions(options, "starting", streams, default="latest" if streaming else "earliest")
         ending = () if streaming else _positions(options, "ending", streams, default="latest")
         for stream, position in starting:
-            if not streaming and position.kind == "latest":
+            if streaming is False and position.kind == "latest":
                 raise SourceOptionError(position.option, f"a batch read cannot start at latest (stream {stream!r}): "
                                                          "it would read nothing")
         for stream, position in ending:
@@ -264,6 +278,20 @@ def check_schema(schema: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- the broker
+
+
+def check_read(options: Any) -> None:
+    """What ``load()`` checks, as Spark's Kafka source does when a read is defined: the
+    options (``from_options(streaming=None)``) and the broker's side: every stream exists
+    and is a stream.  Raises SourceOptionError or StreamUnavailable (SourceError when the
+    broker cannot be reached)."""
+    settings = SourceSettings.from_options(options, streaming=None)
+    tails = StreamTails(settings)
+    try:
+        for stream in settings.streams:
+            tails.offsets(stream)
+    finally:
+        tails.close()
 
 
 def _connect(settings: SourceSettings) -> Any:
@@ -560,13 +588,9 @@ class AMQPStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._tails: Optional[StreamTails] = None
         self._target: Optional[dict[str, int]] = None
         self._initial: Optional[dict[str, int]] = None
-        try:
-            for stream in settings.streams:  # a missing stream or a classic queue fails here, on the driver
-                self._driver().offsets(stream)
-        finally:
-            # Spark makes a reader to plan the query too, in a worker it may reuse: the
-            # reader that answers for offsets connects again when first asked
-            self._driver().close()
+        # Nothing is asked of the broker here: load() checked the streams, and an error
+        # raised while Spark makes the reader reaches the user behind an unrelated one of
+        # Spark's (its runner's UnboundLocalError).  The first offsets asked connect.
 
     def __getstate__(self) -> dict[str, Any]:  # read() on the executors needs the settings only
         return {**self.__dict__, "_tails": None}
@@ -633,3 +657,33 @@ class AMQPStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         if self._tails is not None:
             self._tails.close()
+
+
+class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """What ``streamReader()`` gives for options only a stream query refuses (an end):
+    every call Spark makes raises the error, so that it reaches the user as it is, not
+    behind the UnboundLocalError that Spark's runner raises when making the reader fails."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict[str, int]:
+        raise self.error
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        raise self.error
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        raise self.error
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        raise self.error
+
+    def stop(self) -> None:
+        pass

@@ -126,6 +126,83 @@ def test_consume_count_idle_timeout_and_no_ack(amqp_url, names):
     assert ok(amqwire("purge", queue, url=amqp_url)) == b"0\n"
 
 
+@pytest.mark.parametrize("command", [["get"], ["get", "--requeue"], ["consume", "--idle-timeout", "1"], ["purge"],
+                                     ["delete-queue"], ["declare-queue", "--passive"]])
+def test_a_missing_queue_is_exit_1_for_every_subcommand(amqp_url, names, command):
+    queue = names.queue()  # never declared
+    result = amqwire(*command[:1], queue, *command[1:], url=amqp_url)
+    assert result.returncode == 1, (command, result.returncode, result.stdout, result.stderr)
+    assert result.stdout == b"" and result.stderr.count(b"\n") == 1 and b"404 NOT_FOUND" in result.stderr, result
+
+
+def test_get_requeue_refuses_a_quorum_queue_unless_forced(amqp_url, names):
+    quorum, classic = names.queue(), names.queue()
+    ok(amqwire("declare-queue", quorum, "--type", "quorum", url=amqp_url))
+    ok(amqwire("declare-queue", classic, url=amqp_url))
+    for queue in (quorum, classic):
+        for body in ("one", "two"):
+            ok(amqwire("publish", "-r", queue, "-b", body, url=amqp_url))
+    refused = amqwire("get", quorum, "-n", "2", "--requeue", url=amqp_url)
+    assert refused.returncode == 2 and refused.stdout == b"", refused
+    assert refused.stderr.count(b"\n") == 1 and b"no peek on quorum queue" in refused.stderr and b"--force" in refused.stderr
+    # nothing was taken: the first delivery of each message is still to come
+    first = json.loads(ok(amqwire("get", quorum, "--json", "--requeue", "--force", url=amqp_url)))
+    assert first["body"] == "one" and first["redelivered"] is False, first
+    # on a classic queue it is a peek, as documented
+    assert ok(amqwire("get", classic, "-n", "2", "--requeue", url=amqp_url)) == b"one\ntwo\n"
+    assert ok(amqwire("get", classic, "-n", "2", url=amqp_url)) == b"one\ntwo\n"
+
+
+def test_publishing_a_message_no_queue_takes_warns_and_mandatory_fails(amqp_url, names):
+    nowhere = names.queue()  # no such queue: the default exchange routes the key nowhere
+    result = amqwire("publish", "-r", nowhere, "-b", "lost", url=amqp_url)
+    assert result.returncode == 0 and result.stdout == b"", result
+    assert result.stderr.startswith(b"amqwire: warning: no queue received the message: 312 NO_ROUTE"), result.stderr
+    assert result.stderr.count(b"\n") == 1 and b"--mandatory" in result.stderr
+    mandatory = amqwire("publish", "-r", nowhere, "-b", "lost", "--mandatory", url=amqp_url)
+    assert mandatory.returncode == 1 and b"312 NO_ROUTE" in mandatory.stderr and mandatory.stderr.count(b"\n") == 1
+    queue = names.queue()
+    ok(amqwire("declare-queue", queue, url=amqp_url))
+    routed = amqwire("publish", "-r", queue, "-b", "kept", url=amqp_url)
+    assert routed.returncode == 0 and routed.stderr == b"", routed.stderr
+
+
+def test_perf_takes_h_as_the_uri_and_shows_its_own_usage(amqp_url):
+    out = ok(amqwire("perf", "-h", amqp_url, "-C", "20", "-x", "1", "-y", "1")).decode()
+    assert "sending rate avg:" in out and "test stopped (all messages received)" in out, out
+    helped = ok(amqwire("perf", "--help")).decode()
+    assert helped.startswith("usage: amqwire perf") and "-h URI" in helped, helped
+    for bad in (["perf", "--bogus"], ["perf", "-x", "many"]):
+        result = amqwire(*bad, url=amqp_url)
+        assert result.returncode == 2 and result.stderr.startswith(b"usage: amqwire perf "), (bad, result.stderr)
+    other = amqwire("get", "q", "--bogus", url=amqp_url)
+    assert other.returncode == 2 and other.stderr.startswith(b"usage: amqwire get "), other.stderr
+
+
+@pytest.mark.timeout(90)
+def test_perf_on_a_users_queue_takes_back_what_it_left(amqp_url, names):
+    queue = names.queue()
+    ok(amqwire("declare-queue", queue, url=amqp_url))
+    # no consumers: every message the run published is left, and taken back at the end
+    out = ok(amqwire("perf", "-u", queue, "-y", "0", "-C", "300", url=amqp_url, timeout=60)).decode()
+    assert f"queue '{queue}': took back 300 messages this run published and did not consume; the queue holds 0" in out, out
+    # --keep-messages leaves them, and says how many the queue holds
+    out = ok(amqwire("perf", "-u", queue, "-y", "0", "-C", "300", "--keep-messages", url=amqp_url, timeout=60)).decode()
+    assert f"queue '{queue}' kept its messages (--keep-messages): it holds 300" in out, out
+    assert ok(amqwire("purge", queue, url=amqp_url)) == b"300\n"
+    # the user's own message comes first: left in place, and so is everything behind it
+    ok(amqwire("publish", "-r", queue, "-b", "mine", url=amqp_url))
+    result = amqwire("perf", "-u", queue, "-y", "0", "-C", "300", url=amqp_url, timeout=60)
+    out = ok(result).decode()
+    assert "stopped at one it did not publish (left in its place); the queue holds 301" in out, out
+    assert ok(amqwire("get", queue, url=amqp_url)) == b"mine\n"
+    # consumers on a queue that holds messages: said up front (they take them too)
+    result = amqwire("perf", "-u", queue, "-x", "0", "-z", "2", url=amqp_url, timeout=60)
+    ok(result)
+    assert result.stderr == f"amqwire perf: warning: queue '{queue}' holds 300 messages: the run's consumers take them too\n".encode()
+    assert ok(amqwire("purge", queue, url=amqp_url)) == b"0\n"
+
+
 def _one_line_without(result, secret):
     output = result.stdout + result.stderr
     assert secret.encode() not in output, output
@@ -254,13 +331,46 @@ def test_the_console_script_is_on_the_venv_path():
     assert shutil.which("amqwire", path=str(SCRIPT.parent)) == str(SCRIPT)
 
 
-def test_redact_masks_secrets_and_url_passwords_on_one_line():
+def test_redact_masks_the_password_field_only_on_one_line():
     from amqwire.cli.settings import redact
 
-    assert redact("login as bob with hunter22\nrefused", ["hunter22"]) == "login as bob with **** refused"
-    assert redact("amqp://bob:pa%2Fss@host:5672/ failed", []) == "amqp://bob:****@host:5672/ failed"
-    # a secret too short to mask safely is left to the client, which never shows passwords
-    assert redact("channel closed", ["a"]) == "channel closed"
+    assert redact("amqp://bob:pa%2Fss@host:5672/ failed\nfor good") == "amqp://bob:****@host:5672/ failed for good"
+    # the password's text elsewhere is not a password field: the user name, vhost and queue stay
+    assert redact("amqp://guest:guest@h/guest-vhost: queue 'guest.q' of guest") == \
+        "amqp://guest:****@h/guest-vhost: queue 'guest.q' of guest"
+    assert redact("amqp://u:p@ss/w?rd#@host:5672/ and amqps://v:x@h2/") == "amqp://u:****@host:5672/ and amqps://v:****@h2/"
+    assert redact("channel closed") == "channel closed"
+
+
+def test_the_user_name_shows_whatever_the_password(amqp_url):
+    """guest:guest: the password's text is the user name's, which every error line shows as it is."""
+    for password in ("guest", "gue"):
+        result = amqwire("get", "q", "--connect-timeout", "3", url=f"amqp://guest:{password}@127.0.0.1:{_free_port()}/")
+        assert result.returncode == 1 and result.stderr.count(b"\n") == 1, result.stderr
+        assert b"could not connect: amqp://guest@127.0.0.1:" in result.stderr, result.stderr
+
+
+def test_two_different_passwords_are_refused(amqp_url, names, tmp_path):
+    host, port = url_host_port(amqp_url)
+    user, password = url_credentials(amqp_url)
+    other = "0ther-Pa55"
+    in_url = f"amqp://{user}:{password}@{host}:{port}/"
+    password_file = tmp_path / "password"
+    password_file.write_text(other + "\n")
+    for kwargs, words in (({"url": in_url, "env": {"AMQP_PASSWORD": other}}, b"(--url) and $AMQP_PASSWORD's"),
+                          ({"env": {"AMQP_URL": in_url, "AMQP_PASSWORD": other}}, b"($AMQP_URL) and $AMQP_PASSWORD's"),
+                          ({"url": in_url, "args": ("--password-file", str(password_file))}, b"(--url) and --password-file's")):
+        result = amqwire("purge", "q", *kwargs.pop("args", ()), **kwargs)
+        assert result.returncode == 2 and result.stdout == b"", result
+        assert result.stderr.startswith(b"amqwire: error: two different passwords: the URL's ") and words in result.stderr
+        assert result.stderr.count(b"\n") == 1 and other.encode() not in result.stderr
+        assert password.encode() not in result.stderr.replace(user.encode(), b""), result.stderr
+    # the same password twice, or one only (the default URL's guest is no password given): fine
+    queue = names.queue()
+    ok(amqwire("declare-queue", queue, url=in_url, env={"AMQP_PASSWORD": password}))
+    ok(amqwire("purge", queue, url=f"amqp://{user}@{host}:{port}/", env={"AMQP_PASSWORD": password}))
+    default = amqwire("purge", queue, "--connect-timeout", "5", env={"AMQP_PASSWORD": other})
+    assert b"two different passwords" not in default.stderr, default.stderr
 
 
 def test_main_in_process_leaves_the_loggers_it_quietened_as_they_were(capsys):

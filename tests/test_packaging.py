@@ -7,6 +7,8 @@ tests check the two archives' contents and the metadata.
 """
 import importlib.metadata
 import re
+import shutil
+import subprocess
 import sys
 import tarfile
 import zipfile
@@ -110,8 +112,10 @@ def test_metadata_a_package_index_shows():
                      "Programming Language :: Python :: 3.11"):
         assert expected in classifiers
     assert any(c.startswith("Development Status ::") for c in classifiers)
-    # the licence where every pip's `pip show` finds it: the License field and a classifier
-    assert meta["License"] == "MIT" and "License :: OSI Approved :: MIT License" in classifiers
+    # the licence as PEP 639 says (what setuptools >= 77 builds without a deprecation
+    # warning): an SPDX expression and the file; no License field, no licence classifier
+    assert meta["License-Expression"] == "MIT" and meta.get("License") is None
+    assert not [c for c in classifiers if c.startswith("License ::")], classifiers
     assert meta.get_all("License-File") == ["LICENSE"]
     license_text = (REPO / "LICENSE").read_text()
     assert license_text.startswith("MIT License") and "2026 amqwire developers" in license_text
@@ -131,8 +135,8 @@ def test_the_wheels_metadata_is_what_pip_shows():
     with zipfile.ZipFile(_one("amqwire-*.whl")) as whl:
         name = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
         meta = email.message_from_bytes(whl.read(name))
-    assert meta["Name"] == "amqwire" and meta["License"] == "MIT"
-    assert "License :: OSI Approved :: MIT License" in meta.get_all("Classifier")
+    assert meta["Name"] == "amqwire" and meta["License-Expression"] == "MIT" and meta.get("License") is None
+    assert not [c for c in meta.get_all("Classifier") if c.startswith("License ::")]
     assert "Producer" in meta["Summary"] and "bridge" in meta["Summary"]
     assert meta["Description-Content-Type"] == "text/markdown"
     assert meta.get_payload().lstrip().startswith("# amqwire")  # the README is the long description
@@ -184,3 +188,47 @@ def test_a_checkout_named_amqwire_does_not_shadow_the_installed_package(tmp_path
     helped = subprocess.run([sys.executable, "-m", "amqwire", "--help"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0 and "publish" in helped.stdout, helped.stderr
+
+
+def test_pip_show_names_the_licence():
+    shown = subprocess.run([sys.executable, "-m", "pip", "show", "amqwire"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    # pip 25.1 and later print the expression; older pips read only the License field
+    assert "License-Expression: MIT" in shown.stdout.splitlines(), shown.stdout
+
+
+def test_the_build_warns_of_nothing_deprecated(tmp_path):
+    """setuptools >= 77 deprecates the licence table (license = { text = "MIT" }) and licence
+    classifiers, with a banner each time it reads pyproject.toml (six per build)."""
+    built = subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path), str(REPO)],
+                           capture_output=True, text=True, timeout=300)
+    output = built.stdout + built.stderr
+    assert built.returncode == 0, output[-3000:]
+    assert not re.search(r"deprecat", output, re.I), output
+
+
+@pytest.mark.timeout(600)
+def test_the_set_up_is_quiet_and_names_its_log_when_it_fails(tmp_path):
+    """tests/venv.sh (the first thing tests/run, bench/run and spark/run do) says nothing when
+    the wheel is up to date, one line when it builds, and on a failure where its log is."""
+    wheel = _one("amqwire-*.whl")
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".venv-fuzz", "dist", "build", "__pycache__", "*.so", "*.c", "*.html", ".hypothesis"))
+    (checkout / "dist").mkdir()
+    shutil.copy(wheel, checkout / "dist")  # copied last: newer than every source, so no build
+
+    def set_up():
+        return subprocess.run(["bash", "tests/venv.sh", "zstd"], cwd=checkout, capture_output=True, text=True, timeout=500)
+
+    quiet = set_up()
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout == "" and quiet.stderr == "", (quiet.stdout, quiet.stderr)
+    log = checkout / ".venv" / "setup.log"
+    (checkout / "setup.py").write_text("raise SystemExit('this build is broken on purpose')\n")
+    failed = set_up()
+    assert failed.returncode == 1, (failed.stdout, failed.stderr)
+    assert failed.stdout == f"building amqwire from this checkout: an sdist, then a compiled wheel from it " \
+                            f"(a few minutes; log: {log})\n", failed.stdout
+    assert failed.stderr.startswith(f"tests/venv.sh: building the sdist failed; its output is in {log}, which ends:\n")
+    assert "this build is broken on purpose" in failed.stderr and "this build is broken on purpose" in log.read_text()

@@ -612,27 +612,63 @@ def test_streaming_refuses_an_end(spark, amqp):
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["read", "readStream"])
-def test_one_clear_error_each_through_spark(spark, amqp, amqp_url, names, tmp_path, streaming):
-    """Through Spark, before any task: a bad option, a missing stream, a classic queue."""
+def test_one_clear_error_each_at_load(spark, amqp, amqp_url, names, streaming):
+    """Where the read is defined, as Spark's Kafka source does (load(), before start() or an
+    action): a bad option, a missing stream, a classic queue; no error of Spark's own in
+    front of the source's (the runner's UnboundLocalError), and source_error() gives the
+    source's error back, typed, with its one-line message."""
+    from pyspark.errors import AnalysisException
+
+    from amqwire.spark.errors import SourceOptionError, StreamUnavailable, source_error
+
     queue = declare_stream(amqp_url, names)
     classic = names.queue()
     with connect(amqp_url) as conn:
         conn.channel().queue_declare(classic)
     missing = names.unique("q")
     cases = [
-        ({"streams": queue, "minPartitions": "lots"}, "amqp source option min_partitions: expected an integer"),
-        ({"streams": f"{queue},{missing}"}, f"amqp source: stream '{missing}' does not exist"),
-        ({"streams": classic}, f"amqp source: '{classic}' is not a stream queue"),
+        ({"streams": queue, "minPartitions": "lots"}, SourceOptionError,
+         "amqp source option min_partitions: expected an integer, got 'lots'"),
+        ({"streams": queue, "startingOffsets": '{"elsewhere": 3}'}, SourceOptionError,
+         "amqp source option starting_offsets: names stream(s) not in the streams option: 'elsewhere'"),
+        ({"streams": f"{queue},{missing}"}, StreamUnavailable, f"amqp source: stream '{missing}' does not exist on "),
+        ({"streams": classic}, StreamUnavailable, f"amqp source: '{classic}' is not a stream queue"),
     ]
-    for options, message in cases:
-        text = ""
+    for options, kind, message in cases:
+        reader = (spark.readStream if streaming else spark.read).format("amqp").option("url", amqp_url).options(**options)
         for _ in range(3):  # again only when Spark's Python worker missed its connect-back (see run_stream)
-            with pytest.raises(Exception) as excinfo:
-                start_bad_read(spark, amqp_url, options, streaming, tmp_path)
+            with pytest.raises(AnalysisException) as excinfo:
+                reader.load()
             text = failure_text(excinfo)
             if SPARK_WORKER_SLOW not in text:
                 break
-        assert message in text, text[:3000]
+        assert "UnboundLocalError" not in text and "During handling" not in text, text[:3000]
+        error = source_error(excinfo.value)
+        assert type(error) is kind, (error, text[:3000])
+        assert str(error).startswith(message) and "\n" not in str(error), (str(error), message)
+        if kind is SourceOptionError:
+            assert error.option == message.split()[3].rstrip(":")
+    assert source_error(RuntimeError("a failure of something else")) is None
+
+
+def test_what_only_a_stream_query_refuses_fails_it_with_the_sources_error(spark, amqp, amqp_url, names, tmp_path):
+    """An end is a batch read's: load() cannot know that the read is a stream query, so the
+    query fails, with the source's error as it is (making the reader raise would put Spark's
+    UnboundLocalError in front of it)."""
+    from amqwire.spark.errors import SourceOptionError, source_error
+
+    queue = declare_stream(amqp_url, names)
+    options = {"streams": queue, "endingOffsets": "latest"}
+    for _ in range(3):
+        with pytest.raises(Exception) as excinfo:
+            start_bad_read(spark, amqp_url, options, True, tmp_path)
+        text = failure_text(excinfo)
+        if SPARK_WORKER_SLOW not in text:
+            break
+    assert "UnboundLocalError" not in text and "During handling" not in text, text[:3000]
+    error = source_error(excinfo.value)
+    assert isinstance(error, SourceOptionError) and error.option == "ending_offsets", text[:3000]
+    assert str(error).startswith("amqp source option ending_offsets: only a batch read (spark.read) has an end")
 
 
 def start_bad_read(spark, amqp_url, options, streaming, tmp_path):

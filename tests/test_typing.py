@@ -198,6 +198,149 @@ def test_a_missing_await_is_a_type_error(tmp_path):
     assert '"Opener[AsyncStreamConsumer]" has no attribute "__aiter__"' in result.stdout, result.stdout
 
 
+# Every call of the asyncio API that does its work only when awaited, called bare: each line
+# marked "coroutine" must be an unused-coroutine error under plain --strict (the message's
+# ack/nack/reject were typed Any, so a forgotten await passed and the ack was never sent);
+# those marked "awaitable" return an object to await or ``async with`` (connect(), channel(),
+# consume(), a Producer), which mypy reports with --enable-error-code unused-awaitable.
+# The awaited forms below them must pass.
+UNAWAITED = textwrap.dedent(
+    """
+    from amqwire.client import aio
+
+    async def mistakes(conn: aio.Connection, ch: aio.Channel, consumer: aio.Consumer,
+                       reader: aio.StreamConsumer, message: aio.Message, producer: aio.Producer) -> None:
+        message.ack()  # coroutine
+        message.ack(multiple=True)  # coroutine
+        message.nack(requeue=False)  # coroutine
+        message.reject()  # coroutine
+        ch.basic_publish("", "q", b"x")  # coroutine
+        ch.publish_async("", "q", b"x")  # coroutine
+        ch.confirm_select()  # coroutine
+        ch.wait_for_confirms()  # coroutine
+        ch.queue_declare("q")  # coroutine
+        ch.queue_purge("q")  # coroutine
+        ch.queue_delete("q")  # coroutine
+        ch.exchange_declare("x")  # coroutine
+        ch.basic_qos(prefetch_count=1)  # coroutine
+        ch.basic_get("q")  # coroutine
+        ch.basic_ack(1)  # coroutine
+        ch.basic_nack(1)  # coroutine
+        ch.basic_reject(1)  # coroutine
+        ch.basic_cancel("ctag")  # coroutine
+        ch.stream_offsets("s")  # coroutine
+        ch.close()  # coroutine
+        consumer.get()  # coroutine
+        consumer.cancel()  # coroutine
+        reader.get()  # coroutine
+        reader.cancel()  # coroutine
+        conn.update_secret("s", "r")  # coroutine
+        conn.wait_recovered()  # coroutine
+        conn.close()  # coroutine
+        producer.send("", "q", b"x")  # coroutine
+        producer.send_async("", "q", b"x")  # coroutine
+        producer.send_oneway("", "q", b"x")  # coroutine
+        producer.flush()  # coroutine
+        producer.close()  # coroutine
+        aio.connect()  # awaitable
+        conn.channel()  # awaitable
+        ch.consume("q")  # awaitable
+        ch.consume_stream("s")  # awaitable
+        aio.Producer("amqp://")  # awaitable
+
+    async def awaited(conn: aio.Connection, ch: aio.Channel, consumer: aio.Consumer,
+                      reader: aio.StreamConsumer, message: aio.Message, producer: aio.Producer) -> None:
+        await message.ack()
+        await message.nack(multiple=True, requeue=False)
+        await message.reject(requeue=False)
+        await ch.basic_publish("", "q", b"x")
+        future = await ch.publish_async("", "q", b"x")
+        await future
+        await ch.confirm_select()
+        await ch.wait_for_confirms()
+        name: str = (await ch.queue_declare("q")).queue
+        purged: int = await ch.queue_purge("q")
+        got: aio.Message | None = await ch.basic_get("q")
+        if got is not None:
+            await got.ack()
+        await ch.basic_cancel("ctag")
+        last: int | None = (await ch.stream_offsets("s")).last
+        async for delivered in consumer:
+            await delivered.ack()
+        next_one = await consumer.get(timeout=1.0)
+        await consumer.cancel()
+        from_stream = await reader.get()
+        await reader.cancel()
+        recovered: bool = await conn.wait_recovered()
+        await producer.send("", "q", b"x")
+        sent = await producer.send_async("", "q", b"x")
+        await sent
+        await producer.send_oneway("", "q", b"x")
+        await producer.flush()
+        await producer.close()
+        opened = await aio.connect()
+        channel = await opened.channel()
+        async with channel.consume("q") as iterated:
+            async for delivered in iterated:
+                await delivered.nack()
+        async with await aio.Producer("amqp://") as other:
+            await other.flush()
+        await ch.close()
+        await conn.close()
+
+    def on_message(message: aio.Message) -> None:
+        message.ack()  # coroutine
+
+    async def consumer_callbacks(ch: aio.Channel) -> None:
+        async def handle(message: aio.Message) -> None:
+            await message.ack()
+        ch.set_default_consumer(handle)
+        async with ch.consume("q", callback=handle):
+            pass
+    """
+)
+
+
+def test_every_unawaited_asyncio_call_is_a_type_error(tmp_path):
+    path = tmp_path / "user.py"
+    path.write_text(UNAWAITED)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--enable-error-code", "unused-awaitable",
+         "--show-error-codes", str(path)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    lines = UNAWAITED.splitlines()
+    expected = {
+        number: ("unused-coroutine" if text.endswith("# coroutine") else "unused-awaitable")
+        for number, text in enumerate(lines, 1) if text.endswith(("# coroutine", "# awaitable"))
+    }
+    found: dict[int, str] = {}
+    for line in result.stdout.splitlines():
+        match = re.match(r".*user\.py:(\d+): error: .*\[([a-z-]+)\]$", line)
+        if match:
+            found[int(match.group(1))] = match.group(2)
+    unexpected = {number: (lines[number - 1].strip(), code) for number, code in found.items() if number not in expected}
+    missed = {number: lines[number - 1].strip() for number in expected if found.get(number) != expected[number]}
+    assert not unexpected and not missed, f"missed: {missed}\nunexpected: {unexpected}\n{result.stdout}"
+    # and plain --strict reports every bare coroutine too
+    strict = _mypy(tmp_path, UNAWAITED)
+    coroutines = sum(code == "unused-coroutine" for code in expected.values())
+    assert strict.stdout.count("[unused-coroutine]") == coroutines, strict.stdout
+
+
+def test_a_blocking_message_ack_returns_nothing(tmp_path):
+    source = textwrap.dedent(
+        """
+        from amqwire.client import Message
+
+        def handle(message: Message) -> None:
+            result: object = message.ack()
+        """
+    )
+    result = _mypy(tmp_path, source)
+    assert result.returncode == 1 and "[func-returns-value]" in result.stdout, result.stdout
+
+
 def test_a_stream_option_outside_its_literals_is_a_type_error(tmp_path):
     source = textwrap.dedent(
         """
