@@ -54,7 +54,7 @@ distinct in AMQP 1.0 but equal in Python (the symbol ``a`` and the string ``a``;
 and ``1``) cannot be a dict: decoding it raises AMQP10DecodeError.  Map keys that Python
 cannot hash (lists, maps, arrays) are refused the same way.
 
-Message sections (section 3.2), in the order they must appear::
+Message sections (section 3.2), in the order the encoder writes them (the spec's)::
 
     header 0x70                 Header (durable, priority, ttl, first_acquirer, delivery_count)
     delivery-annotations 0x71   dict, keys: str -> symbol, int -> ulong
@@ -65,6 +65,11 @@ Message sections (section 3.2), in the order they must appear::
                                 AmqpSequence([list1, ...]): amqp-sequence sections (0x76);
                                 AmqpValue(v): one amqp-value section (0x77); None: no body
     footer 0x78                 dict, keys as for annotations
+
+The decoder reads sections in any order, as RabbitMQ does (Azure's AMQP 1.0 encoder writes
+delivery-annotations last); a section that comes twice, a second kind of body, or a second
+amqp-value is an error.  An annotation key that is neither a str nor a plain int is written
+as its own type.
 
 Descriptors are written as smallulong codes and read as any ulong or as their symbolic
 names (``amqp:data:binary`` ...).  Fields of Properties and Header whose type the spec
@@ -625,6 +630,8 @@ cdef object _read_payload(Src *s, uint8_t code, int depth, Py_ssize_t at):
         p = _take(s, n, at, "symbol")
         return _symbol(p, n, at)
     if code == C_LIST0:
+        if depth >= MAX_NESTING:
+            _bad(at, f"list nested deeper than {MAX_NESTING}")
         return []
     if code == C_LIST8 or code == C_LIST32 or code == C_MAP8 or code == C_MAP32:
         return _read_compound(s, code, depth, at)
@@ -1548,7 +1555,7 @@ cdef int _write_field(WriteBuffer buf, object value, int kind) except -1:
             return _write_sized(buf, C_SYM8, p, n, "symbol")
     elif kind == F_MESSAGE_ID:
         if type(value) is int:
-            return write_value(buf, ULong(value), 1)
+            return write_value(buf, ULong(_unsigned(value, 0xFFFFFFFFFFFFFFFF, "ulong")), 1)
     elif kind == F_UINT:
         if type(value) is int:
             u64 = _unsigned(value, 0xFFFFFFFF, "uint")
@@ -1586,7 +1593,8 @@ cdef int _write_composite(WriteBuffer buf, uint8_t code, tuple values, const int
 
 
 cdef int _write_annotations(WriteBuffer buf, uint8_t code, object mapping, str what) except -1:
-    """Annotations: a map whose keys are symbols (a str) or ulongs (an int)."""
+    """Annotations: a map whose keys are symbols (a str) or ulongs (a plain int); other
+    keys (wrappers, decoded from a peer that wrote them) as themselves."""
     cdef Py_ssize_t start, count = 0, n = 0
     cdef const char *p
     if not isinstance(mapping, dict):
@@ -1598,11 +1606,10 @@ cdef int _write_annotations(WriteBuffer buf, uint8_t code, object mapping, str w
             if PyUnicode_Check(key):
                 p = _symbol_ascii(key, &n)
                 _write_sized(buf, C_SYM8, p, n, "symbol")
-            elif PyLong_Check(key) and not PyBool_Check(key):
+            elif type(key) is int:
                 write_value(buf, ULong(_unsigned(key, 0xFFFFFFFFFFFFFFFF, "ulong")), 1)
             else:
-                raise AMQP10UnsupportedValueError(
-                    f"keys are symbols (str) or ulongs (int), got {type(key).__name__}")
+                write_value(buf, key, 1)
             write_value(buf, value, 1)
         except CodecError as exc:
             exc.args = (f"{what}[{key!r}]: {exc.args[0] if exc.args else ''}",)
@@ -1697,6 +1704,8 @@ cdef int _write_sections(WriteBuffer buf, object header, object delivery_annotat
         _write_body(buf, body)
         if footer is not None:
             _write_annotations(buf, S_FOOTER, footer, "footer")
+        if buf._len == start:
+            _encode_error("message: no sections (no body and nothing else); an AMQP 1.0 message has at least one")
     except BaseException:
         buf._len = start                 # nothing of a message that could not be written
         raise
@@ -1878,19 +1887,12 @@ cdef int _section_code(Src *s, Py_ssize_t at) except -1:
     return <int>value
 
 
-cdef inline int _rank(int code) noexcept:
-    """The place of a section in a message (the three bodies share one)."""
-    if code >= S_DATA and code <= S_AMQP_VALUE:
-        return S_DATA
-    return code if code < S_DATA else code - 2
-
-
 cdef Message _read_sections(const char *data, Py_ssize_t size):
     cdef Src s
     cdef Message m = Message.__new__(Message)
     cdef Py_ssize_t at
     cdef uint8_t code
-    cdef int section, last = 0, body_kind = 0
+    cdef int section, seen = 0, body_kind = 0
     cdef list parts = None
     s.buf = data
     s.pos = 0
@@ -1904,10 +1906,13 @@ cdef Message _read_sections(const char *data, Py_ssize_t size):
         if code != C_DESCRIBED:
             _bad(at, f"message: expected a section (a described value, 0x00), found constructor 0x{code:02x}")
         section = _section_code(&s, at)
-        if _rank(section) < _rank(last) or (_rank(section) == _rank(last) and (
-                section != body_kind or section == S_AMQP_VALUE)):
-            _bad(at, f"message: {_SECTION_NAMES[section]} section after {_SECTION_NAMES[last]}")
-        last = section
+        if S_DATA <= section <= S_AMQP_VALUE:
+            if body_kind and (section != body_kind or section == S_AMQP_VALUE):
+                _bad(at, f"message: {_SECTION_NAMES[section]} section after the "
+                         f"{_SECTION_NAMES[body_kind]} body")
+        elif seen & (1 << (section - S_HEADER)):
+            _bad(at, f"message: a second {_SECTION_NAMES[section]} section")
+        seen |= 1 << (section - S_HEADER)
         if section == S_DATA:
             code = _u8(&s, s.pos, "data")
             if code != C_VBIN8 and code != C_VBIN32:
