@@ -101,7 +101,7 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 from libc.string cimport memcpy, memmove
 
 from amqwire.codec.buffer cimport (
-    MAX_NESTING, WriteBuffer, amqw_pack_u32, amqw_pack_u64, amqw_unpack_f32, amqw_unpack_f64,
+    MAX_NESTING, WriteBuffer, amqw_pack_u32, amqw_unpack_f32, amqw_unpack_f64,
     amqw_unpack_u16, amqw_unpack_u32, amqw_unpack_u64, decode_utf8_or_null, utf8_of,
 )
 from amqwire.codec.table cimport civil_from_days
@@ -120,10 +120,8 @@ cdef extern from "Python.h":
     bint PyObject_CheckBuffer(object o)
     long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
     unsigned long long PyLong_AsUnsignedLongLong(object o) except? -1
-    object PyLong_FromLongLong(long long v)
     object PyLong_FromUnsignedLongLong(unsigned long long v)
     double PyFloat_AsDouble(object o) except? -1.0
-    object PyFloat_FromDouble(double v)
     object PyUnicode_DecodeASCII(const char *s, Py_ssize_t size, const char *errors)
     bint PyUnicode_IS_ASCII(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
@@ -135,7 +133,6 @@ cdef extern from "Python.h":
     PyObject *PyTuple_GET_ITEM(object o, Py_ssize_t i)
     bint PyList_CheckExact(object o)
     bint PyTuple_CheckExact(object o)
-    bint PyDict_CheckExact(object o)
     void Py_XDECREF(PyObject *o)
 
 cdef extern from "_compat.h":
@@ -689,15 +686,15 @@ cdef object _read_payload(Src *s, uint8_t code, int depth, Py_ssize_t at):
     _bad(at, f"unknown constructor 0x{code:02x}")
 
 
-cdef object _read_compound(Src *s, uint8_t code, int depth, Py_ssize_t at):
-    """A list or a map (its size and count fields next)."""
+cdef object _read_compound(Src *s, uint8_t code, int depth, Py_ssize_t at, bint annotation_keys=False):
+    """A list or a map (its size and count fields next); ``annotation_keys``: a map whose
+    ulong keys are plain ints (annotations)."""
     cdef bint wide = code == C_LIST32 or code == C_MAP32
     cdef bint is_map = code == C_MAP8 or code == C_MAP32
     cdef str what = "map" if is_map else "list"
     cdef uint32_t size, count, i
-    cdef Py_ssize_t outer_end = s.end, element_at
+    cdef Py_ssize_t outer_end = s.end
     cdef list items
-    cdef dict mapping
     if depth >= MAX_NESTING:
         _bad(at, f"{what} nested deeper than {MAX_NESTING}")
     size = _size(s, wide, at, what + " size")
@@ -710,13 +707,7 @@ cdef object _read_compound(Src *s, uint8_t code, int depth, Py_ssize_t at):
     if is_map:
         if count & 1:
             _bad(at, f"map: odd element count {count}")
-        mapping = amqw_dict_presized(count // 2)
-        for i in range(count // 2):
-            element_at = s.pos
-            key = _read_value(s, depth + 1)
-            value = _read_value(s, depth + 1)
-            _map_set(mapping, key, value, element_at)
-        result = mapping
+        result = _read_pairs(s, count // 2, depth + 1, annotation_keys)
     else:
         items = [None] * count
         for i in range(count):
@@ -726,6 +717,17 @@ cdef object _read_compound(Src *s, uint8_t code, int depth, Py_ssize_t at):
         _bad(at, f"{what}: {count} elements end {s.end - s.pos} bytes before its size")
     s.end = outer_end
     return result
+
+
+cdef dict _read_pairs(Src *s, uint32_t pairs, int depth, bint annotation_keys):
+    cdef uint32_t _pair
+    cdef Py_ssize_t key_at
+    cdef dict mapping = amqw_dict_presized(pairs)
+    for _pair in range(pairs):
+        key_at = s.pos
+        key = _read_descriptor(s, depth) if annotation_keys else _read_value(s, depth)
+        _map_set(mapping, key, _read_value(s, depth), key_at)
+    return mapping
 
 
 cdef int _map_set(dict mapping, object key, object value, Py_ssize_t at) except -1:
@@ -1833,32 +1835,13 @@ cdef dict _read_map_section(Src *s, Py_ssize_t at, bint annotations, str what):
     """An annotations or application-properties map; annotation keys that are ulongs are
     plain ints."""
     cdef uint8_t code = _u8(s, s.pos, what)
-    cdef uint32_t size, count, i
-    cdef Py_ssize_t outer_end = s.end, key_at
-    cdef dict mapping
     if code != C_MAP8 and code != C_MAP32:
         _bad(s.pos - 1, f"{what}: expected a map, found constructor 0x{code:02x}")
-    size = _size(s, code == C_MAP32, at, what + " size")
-    if size > <uint64_t>(s.end - s.pos):
-        _bad(at, f"{what}: size {size} is over the {s.end - s.pos} bytes left")
-    s.end = s.pos + size
-    count = _size(s, code == C_MAP32, at, what + " count")
-    if count > <uint64_t>(s.end - s.pos):
-        _bad(at, f"{what}: {count} elements cannot fit in {s.end - s.pos} bytes")
-    if count & 1:
-        _bad(at, f"{what}: odd element count {count}")
-    mapping = amqw_dict_presized(count // 2)
-    for i in range(count // 2):
-        key_at = s.pos
-        if annotations:
-            key = _read_descriptor(s, 1)
-        else:
-            key = _read_value(s, 1)
-        _map_set(mapping, key, _read_value(s, 1), key_at)
-    if s.pos != s.end:
-        _bad(at, f"{what}: {count} elements end {s.end - s.pos} bytes before its size")
-    s.end = outer_end
-    return mapping
+    try:
+        return _read_compound(s, code, 1, s.pos - 1, annotations)
+    except AMQP10DecodeError as exc:
+        exc.args = (f"{what}: {exc.args[0]}",)
+        raise
 
 
 cdef int _section_code(Src *s, Py_ssize_t at) except -1:
