@@ -1,3 +1,4 @@
+import builtins
 import datetime
 from typing import Any, ClassVar
 
@@ -57,9 +58,9 @@ class Described:
 
 class Array:
     items: list[Any]
-    type: type | None
+    type: builtins.type | None
     descriptor: Any
-    def __init__(self, items: Any, type: type | None = ..., descriptor: Any = ...) -> None: ...
+    def __init__(self, items: Any, type: builtins.type | None = ..., descriptor: Any = ...) -> None: ...
     def __eq__(self, other: object) -> bool: ...
     __hash__: ClassVar[None]  # type: ignore[assignment]
 
