@@ -1716,6 +1716,8 @@ cdef int _write_sections(WriteBuffer buf, object header, object delivery_annotat
 
 cdef int write_message(WriteBuffer buf, object body, object properties,
                        object application_properties) except -1:
+    if PyBytes_CheckExact(body) and properties is None and application_properties is None:
+        return _write_data(buf, body)      # the common case: nothing to undo on an error
     return _write_sections(buf, None, None, None, properties, application_properties, body, None)
 
 
