@@ -373,21 +373,21 @@ cdef object _read_string(ReadView *v, const char *what, bint nullable=False):
 
 
 cdef list _read_strings(ReadView *v, const char *what):
-    cdef uint32_t count = 0, i
+    cdef uint32_t count = 0, _i
     cdef list out = []
     read_u32(v, &count, what)
     _check_count(v, count, 2, what)
-    for i in range(count):
+    for _i in range(count):
         out.append(_read_string(v, what))
     return out
 
 
 cdef dict _read_map(ReadView *v, const char *what):
-    cdef uint32_t count = 0, i
+    cdef uint32_t count = 0, _i
     cdef dict out = {}
     read_u32(v, &count, what)
     _check_count(v, count, 4, what)
-    for i in range(count):
+    for _i in range(count):
         k = _read_string(v, what)
         out[k] = _read_string(v, what)
     return out
@@ -650,14 +650,14 @@ cdef object _read_entry(ReadView *v):
 
 cdef Publish _read_publish(ReadView *v, uint16_t version):
     cdef Publish c = Publish.__new__(Publish)
-    cdef uint32_t count = 0, i
+    cdef uint32_t count = 0, _i
     cdef uint64_t pid = 0
     cdef list messages = []
     cdef list filters = [] if version == 2 else None
     read_u8(v, &c.publisher_id, b"publisher_id")
     read_u32(v, &count, b"message count")
     _check_count(v, count, 12, b"messages")
-    for i in range(count):
+    for _i in range(count):
         read_u64(v, &pid, b"publishing_id")
         if version == 2:
             filters.append(_read_string(v, b"filter value", True))
@@ -732,14 +732,14 @@ cdef class PublishError(StreamCommand):
 
 cdef PublishError _read_publish_error(ReadView *v):
     cdef PublishError c = PublishError.__new__(PublishError)
-    cdef uint32_t count = 0, i
+    cdef uint32_t count = 0, _i
     cdef uint64_t pid = 0
     cdef uint16_t code = 0
     cdef list errors = []
     read_u8(v, &c.publisher_id, b"publisher_id")
     read_u32(v, &count, b"error count")
     _check_count(v, count, 10, b"errors")
-    for i in range(count):
+    for _i in range(count):
         read_u64(v, &pid, b"publishing_id")
         read_u16(v, &code, b"code")
         errors.append((pid, code))
@@ -1233,27 +1233,27 @@ cdef class MetadataResponse(StreamCommand):
 
 cdef MetadataResponse _read_metadata_response(ReadView *v):
     cdef MetadataResponse r = MetadataResponse.__new__(MetadataResponse)
-    cdef uint32_t count = 0, replica_count = 0, i, j, port = 0
+    cdef uint32_t count = 0, replica_count = 0, _i, _j, port = 0
     cdef uint16_t reference = 0, code = 0, leader = 0, replica = 0
     cdef list brokers = [], streams = [], replicas
     read_u32(v, &r.correlation_id, b"correlation_id")
     read_u32(v, &count, b"broker count")
     _check_count(v, count, 8, b"brokers")
-    for i in range(count):
+    for _i in range(count):
         read_u16(v, &reference, b"broker reference")
         host = _read_string(v, b"broker host")
         read_u32(v, &port, b"broker port")
         brokers.append(Broker(reference, host, port))
     read_u32(v, &count, b"stream count")
     _check_count(v, count, 10, b"streams")
-    for i in range(count):
+    for _i in range(count):
         stream = _read_string(v, b"stream")
         read_u16(v, &code, b"stream response_code")
         read_u16(v, &leader, b"stream leader")
         read_u32(v, &replica_count, b"replica count")
         _check_count(v, replica_count, 2, b"replicas")
         replicas = []
-        for j in range(replica_count):
+        for _j in range(replica_count):
             read_u16(v, &replica, b"replica")
             replicas.append(replica)
         streams.append(StreamMetadata(stream, code, leader, replicas))
@@ -1835,12 +1835,12 @@ cdef int _write_command_versions(WriteBuffer buf, list versions) except -1:
 
 
 cdef list _read_command_versions(ReadView *v):
-    cdef uint32_t count = 0, i
+    cdef uint32_t count = 0, _i
     cdef uint16_t key = 0, low = 0, high = 0
     cdef list out = []
     read_u32(v, &count, b"command count")
     _check_count(v, count, 6, b"commands")
-    for i in range(count):
+    for _i in range(count):
         read_u16(v, &key, b"command key")
         read_u16(v, &low, b"command min_version")
         read_u16(v, &high, b"command max_version")
@@ -1951,14 +1951,14 @@ cdef class StreamStatsResponse(SimpleResponse):
 
 cdef StreamStatsResponse _read_stream_stats_response(ReadView *v):
     cdef StreamStatsResponse r = StreamStatsResponse.__new__(StreamStatsResponse)
-    cdef uint32_t count = 0, i
+    cdef uint32_t count = 0, _i
     cdef uint64_t value = 0
     cdef dict stats = {}
     read_u32(v, &r.correlation_id, b"correlation_id")
     read_u16(v, &r.response_code, b"response_code")
     read_u32(v, &count, b"stat count")
     _check_count(v, count, 10, b"stats")
-    for i in range(count):
+    for _i in range(count):
         k = _read_string(v, b"stat name")
         read_u64(v, &value, b"stat value")
         stats[k] = <int64_t>value
@@ -2552,7 +2552,6 @@ def encode_publish(publisher_id, publishing_ids, messages, version=1, filter_val
 cdef int _write_data_message(WriteBuffer buf, object body, Py_ssize_t i) except -1:
     """A message of one AMQP 1.0 data section (descriptor 0x75, vbin8 or vbin32),
     size-prefixed."""
-    cdef Py_buffer view
     cdef const char *data
     cdef Py_ssize_t n
     cdef object held = None
