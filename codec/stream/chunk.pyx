@@ -27,6 +27,7 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from amqwire.codec.buffer cimport amqw_unpack_u16, amqw_unpack_u32, amqw_unpack_u64
 
+import importlib
 import zlib
 
 from amqwire.codec.errors import ChunkError
@@ -88,6 +89,14 @@ cdef int read_header(object obj, const char *p, Py_ssize_t n, ChunkHeader *h, bi
     return 0
 
 
+cdef object _zstandard():
+    """The zstandard module, or None when it is not installed."""
+    try:
+        return importlib.import_module("zstandard")
+    except ImportError:
+        return None
+
+
 cdef bytes _decompress(int compression, const char *p, Py_ssize_t size, uint32_t expected, ChunkHeader *h,
                        Py_ssize_t at):
     cdef bytes packed = PyBytes_FromStringAndSize(p, size)
@@ -106,12 +115,11 @@ cdef bytes _decompress(int compression, const char *p, Py_ssize_t size, uint32_t
                              f"gzip stream", offset=at, first_offset=h.first_offset)
         return out
     if compression == 4:
-        try:
-            import zstandard
-        except ImportError:
+        zstandard = _zstandard()
+        if zstandard is None:
             raise ChunkError(f"chunk {h.first_offset}: the sub-entry at offset {at} is compressed with zstd, "
                              f"which needs the zstandard package (pip install amqwire[zstd])",
-                             offset=at, first_offset=h.first_offset) from None
+                             offset=at, first_offset=h.first_offset)
         try:
             return zstandard.ZstdDecompressor().decompress(packed, max_output_size=expected + 1)
         except zstandard.ZstdError as exc:

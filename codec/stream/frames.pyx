@@ -37,6 +37,7 @@ from amqwire.codec.buffer cimport (
     decode_utf8, read_raw, read_u8, read_u16, read_u32, read_u64, utf8_of,
 )
 
+import importlib
 import zlib
 from collections import namedtuple
 
@@ -2629,7 +2630,7 @@ cdef object _compress(int compression, bytes data, object level):
         return packer.compress(data) + packer.flush()
     if compression == 4:
         try:
-            import zstandard
+            zstandard = importlib.import_module("zstandard")
         except ImportError:
             raise StreamFrameError("compression zstd needs the zstandard package (pip install amqwire[zstd])") from None
         return zstandard.ZstdCompressor(level=3 if level is None else level).compress(data)
