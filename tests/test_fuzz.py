@@ -269,6 +269,7 @@ GUARDED = textwrap.dedent(r"""
     import ctypes, faulthandler, mmap, sys
     sys.path.insert(0, sys.argv[1])
     import amqwire.codec as codec
+    import amqwire.codec.stream as S
     import make_corpus
     from amqwire.codec import CodecError
 
@@ -292,6 +293,9 @@ GUARDED = textwrap.dedent(r"""
         "content_header": codec.BasicProperties.decode,
         "frame_parser": lambda view: codec.FrameParser(131072).feed(view[1:]),
         "command_parser": lambda view: codec.CommandParser(131072).feed(view[1:]),
+        "stream_parser": lambda view: S.StreamParser(sender="any").feed(view[1:]),
+        "stream_frame": lambda view: S.decode_frame(view, sender="any"),
+        "stream_chunk": lambda view: S.decode_chunk(view).offsets_and_messages(),
     }
     count = 0
     for name, decode in decoders.items():

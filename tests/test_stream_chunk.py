@@ -320,3 +320,13 @@ def test_mutated_chunks_give_records_or_a_chunk_error():
             S.decode_chunk(bytes(data), check_crc=rnd.random() < 0.5).offsets_and_messages()
         except ChunkError as exc:
             assert exc.offset is None or 0 <= exc.offset <= len(data)
+
+
+def test_a_zstd_frame_declaring_a_huge_size_is_a_chunk_error_not_an_allocation():
+    """Found by fuzzing: zstandard allocates what a frame's header declares (a flipped byte:
+    34 PB), and raised MemoryError.  The declared size is checked against the sub-entry's."""
+    data = bytes.fromhex(
+        "50000002000000030000018bcfe568000000000000000001000000000000000722a6f30c0000002d0000000010000000c000020000"
+        "00270000001928b52ffdd627850000500000001e7a0000000179010037d002000000056166746572")
+    with pytest.raises(ChunkError, match="the zstd sub-entry at offset 48 declares 34372932507553792 bytes, it announces 39"):
+        S.decode_chunk(data, check_crc=False).offsets_and_messages()

@@ -121,6 +121,12 @@ cdef bytes _decompress(int compression, const char *p, Py_ssize_t size, uint32_t
                              f"which needs the zstandard package (pip install amqwire[zstd])",
                              offset=at, first_offset=h.first_offset)
         try:
+            # a frame that declares its size is decompressed into a buffer of that size:
+            # check it first, so a corrupt header cannot make it allocate gigabytes
+            declared = zstandard.frame_content_size(packed)
+            if declared != -1 and declared != expected:
+                raise ChunkError(f"chunk {h.first_offset}: the zstd sub-entry at offset {at} declares {declared} "
+                                 f"bytes, it announces {expected}", offset=at, first_offset=h.first_offset)
             return zstandard.ZstdDecompressor().decompress(packed, max_output_size=expected + 1)
         except zstandard.ZstdError as exc:
             raise ChunkError(f"chunk {h.first_offset}: the zstd sub-entry at offset {at} does not "
