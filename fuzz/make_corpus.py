@@ -13,6 +13,7 @@ import decimal
 import hashlib
 import random
 import sys
+import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,6 +114,39 @@ def _stream_commands(chunks: list[bytes]) -> list[bytes]:
     return frames
 
 
+def _amqp10_seeds() -> tuple[list[bytes], list[bytes]]:
+    """AMQP 1.0 values and messages, as the codec's encoder writes them."""
+    from amqwire.codec.stream import amqp10 as A
+
+    values = [
+        None, True, 7, -70000, 2**40, 2**64 - 1, 1.5, "text \u00fc", b"\x00\xff", A.Symbol("x-opt"), A.UByte(1),
+        A.UShort(2), A.UInt(0), A.UInt(300), A.ULong(5), A.Byte(-1), A.Short(-2), A.Long(3), A.Float(0.5),
+        A.Char("\u00e9"), A.Timestamp(-1), datetime.datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=datetime.timezone.utc),
+        uuid.UUID(int=0x0123456789ABCDEF), A.Decimal32(b"1234"), A.Decimal64(b"12345678"), A.Decimal128(b"0123456789abcdef"),
+        [], [1, "two", None, [3.0]], {"k": {"n": [A.Symbol("s")]}, 1: b""}, "x" * 300, list(range(300)),
+        A.Described(A.Symbol("com:x"), [1, 2]), A.Described(0x70, None),
+        A.Array([1, 2, 3]), A.Array([A.Symbol("a"), A.Symbol("b")]), A.Array(["s" * 300]), A.Array([True, False]),
+        A.Array([], A.UInt), A.Array([[1], [2, "x"]]), A.Array([A.Array([A.UByte(1)])]),
+        A.Array([A.UByte(1)], descriptor=0x42), A.Array([{"k": 1}]),
+    ]
+    properties = A.Properties(
+        message_id=7, user_id=b"guest", to="/queues/q", subject="s", reply_to="r", correlation_id=uuid.UUID(int=1),
+        content_type="application/json", content_encoding="gzip", absolute_expiry_time=1700000000000,
+        creation_time=datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc), group_id="g", group_sequence=3,
+        reply_to_group_id="rg")
+    messages = [
+        A.encode_message(b""), A.encode_message(b"x" * 100), A.encode_message(b"x" * 300),
+        A.encode_message(b"body", properties=properties, application_properties={"k": "v", "n": 5, "t": True}),
+        A.encode_message(A.Data([b"a", b"b"]), header=A.Header(durable=True, priority=5, ttl=60000),
+                         message_annotations={"x-exchange": "", "x-routing-key": "rk", 7: A.UByte(1)}),
+        A.encode_message(A.AmqpValue({"a": [1, 2.5, None]}), delivery_annotations={"d": 1}, footer={"f": b"\x00"}),
+        A.encode_message(A.AmqpSequence([[1], ["two"]]), properties={"subject": "seq"}),
+        A.encode_message(None, properties=A.Properties(message_id="m")),
+        A.encode_message(b"\x00" * 70000, application_properties={"big": "y" * 1000}),
+    ]
+    return [A.encode_value(v) for v in values], messages
+
+
 def seeds() -> dict[str, list[bytes]]:
     """Valid inputs for each target (for the parsers, a config byte then a stream)."""
     rnd = random.Random(2026)
@@ -138,7 +172,10 @@ def seeds() -> dict[str, list[bytes]]:
     frames = _stream_commands(chunks)
     stream_seeds = [bytes([i * 37 % 256]) + frame for i, frame in enumerate(frames)]
     stream_seeds += [bytes([i]) + b"".join(rnd.sample(frames, 6)) for i in range(12)]
+    amqp10_values, amqp10_messages = _amqp10_seeds()
     return {
+        "amqp10_message": amqp10_messages,
+        "amqp10_value": amqp10_values,
         "frame_parser": parser_seeds,
         "command_parser": parser_seeds,
         "decode_method": payloads,

@@ -241,6 +241,35 @@ def spark_decoder(data: bytes) -> None:
         raise Finding(f"decode_one returned {row!r}")
 
 
+def _amqp10_fixed_point(decode: Callable[[bytes], Any], encode: Callable[[Any], bytes], data: bytes) -> None:
+    """What decodes encodes, and that encoding decodes and encodes to itself (it is the
+    input itself where the input was written the way the encoder writes)."""
+    value, error = _typed(lambda: decode(data), len(data))
+    if error is not None:
+        return
+    try:
+        encoded = encode(value)
+    except CodecError as exc:
+        raise Finding(f"{value!r:.300} decodes but does not encode: {exc}") from exc
+    again, error = _typed(lambda: decode(encoded), len(encoded))
+    if error is not None:
+        raise Finding(f"the encoding of {value!r:.300} does not decode: {error}")
+    if encode(again) != encoded:   # bytes, so that NaN compares equal
+        raise Finding(f"decode/encode is not a fixed point for {data.hex()}")
+
+
+def amqp10_message(data: bytes) -> None:
+    from amqwire.codec.stream.amqp10 import decode_message
+
+    _amqp10_fixed_point(decode_message, lambda message: message.encode(), data)
+
+
+def amqp10_value(data: bytes) -> None:
+    from amqwire.codec.stream.amqp10 import decode_value, encode_value
+
+    _amqp10_fixed_point(decode_value, encode_value, data)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "frame_parser": frame_parser,
     "command_parser": command_parser,
@@ -248,6 +277,8 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "decode_table": decode_table,
     "content_header": content_header,
     "spark_decoder": spark_decoder,
+    "amqp10_message": amqp10_message,
+    "amqp10_value": amqp10_value,
     "stream_parser": _stream_parser_target,
     "stream_frame": stream_frame,
     "stream_chunk": stream_chunk,

@@ -2,8 +2,46 @@
 
 Frames and commands, the chunks a deliver carries, and the AMQP 1.0 message format the
 stream protocol's messages are written in.  Bytes in, bytes out, no I/O.
+
+AMQP 1.0 messages and values: :func:`encode_message`, :func:`decode_message`,
+:func:`encode_value`, :func:`decode_value` (the Python <-> AMQP 1.0 mapping is in the
+docstring of :mod:`amqwire.codec.stream.amqp10`).
 """
 from amqwire.codec.errors import ChunkError, StreamFrameError
+
+# --- AMQP 1.0 messages and values (amqwire.codec.stream.amqp10) -----------------------------
+from amqwire.codec.stream.amqp10 import (
+    AMQP10DecodeError,
+    AMQP10EncodeError,
+    AMQP10UnsupportedValueError,
+    AmqpSequence,
+    AmqpValue,
+    Array,
+    Byte,
+    Char,
+    Data,
+    Decimal32,
+    Decimal64,
+    Decimal128,
+    Described,
+    Float,
+    Header,
+    Int,
+    Long,
+    Message,
+    Properties,
+    Short,
+    Symbol,
+    Timestamp,
+    UByte,
+    UInt,
+    ULong,
+    UShort,
+    decode_message,
+    decode_value,
+    encode_message,
+    encode_value,
+)
 
 # --- frames and commands (amqwire.codec.stream.frames) -------------------------------------
 from amqwire.codec.stream.frames import (
@@ -157,9 +195,40 @@ from amqwire.codec.stream.chunk import (
     decode_chunk,
 )
 
-# (the AMQP 1.0 messages, amqwire.codec.stream.amqp10, have sections of their own)
-
 __all__ = ["ChunkError", "StreamFrameError"]
+# AMQP 1.0
+__all__ += [
+    "AMQP10DecodeError",
+    "AMQP10EncodeError",
+    "AMQP10UnsupportedValueError",
+    "AmqpSequence",
+    "AmqpValue",
+    "Array",
+    "Byte",
+    "Char",
+    "Data",
+    "Decimal32",
+    "Decimal64",
+    "Decimal128",
+    "Described",
+    "Float",
+    "Header",
+    "Int",
+    "Long",
+    "Message",
+    "Properties",
+    "Short",
+    "Symbol",
+    "Timestamp",
+    "UByte",
+    "UInt",
+    "ULong",
+    "UShort",
+    "decode_message",
+    "decode_value",
+    "encode_message",
+    "encode_value",
+]
 # frames
 __all__ += [
     "COMMAND_NAMES",
