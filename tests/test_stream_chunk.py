@@ -263,12 +263,22 @@ def test_errors_are_codec_errors():
 
 
 def test_chunk_messages_decodes_amqp_1_0_messages():
-    amqp10 = pytest.importorskip("amqwire.codec.stream.amqp10")
-    data = R.chunk([R.data_section(b"one"), ("sub", [R.data_section(b"two"), R.data_section(b"three")], 1)], 10)
+    rich = S.encode_message(b"four", properties={"subject": "s"}, application_properties={"k": "v"})
+    data = R.chunk([R.data_section(b"one"), ("sub", [R.data_section(b"two"), R.data_section(b"three")], 1), rich], 10)
     first, ts, messages = S.chunk_messages(data, 11)
     assert (first, ts) == (11, 1_700_000_000_000)
-    assert [m.body for m in messages] == [b"two", b"three"]
-    assert all(isinstance(m, amqp10.Message) for m in messages)
+    assert [m.body for m in messages] == [b"two", b"three", b"four"]
+    assert all(isinstance(m, S.Message) for m in messages)
+    assert messages[2].properties.subject == "s" and messages[2].application_properties == {"k": "v"}
+    assert S.chunk_messages(data)[2] == [S.decode_message(record) for _, record in S.decode_chunk(data).offsets_and_messages()]
+
+
+def test_a_record_that_is_not_an_amqp_1_0_message_names_its_offset():
+    data = R.chunk([R.data_section(b"fine"), b"not amqp"], 40)
+    with pytest.raises(ChunkError, match=r"chunk 40: the message at offset 41 \(entry at byte 61\) is not an AMQP 1.0 message") as info:
+        S.chunk_messages(data)
+    assert isinstance(info.value.__cause__, S.AMQP10DecodeError)
+    assert S.chunk_messages(data, decode=False)[2] == [R.data_section(b"fine"), b"not amqp"]
 
 
 def test_chunk_messages_from_offsets():

@@ -527,6 +527,20 @@ def test_encode_publish_values_writes_one_data_section_per_body():
         S.Publish(2, [(100, R.data_section(b""))], ["k"]).encode()
     with pytest.raises(StreamFrameError, match=r"bodies\[1\]: expected bytes, got str"):
         S.encode_publish_values(2, 100, [b"", "text"])
+    assert [S.encode_message(bytes(b)) for b in bodies] == [R.data_section(bytes(b)) for b in bodies]
+
+
+def test_encode_publish_values_with_properties_is_encode_message():
+    properties = {"content_type": "application/json", "message_id": 7}
+    application_properties = {"source": "test", "n": 5}
+    bodies = [b"{}", b"[1]" * 100]
+    got = S.encode_publish_values(1, 5, bodies, properties=properties, application_properties=application_properties)
+    messages = [S.encode_message(b, properties=properties, application_properties=application_properties) for b in bodies]
+    assert got == S.encode_publish(1, 5, messages)
+    decoded = S.decode_message(S.decode_frame(got, sender="client").messages[1][1])
+    assert (decoded.body, decoded.properties.message_id, decoded.application_properties) == (bodies[1], 7, application_properties)
+    with pytest.raises(CodecError):
+        S.encode_publish_values(1, 5, bodies, application_properties={"bad": object()})
 
 
 @pytest.mark.parametrize("compression", [0, 1, "gzip", "none", 4, "zstd"])

@@ -32,6 +32,7 @@ from cpython.object cimport PyObject
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from amqwire.codec.stream.amqp10 cimport write_message
 from amqwire.codec.buffer cimport (
     ReadView, WriteBuffer, amqw_pack_u32, amqw_unpack_u16, amqw_unpack_u32, amqw_unpack_u64,
     decode_utf8, read_raw, read_u8, read_u16, read_u32, read_u64, utf8_of,
@@ -2550,48 +2551,30 @@ def encode_publish(publisher_id, publishing_ids, messages, version=1, filter_val
     return buf.to_bytes()
 
 
-cdef int _write_data_message(WriteBuffer buf, object body, Py_ssize_t i) except -1:
-    """A message of one AMQP 1.0 data section (descriptor 0x75, vbin8 or vbin32),
-    size-prefixed."""
-    cdef const char *data
-    cdef Py_ssize_t n
-    cdef object held = None
-    if PyBytes_CheckExact(body):
-        data = PyBytes_AS_STRING(body)
-        n = PyBytes_GET_SIZE(body)
-    elif PyUnicode_Check(body) or not PyObject_CheckBuffer(body):
-        raise StreamFrameError(f"bodies[{i}]: expected bytes, got {type(body).__name__}")
-    else:
-        held = bytes(body)
-        data = PyBytes_AS_STRING(held)
-        n = PyBytes_GET_SIZE(held)
-    if n < 256:
-        buf.write_u32(<uint32_t>(n + 5))
-        buf.ensure(5)
-        buf._buf[buf._len] = 0x00
-        buf._buf[buf._len + 1] = 0x53
-        buf._buf[buf._len + 2] = 0x75
-        buf._buf[buf._len + 3] = <char>0xA0
-        buf._buf[buf._len + 4] = <char><uint8_t>n
-        buf._len += 5
-    else:
-        if n + 8 > _MAX_MESSAGE:
-            raise StreamFrameError(f"bodies[{i}]: {n} bytes, the limit is {_MAX_MESSAGE - 8}")
-        buf.write_u32(<uint32_t>(n + 8))
-        buf.write_u8(0x00)
-        buf.write_u8(0x53)
-        buf.write_u8(0x75)
-        buf.write_u8(0xB0)
-        buf.write_u32(<uint32_t>n)
-    return buf.write_raw(data, n)
+cdef int _write_amqp10_message(WriteBuffer buf, object body, object properties, object application_properties,
+                               Py_ssize_t i) except -1:
+    """One AMQP 1.0 message of ``body``, size-prefixed (the size patched after)."""
+    cdef Py_ssize_t at = buf._len, size
+    if not PyBytes_CheckExact(body):
+        if PyUnicode_Check(body) or not PyObject_CheckBuffer(body):
+            raise StreamFrameError(f"bodies[{i}]: expected bytes, got {type(body).__name__}")
+        body = bytes(body)
+    buf.write_u32(0)
+    write_message(buf, body, properties, application_properties)
+    size = buf._len - at - 4
+    if size > _MAX_MESSAGE:
+        raise StreamFrameError(f"bodies[{i}]: a message of {size} bytes is over the limit of {_MAX_MESSAGE}")
+    amqw_pack_u32(buf._buf + at, <uint32_t>size)
+    return 0
 
 
 def encode_publish_values(publisher_id, first_publishing_id, bodies, *, properties=None,
                           application_properties=None, filter_values=None):
     """One Publish frame of ``bodies`` (bytes-likes), each made into an AMQP 1.0 message
-    of one data section, with publishing ids ``first_publishing_id``, +1, ...; encoded
-    straight into the frame.  ``properties`` / ``application_properties`` (the same for
-    every message) need amqwire.codec.stream.amqp10.  ``filter_values``: version 2."""
+    (one data section, and ``properties`` / ``application_properties`` when given: the
+    same for every message; see amqwire.codec.stream.amqp10) encoded straight into the
+    frame, with publishing ids ``first_publishing_id``, +1, ...  ``filter_values``: one
+    str or None per message, in a version 2 frame."""
     cdef WriteBuffer buf = WriteBuffer(512)
     cdef object seq = PySequence_Fast(bodies, b"bodies: expected a sequence of bytes")
     cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i
@@ -2599,13 +2582,10 @@ def encode_publish_values(publisher_id, first_publishing_id, bodies, *, properti
     cdef uint8_t pub = _uint(publisher_id, 0xFF, "publisher_id")
     cdef uint64_t first = _uint(first_publishing_id, 0xFFFFFFFFFFFFFFFF, "first_publishing_id")
     cdef Py_ssize_t start
-    if properties is not None or application_properties is not None:
-        from amqwire.codec.stream.amqp10 import encode_message
-        messages = [encode_message(body, properties=properties, application_properties=application_properties)
-                    for body in seq]
-        return encode_publish(pub, first, messages, 1 if filter_values is None else 2, filter_values)
     if n and first + <uint64_t>(n - 1) < first:
         raise StreamFrameError(f"publishing ids from {first} for {n} messages overflow a uint64")
+    if n > 0xFFFFFFFF:
+        raise StreamFrameError(f"bodies: {n} do not fit a uint32 count")
     if filter_values is not None:
         filter_values = list(filter_values)
         if len(filter_values) != n:
@@ -2617,7 +2597,7 @@ def encode_publish_values(publisher_id, first_publishing_id, bodies, *, properti
         buf.write_u64(first + <uint64_t>i)
         if filter_values is not None:
             _write_string(buf, _string(filter_values[i], f"filter_values[{i}]", True))
-        _write_data_message(buf, <object>items[i], i)
+        _write_amqp10_message(buf, <object>items[i], properties, application_properties, i)
     _end(buf, start)
     return buf.to_bytes()
 
