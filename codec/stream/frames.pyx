@@ -43,7 +43,7 @@ import zlib
 from collections import namedtuple
 
 from amqwire.codec.errors import CodecError, StreamFrameError
-from amqwire.codec.errors import STREAM_FRAME_TOO_LARGE
+from amqwire.codec.errors import STREAM_FRAME_TOO_LARGE as _FRAME_TOO_LARGE
 
 cdef extern from "Python.h":
     bint PyUnicode_Check(object o)
@@ -2394,7 +2394,7 @@ cdef class StreamParser:
                                    offset=at)
         if self._max_frame_size and size > self._max_frame_size:
             raise StreamFrameError(f"frame of {size} bytes at offset {at} exceeds max_frame_size {self._max_frame_size}",
-                                   offset=at, response_code=STREAM_FRAME_TOO_LARGE)
+                                   offset=at, response_code=_FRAME_TOO_LARGE)
         return 0
 
     cdef Py_ssize_t _continue(self, const char *p, Py_ssize_t n, list out) except -1:
