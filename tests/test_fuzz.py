@@ -273,6 +273,7 @@ GUARDED = textwrap.dedent(r"""
     sys.path.insert(0, sys.argv[1])
     import amqwire.codec as codec
     import amqwire.codec.stream.amqp10 as amqp10
+    import amqwire.codec.stream as S
     import make_corpus
     from amqwire.codec import CodecError
 
@@ -298,6 +299,9 @@ GUARDED = textwrap.dedent(r"""
         "command_parser": lambda view: codec.CommandParser(131072).feed(view[1:]),
         "amqp10_message": amqp10.decode_message,
         "amqp10_value": amqp10.decode_value,
+        "stream_parser": lambda view: S.StreamParser(sender="any").feed(view[1:]),
+        "stream_frame": lambda view: S.decode_frame(view, sender="any"),
+        "stream_chunk": lambda view: S.decode_chunk(view).offsets_and_messages(),
     }
     count = 0
     for name, decode in decoders.items():
