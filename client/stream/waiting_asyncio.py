@@ -1,0 +1,143 @@
+"""How the asyncio stream client waits: the loop's futures, tasks, locks and timers.
+
+The connection (``operations_async.py``) owns one ``StreamAsyncioWaiting`` and asks it for
+everything that depends on the transport, beyond each link's socket (which is the 0-9-1
+client's ``io_asyncio.AsyncioIO``): waiters, sleeping, background flows (relocating
+producers and consumers), a mutex for flows that must not overlap, the producers' send
+futures, the waits for their confirms, and when a producer's batch is written.  Nothing in
+it decides anything; the blocking counterpart is ``waiting_threads.py``
+(``client/make_sync.py`` renames the one into the other).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable, Coroutine, Optional
+
+from ..errors import OperationTimeout
+
+__all__ = ["AsyncioStreamFuture", "StreamAsyncioWaiting", "ProducerWaits"]
+
+#: What a producer's send returns on asyncio: one of the loop's futures, whose result is
+#: the message's publishing id.
+AsyncioStreamFuture = asyncio.Future[int]
+
+
+class StreamAsyncioWaiting:
+    """The loop's ways of waiting, for one stream connection (made in its loop)."""
+
+    __slots__ = ("loop", "_tasks", "_closing")
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._tasks: set["asyncio.Task[Any]"] = set()
+        self._closing = False
+
+    def new_waiter(self) -> "asyncio.Future[Any]":
+        return self.loop.create_future()
+
+    @staticmethod
+    async def wait(waiter: "asyncio.Future[Any]", timeout: Optional[float]) -> Any:
+        """The waiter's result; TimeoutError after ``timeout`` seconds."""
+        if waiter.done() or timeout is None:
+            return await waiter
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no result within {timeout} s") from None
+
+    @staticmethod
+    def new_mutex() -> asyncio.Lock:
+        """A lock for flows that must not overlap (``async with``)."""
+        return asyncio.Lock()
+
+    @staticmethod
+    def new_flag() -> asyncio.Event:
+        return asyncio.Event()
+
+    @staticmethod
+    async def wait_flag(flag: asyncio.Event, timeout: Optional[float]) -> bool:
+        if flag.is_set():
+            return True
+        try:
+            await asyncio.wait_for(flag.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    def spawn(self, flow: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+        """Run ``flow(*args)`` in the background (a task the connection keeps)."""
+        task = self.loop.create_task(flow(*args))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def stop(self) -> None:
+        """close(): the background flows end (cancelled)."""
+        self._closing = True
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+
+    # producers ------------------------------------------------------------------------------
+
+    def new_future(self, producer: Any) -> AsyncioStreamFuture:
+        return self.loop.create_future()
+
+    @staticmethod
+    def settle(future: AsyncioStreamFuture, publishing_id: int) -> None:
+        if not future.done():
+            future.set_result(publishing_id)
+
+    @staticmethod
+    def fail(future: AsyncioStreamFuture, error: BaseException) -> None:
+        if not future.done():
+            future.set_exception(error)
+            future.exception()  # retrieved: nobody has to await a send to silence asyncio's warning
+
+    def producer_waits(self, producer: Any) -> "ProducerWaits":
+        return ProducerWaits(self.loop)
+
+    def write_soon(self, flush: Callable[[], Any]) -> None:
+        """A producer's batch got its first message: write it at the end of this pass of
+        the loop (what else is sent in the pass joins it)."""
+        self.loop.call_soon(flush)
+
+
+class ProducerWaits:
+    """Callers of one producer waiting for confirms (room under ``max_in_flight``, a flush)."""
+
+    __slots__ = ("_loop", "_progress")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._progress: Optional["asyncio.Future[None]"] = None
+
+    async def wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str) -> None:
+        """Until ``ready()`` (checked whenever confirms or failures come); OperationTimeout
+        naming ``what`` after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not ready():
+            waiter = self._progress
+            if waiter is None or waiter.done():
+                waiter = self._progress = self._loop.create_future()
+            if deadline is None:
+                await waiter
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise OperationTimeout(what, timeout)
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), left)
+            except asyncio.TimeoutError:
+                raise OperationTimeout(what, timeout) from None
+
+    def notify_progress(self) -> None:
+        waiter = self._progress
+        if waiter is not None:
+            self._progress = None
+            if not waiter.done():
+                waiter.set_result(None)

@@ -1,0 +1,235 @@
+"""How the blocking stream client waits: threads, locks, events and its send futures.
+
+The connection (``operations_sync.py``, generated) owns one ``StreamThreadWaiting`` and
+asks it for everything that depends on the transport, beyond each link's socket (the 0-9-1
+client's ``io_threads.ThreadIO``: its I/O thread reads, dispatches confirms and
+deliveries, and keeps the heartbeats): waiters, sleeping, background flows (threads), a
+mutex, the producers' send futures (``StreamFuture``), the waits for their confirms, and
+when a producer's batch is written.  The asyncio counterpart is ``waiting_asyncio.py``.
+
+Batches: a producer writes its batch when it is full, when a caller waits (a future's
+``result()``, ``flush()``, ``close()``), and otherwise after ``linger`` seconds (a thread
+of the connection, woken when a batch gets its first message), so a lone send is never
+left unwritten.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from ..errors import AMQPConnectionError, InvalidStateError, OperationTimeout
+from ..io_threads import _Slot
+
+__all__ = ["StreamFuture", "StreamThreadWaiting", "ProducerWaits"]
+
+log = logging.getLogger("amqwire.client.stream")
+
+LINGER = 0.0005  # seconds a batch that is not full waits for more sends before it is written
+_CALLBACKS = threading.Lock()  # registering a callback against settling a future
+
+
+class StreamFuture:
+    """The outcome of one send (or one ``send_batch``): the publishing id once the broker
+    confirmed it, or the error it failed with (``StreamPublishFailed``, ...)."""
+
+    __slots__ = ("_producer", "_state", "_value", "_error", "_callbacks")
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+        self._state = 0  # 0 pending, 1 confirmed, 2 failed
+        self._value = 0
+        self._error: Optional[BaseException] = None
+        self._callbacks: Optional[list[Callable[["StreamFuture"], Any]]] = None
+
+    def done(self) -> bool:
+        return self._state != 0
+
+    def _wait(self, timeout: Optional[float]) -> None:
+        if self._state == 0:
+            self._producer._wait_settled(self, timeout)
+
+    def result(self, timeout: Optional[float] = None) -> int:
+        """The publishing id, once the broker confirmed the message; raises why it failed,
+        or OperationTimeout if ``timeout`` passes first (the send goes on)."""
+        self._wait(timeout)
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        self._wait(timeout)
+        return self._error
+
+    def add_done_callback(self, fn: Callable[["StreamFuture"], Any]) -> None:
+        """``fn(future)``, once: now if the future is done, else when it settles (on the
+        thread that reads the broker's confirm: keep it short)."""
+        with _CALLBACKS:
+            if self._state == 0:
+                if self._callbacks is None:
+                    self._callbacks = [fn]
+                else:
+                    self._callbacks.append(fn)
+                return
+        _run(fn, self)
+
+    def _settle(self, value: int, error: Optional[BaseException]) -> None:
+        with _CALLBACKS:
+            if self._state != 0:
+                return
+            self._value = value
+            self._error = error
+            self._state = 2 if error is not None else 1
+            callbacks, self._callbacks = self._callbacks, None
+        if callbacks:
+            for fn in callbacks:
+                _run(fn, self)
+
+    def __repr__(self) -> str:
+        state = ("pending", "confirmed", "failed")[self._state]
+        return f"<StreamFuture {state}>"
+
+
+def _run(fn: Callable[[StreamFuture], Any], future: StreamFuture) -> None:
+    try:
+        fn(future)
+    except Exception:
+        log.exception("send callback %r failed", fn)
+
+
+class StreamThreadWaiting:
+    """Threads' ways of waiting, for one stream connection."""
+
+    __slots__ = ("_stopped", "_linger_lock", "_linger_due", "_linger_work", "_linger_thread", "linger")
+
+    def __init__(self) -> None:
+        self._stopped = threading.Event()  # close(): sleeps end
+        self._linger_lock = threading.Lock()
+        self._linger_due = threading.Event()
+        self._linger_work: collections.deque[Callable[[], Any]] = collections.deque()
+        self._linger_thread: Optional[threading.Thread] = None
+        self.linger = LINGER
+
+    @staticmethod
+    def new_waiter() -> _Slot:
+        return _Slot()
+
+    @staticmethod
+    def wait(waiter: _Slot, timeout: Optional[float]) -> Any:
+        """The waiter's result; TimeoutError after ``timeout`` seconds."""
+        return waiter.result(timeout)
+
+    @staticmethod
+    def new_mutex() -> Any:
+        """A lock for flows that must not overlap (``with``)."""
+        return threading.Lock()
+
+    @staticmethod
+    def new_flag() -> threading.Event:
+        return threading.Event()
+
+    @staticmethod
+    def wait_flag(flag: threading.Event, timeout: Optional[float]) -> bool:
+        return flag.wait(timeout)
+
+    def sleep(self, seconds: float) -> None:
+        self._stopped.wait(seconds)
+
+    def spawn(self, flow: Callable[..., Any], *args: Any) -> None:
+        """Run ``flow(*args)`` in the background (a daemon thread)."""
+        threading.Thread(target=flow, args=args, name="amqwire-stream-flow", daemon=True).start()
+
+    def stop(self) -> None:
+        """close(): sleeping flows wake up (and see the connection closed), the linger
+        thread ends."""
+        self._stopped.set()
+        self._linger_due.set()
+
+    # producers ------------------------------------------------------------------------------
+
+    @staticmethod
+    def new_future(producer: Any) -> StreamFuture:
+        return StreamFuture(producer)
+
+    @staticmethod
+    def settle(future: StreamFuture, publishing_id: int) -> None:
+        future._settle(publishing_id, None)
+
+    @staticmethod
+    def fail(future: StreamFuture, error: BaseException) -> None:
+        future._settle(0, error)
+
+    @staticmethod
+    def producer_waits(producer: Any) -> "ProducerWaits":
+        return ProducerWaits(producer)
+
+    def write_soon(self, flush: Callable[[], Any]) -> None:
+        """A producer's batch got its first message: write it after ``linger`` seconds
+        unless it fills up (or a caller waits) first."""
+        self._linger_work.append(flush)
+        if not self._linger_due.is_set():
+            self._linger_due.set()
+            if self._linger_thread is None:
+                with self._linger_lock:
+                    if self._linger_thread is None:
+                        self._linger_thread = threading.Thread(target=self._linger_loop, name="amqwire-stream-linger",
+                                                               daemon=True)
+                        self._linger_thread.start()
+
+    def _linger_loop(self) -> None:
+        due = self._linger_due
+        work = self._linger_work
+        stopped = self._stopped
+        while not stopped.is_set():
+            due.wait()
+            if stopped.is_set():
+                return
+            time.sleep(self.linger)
+            due.clear()
+            while work:
+                flush = work.popleft()
+                try:
+                    flush()
+                except (AMQPConnectionError, InvalidStateError, OSError) as exc:
+                    log.debug("a lingering batch was not written: %s", exc)  # its producer fails or resends it
+                except Exception:
+                    log.exception("writing a lingering batch failed")
+
+
+class ProducerWaits:
+    """Threads waiting for one producer's confirms (room under ``max_in_flight``, a flush,
+    a future's result)."""
+
+    __slots__ = ("_producer", "_condition", "_waiting")
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+        self._condition = threading.Condition(threading.Lock())
+        self._waiting = 0
+
+    def wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str) -> None:
+        """Until ``ready()`` (checked whenever confirms or failures come); OperationTimeout
+        naming ``what`` after ``timeout``."""
+        if ready():
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        io = self._producer._reading_io()
+        if io is not None and io.parked:  # a consumer thread reads the socket: read for this wait too
+            io.read_while_waiting(ready, deadline)
+        with self._condition:
+            self._waiting += 1
+            try:
+                while not ready():
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise OperationTimeout(what, timeout)
+                    self._condition.wait(0.5 if left is None else min(left, 0.5))
+            finally:
+                self._waiting -= 1
+
+    def notify_progress(self) -> None:
+        if self._waiting:
+            with self._condition:
+                self._condition.notify_all()
