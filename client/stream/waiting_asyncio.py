@@ -11,12 +11,14 @@ it decides anything; the blocking counterpart is ``waiting_threads.py``
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from typing import Any, Callable, Coroutine, Optional
 
 from ..errors import OperationTimeout
+from ..io_asyncio import NoLock
 
-__all__ = ["AsyncioStreamFuture", "StreamAsyncioWaiting", "ProducerWaits"]
+__all__ = ["AsyncioStreamFuture", "StreamAsyncioWaiting", "ProducerWaits", "StreamInbox"]
 
 #: What a producer's send returns on asyncio: one of the loop's futures, whose result is
 #: the message's publishing id.
@@ -45,6 +47,12 @@ class StreamAsyncioWaiting:
             return await asyncio.wait_for(asyncio.shield(waiter), timeout)
         except asyncio.TimeoutError:
             raise TimeoutError(f"no result within {timeout} s") from None
+
+    @staticmethod
+    def new_lock() -> NoLock:
+        """The lock of a producer's, consumer's or the connection's state: none is needed
+        where everything runs in the loop's thread."""
+        return NoLock()
 
     @staticmethod
     def new_mutex() -> asyncio.Lock:
@@ -101,6 +109,9 @@ class StreamAsyncioWaiting:
     def producer_waits(self, producer: Any) -> "ProducerWaits":
         return ProducerWaits(self.loop)
 
+    def new_inbox(self, consumer: Any) -> "StreamInbox":
+        return StreamInbox(consumer, self.loop)
+
     def write_soon(self, flush: Callable[[], Any]) -> None:
         """A producer's batch got its first message: write it at the end of this pass of
         the loop (what else is sent in the pass joins it)."""
@@ -141,3 +152,51 @@ class ProducerWaits:
             self._progress = None
             if not waiter.done():
                 waiter.set_result(None)
+
+
+class StreamInbox:
+    """A consumer's messages, received and not taken yet, for the task iterating it."""
+
+    __slots__ = ("_consumer", "_loop", "buffer", "_waiter")
+
+    def __init__(self, consumer: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._consumer = consumer
+        self._loop = loop
+        self.buffer: collections.deque[Any] = collections.deque()
+        self._waiter: Optional["asyncio.Future[None]"] = None
+
+    def deliver_run(self, messages: list[Any]) -> None:
+        """A chunk's messages, in order."""
+        self.buffer.extend(messages)
+        self.wake()
+
+    def wake(self) -> None:
+        """Messages came, or the consumer ended."""
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def next(self, timeout: Optional[float]) -> Any:
+        """The next message, the end marker (END or an exception), or None on timeout."""
+        buffer = self.buffer
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if buffer:
+                return buffer.popleft()
+            consumer = self._consumer
+            if not consumer.active:
+                return consumer._finished
+            waiter = self._waiter = self._loop.create_future()
+            if deadline is None:
+                await waiter
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                await asyncio.wait_for(waiter, left)
+            except asyncio.TimeoutError:
+                if not buffer:
+                    return None

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 from ..errors import AMQPConnectionError, InvalidStateError, OperationTimeout
 from ..io_threads import _Slot
 
-__all__ = ["StreamFuture", "StreamThreadWaiting", "ProducerWaits"]
+__all__ = ["StreamFuture", "StreamThreadWaiting", "ProducerWaits", "StreamInbox"]
 
 log = logging.getLogger("amqwire.client.stream")
 
@@ -122,6 +122,12 @@ class StreamThreadWaiting:
         return waiter.result(timeout)
 
     @staticmethod
+    def new_lock() -> Any:
+        """The lock of a producer's, consumer's or the connection's state (the thread that
+        reads a socket and the callers share it)."""
+        return threading.RLock()
+
+    @staticmethod
     def new_mutex() -> Any:
         """A lock for flows that must not overlap (``with``)."""
         return threading.Lock()
@@ -164,6 +170,10 @@ class StreamThreadWaiting:
     @staticmethod
     def producer_waits(producer: Any) -> "ProducerWaits":
         return ProducerWaits(producer)
+
+    @staticmethod
+    def new_inbox(consumer: Any) -> "StreamInbox":
+        return StreamInbox(consumer)
 
     def write_soon(self, flush: Callable[[], Any]) -> None:
         """A producer's batch got its first message: write it after ``linger`` seconds
@@ -233,3 +243,69 @@ class ProducerWaits:
         if self._waiting:
             with self._condition:
                 self._condition.notify_all()
+
+
+class StreamInbox:
+    """A consumer's messages, received and not taken yet, for the thread iterating it.
+
+    A thread waiting for messages reads its link's socket itself while it waits (the 0-9-1
+    client's ``ThreadIO.read_for``): consuming then runs in one thread, with no hand-over
+    and wake-up per read; otherwise the link's I/O thread reads and wakes it."""
+
+    __slots__ = ("_consumer", "buffer", "_condition", "_waiting")
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self.buffer: collections.deque[Any] = collections.deque()
+        self._condition = threading.Condition(threading.Lock())
+        self._waiting = 0
+
+    def deliver_run(self, messages: list[Any]) -> None:
+        """A chunk's messages, in order (the thread that read them)."""
+        self.buffer.extend(messages)
+        if self._waiting:
+            with self._condition:
+                self._condition.notify_all()
+
+    def hand_over(self) -> None:
+        """Nothing to hand over: deliveries go to the buffer at once."""
+
+    def wake(self) -> None:
+        """The consumer ended (or moved): whoever waits looks again."""
+        with self._condition:
+            self._condition.notify_all()
+
+    def next(self, timeout: Optional[float]) -> Any:
+        """The next message, the end marker (END or an exception), or None on timeout."""
+        buffer = self.buffer
+        if buffer:
+            return buffer.popleft()
+        consumer = self._consumer
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def ready() -> bool:
+            return bool(buffer) or not consumer.active
+
+        while True:
+            if buffer:
+                return buffer.popleft()
+            if not consumer.active:
+                return consumer._finished
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            link = consumer._link
+            if link is not None:
+                link._io.read_for(ready, left)  # read in this thread while waiting
+                if ready():
+                    continue
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    continue
+            with self._condition:
+                self._waiting += 1
+                try:
+                    if not ready():
+                        self._condition.wait(0.2 if left is None else min(left, 0.2))
+                finally:
+                    self._waiting -= 1
