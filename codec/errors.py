@@ -19,6 +19,9 @@ __all__ = [
     "UnsupportedValueError",
     "UnexpectedFrame",
     "ProtocolHeaderError",
+    # the stream protocol (amqwire.codec.stream)
+    "StreamFrameError",
+    "ChunkError",
 ]
 
 FRAME_ERROR = 501
@@ -81,3 +84,47 @@ class ProtocolHeaderError(FrameError):
     def __reduce__(self) -> tuple[Any, ...]:
         # BaseException pickles as cls(*self.args): ``offered`` is not among the args.
         return (type(self), (str(self), self.offered), self.__dict__)
+
+
+# --- the stream protocol (amqwire.codec.stream) ------------------------------------------
+
+#: The stream protocol's response codes for the two ways a frame can be refused.
+STREAM_UNKNOWN_FRAME = 0x0D
+STREAM_FRAME_TOO_LARGE = 0x0E
+
+
+class StreamFrameError(CodecError):
+    """A stream-protocol frame that cannot be parsed or a command that cannot be encoded:
+    unknown key or version, a size over ``max_frame_size``, a truncated or over-long
+    command, a field out of its range.  ``key`` and ``version`` name the command when they
+    were read; ``offset`` is the byte offset in what the parser was fed (or in the frame);
+    ``response_code`` is the stream protocol's code for closing a connection over it
+    (0x0d unknown frame, 0x0e frame too large)."""
+
+    reply_code = FRAME_ERROR
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        offset: int | None = None,
+        key: int | None = None,
+        version: int | None = None,
+        response_code: int = STREAM_UNKNOWN_FRAME,
+    ) -> None:
+        super().__init__(message, offset=offset)
+        self.key = key
+        self.version = version
+        self.response_code = response_code
+
+
+class ChunkError(CodecError):
+    """An Osiris chunk (what a stream-protocol deliver carries) that cannot be read: bad
+    magic or version, sizes that do not add up, a CRC32 that does not match its data, a
+    sub-entry compressed with a codec this process lacks.  ``first_offset`` is the chunk's
+    first offset (None when its header could not be read); ``offset`` the byte offset in
+    the chunk."""
+
+    def __init__(self, message: str, *, offset: int | None = None, first_offset: int | None = None) -> None:
+        super().__init__(message, offset=offset)
+        self.first_offset = first_offset
