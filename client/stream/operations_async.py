@@ -336,8 +336,8 @@ class AsyncStreamConnection(StreamConnectionBase):
             self._known_nodes[node] = None
         for entry in reply.streams:
             if entry.stream == stream:
-                leader = brokers.get(entry.leader_reference) if entry.leader_reference != _NO_NODE else None
-                replicas = [brokers[ref] for ref in entry.replicas_references if ref in brokers]
+                leader = brokers.get(entry.leader) if entry.leader != _NO_NODE else None
+                replicas = [brokers[ref] for ref in entry.replicas if ref in brokers]
                 return entry.response_code, StreamMetadata(stream, leader, replicas)
         return 0x02, StreamMetadata(stream, None, [])
 

@@ -215,7 +215,7 @@ class StreamProtocol:
         self.server_properties: dict[str, str] = {}
         self.connection_properties: dict[str, str] = {}
         self._client_properties = dict(CLIENT_PROPERTIES, **(client_properties or {}))
-        self._parser = F.StreamParser(0)
+        self._parser = F.StreamParser(0, sender="server")
         self._out: list[Any] = []
         self.pending_output = 0
         self.bytes_sent = 0
@@ -257,7 +257,7 @@ class StreamProtocol:
         """Start the handshake (the first bytes of a new socket)."""
         correlation = self._next_correlation()
         self._handshake_ids[correlation] = "peer_properties"
-        self._send(F.PeerPropertiesRequest(correlation, self._client_properties).encode())
+        self._send(F.PeerProperties(correlation, self._client_properties).encode())
 
     def _handshake_reply(self, step: str, command: Any, events: list[Any]) -> None:
         code = command.response_code
@@ -268,7 +268,7 @@ class StreamProtocol:
             self.server_properties = dict(command.properties)
             correlation = self._next_correlation()
             self._handshake_ids[correlation] = "sasl_handshake"
-            self._send(F.SaslHandshakeRequest(correlation).encode())
+            self._send(F.SaslHandshake(correlation).encode())
         elif step == "sasl_handshake":
             mechanisms = list(command.mechanisms)
             if code != OK or self.auth_mechanism not in mechanisms:
@@ -281,7 +281,7 @@ class StreamProtocol:
                 response = b""
             correlation = self._next_correlation()
             self._handshake_ids[correlation] = "sasl_authenticate"
-            self._send(F.SaslAuthenticateRequest(correlation, self.auth_mechanism, response).encode())
+            self._send(F.SaslAuthenticate(correlation, self.auth_mechanism, response).encode())
         elif step == "sasl_authenticate":
             if code != OK:
                 subject = self.username if self.auth_mechanism == "PLAIN" else "EXTERNAL"
@@ -291,7 +291,7 @@ class StreamProtocol:
             if code != OK:
                 events.append(HandshakeFailed(response_error(code, "open", self.vhost)))
                 return
-            self.connection_properties = dict(command.connection_properties or {})
+            self.connection_properties = dict(command.properties or {})
             self.state = LinkState.OPEN
             events.append(HandshakeDone(self.frame_max, self.heartbeat, self.server_properties,
                                         self.connection_properties))
@@ -300,10 +300,10 @@ class StreamProtocol:
         self.frame_max = negotiate(self.frame_max, command.frame_max)
         self.heartbeat = negotiate(self.heartbeat, command.heartbeat)
         self._parser.max_frame_size = self.frame_max
-        self._send(F.Tune(self.frame_max, self.heartbeat).encode())
+        self._send(F.TuneResponse(self.frame_max, self.heartbeat).encode())
         correlation = self._next_correlation()
         self._handshake_ids[correlation] = "open"
-        self._send(F.OpenRequest(correlation, self.vhost).encode())
+        self._send(F.Open(correlation, self.vhost).encode())
 
     # input -------------------------------------------------------------------------------------
 
@@ -327,12 +327,12 @@ class StreamProtocol:
             elif kind is F.Heartbeat:
                 continue
             elif kind is F.MetadataUpdate:
-                events.append(MetadataChanged(command.stream, command.code))
+                events.append(MetadataChanged(command.stream, command.response_code))
             elif kind is F.CreditResponse:
                 events.append(CreditRefused(command.subscription_id, command.response_code))
             elif kind is F.Tune:
                 self._tune(command)
-            elif kind is F.CloseRequest:  # the broker closes
+            elif kind is F.Close:  # the broker closes
                 self._send(F.CloseResponse(command.correlation_id, OK).encode())
                 self.state = LinkState.CLOSED
                 events.append(BrokerClosed(command.code, command.reason))
@@ -346,7 +346,7 @@ class StreamProtocol:
                 self._requests.pop(correlation, None)
                 if correlation == self._close_id:
                     self.state = LinkState.CLOSED
-                events.append(Reply(correlation, command.response_code, command))
+                events.append(Reply(correlation, getattr(command, "response_code", OK), command))  # Metadata has none
         return events
 
     def connection_lost(self) -> None:
@@ -365,23 +365,23 @@ class StreamProtocol:
         return int(command.correlation_id)
 
     def declare_publisher(self, publisher_id: int, reference: Optional[str], stream: str) -> int:
-        return self._request(F.DeclarePublisherRequest(self._next_correlation(), publisher_id, reference or "", stream),
+        return self._request(F.DeclarePublisher(self._next_correlation(), publisher_id, reference or "", stream),
                              "declare_publisher")
 
     def delete_publisher(self, publisher_id: int) -> int:
-        return self._request(F.DeletePublisherRequest(self._next_correlation(), publisher_id), "delete_publisher")
+        return self._request(F.DeletePublisher(self._next_correlation(), publisher_id), "delete_publisher")
 
     def query_publisher_sequence(self, reference: str, stream: str) -> int:
-        return self._request(F.QueryPublisherSequenceRequest(self._next_correlation(), reference, stream),
+        return self._request(F.QueryPublisherSequence(self._next_correlation(), reference, stream),
                              "query_publisher_sequence")
 
     def subscribe(self, subscription_id: int, stream: str, offset_type: int, offset: int, credit: int,
                   properties: dict[str, str]) -> int:
-        return self._request(F.SubscribeRequest(self._next_correlation(), subscription_id, stream, offset_type, offset,
+        return self._request(F.Subscribe(self._next_correlation(), subscription_id, stream, offset_type, offset,
                                                 credit, properties), "subscribe")
 
     def unsubscribe(self, subscription_id: int) -> int:
-        return self._request(F.UnsubscribeRequest(self._next_correlation(), subscription_id), "unsubscribe")
+        return self._request(F.Unsubscribe(self._next_correlation(), subscription_id), "unsubscribe")
 
     def credit(self, subscription_id: int, credit: int) -> None:
         if self.state is LinkState.OPEN:
@@ -393,20 +393,20 @@ class StreamProtocol:
         self._send(F.StoreOffset(reference, stream, offset).encode())
 
     def query_offset(self, reference: str, stream: str) -> int:
-        return self._request(F.QueryOffsetRequest(self._next_correlation(), reference, stream), "query_offset")
+        return self._request(F.QueryOffset(self._next_correlation(), reference, stream), "query_offset")
 
     def create_stream(self, stream: str, arguments: dict[str, str]) -> int:
-        return self._request(F.CreateRequest(self._next_correlation(), stream, arguments), "create_stream")
+        return self._request(F.Create(self._next_correlation(), stream, arguments), "create_stream")
 
     def delete_stream(self, stream: str) -> int:
-        return self._request(F.DeleteRequest(self._next_correlation(), stream), "delete_stream")
+        return self._request(F.Delete(self._next_correlation(), stream), "delete_stream")
 
     def metadata(self, streams: list[str]) -> int:
-        return self._request(F.MetadataRequest(self._next_correlation(), streams), "metadata")
+        return self._request(F.Metadata(self._next_correlation(), streams), "metadata")
 
     def close(self, code: int = OK, reason: str = "") -> int:
         """Send Close; its response ends the connection (a Reply with the returned id)."""
-        correlation = self._request(F.CloseRequest(self._next_correlation(), code, reason), "close")
+        correlation = self._request(F.Close(self._next_correlation(), code, reason), "close")
         self._close_id = correlation
         self.state = LinkState.CLOSING
         return correlation
