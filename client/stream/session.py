@@ -640,8 +640,9 @@ class StreamConsumerBase:
         self._spec = spec
         self.end = end
         self.credit = credit
-        #: The offset after the last message received (None: nothing received yet).
-        self._next_offset: Optional[int] = None
+        #: The offset after the last message received (None: nothing received yet, and no
+        #: offset asked for): the records of a chunk below it are skipped.
+        self._next_offset: Optional[int] = spec.value if spec.kind == OFFSET else None
         self._chunk_ends: collections.deque[int] = collections.deque()  # last offset of each chunk not yet taken
         self._inbox: Any = None
         #: The offset of the last message handed to the user (None: none yet).

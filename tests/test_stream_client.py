@@ -1,0 +1,433 @@
+"""amqwire.client.stream against a private RabbitMQ node with the rabbitmq_stream plugin.
+
+Every scenario is written once (``async def scenario(api)``) and runs on both transports,
+as the 0-9-1 client's tests do (conftest.py: blocking objects are driven through proxies
+running each call in a thread).  The node is this module's own (``stream_node``): never
+the shared broker, which has no stream plugin.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+import uuid
+
+import pytest
+
+from conftest import TRANSPORTS, Api, in_thread, within
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class StreamApi(Api):
+    """The scenario's view of the stream client on one transport."""
+
+    def __init__(self, transport: str, url: str):
+        super().__init__(transport, url, names=None)
+        import amqwire.client.stream as blocking
+        import amqwire.client.stream.aio as aio
+        import amqwire.client.stream.errors as errors
+
+        self.module = aio if transport == "aio" else blocking
+        self.errors = errors
+        self.streams: list[str] = []
+
+    def stream_name(self, prefix: str = "s") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        self.streams.append(name)
+        return name
+
+    async def send_many(self, producer, bodies, **kwargs):
+        """Send every body (one call of send each), in one thread on the blocking transport;
+        returns the futures."""
+        if self.name == "aio":
+            return [await producer.send(body, **kwargs) for body in bodies]
+        raw = producer._obj
+
+        def loop():
+            return [raw.send(body, **kwargs) for body in bodies]
+
+        return [self.wrap(f) for f in await in_thread(loop)]
+
+    async def read(self, consumer, count: int, timeout: float = 30.0):
+        """``count`` messages from the consumer (in one thread on the blocking transport)."""
+        if self.name == "aio":
+            async def take():
+                out = []
+                async for message in consumer:
+                    out.append(message)
+                    if len(out) == count:
+                        break
+                return out
+            return await within(take(), timeout, f"{count} messages")
+        raw = consumer._obj
+
+        def take_sync():
+            out = []
+            deadline = time.monotonic() + timeout
+            while len(out) < count:
+                message = raw.get(max(deadline - time.monotonic(), 0.01))
+                if message is None:
+                    if time.monotonic() > deadline or not raw.active and not raw._inbox.buffer:
+                        break
+                    continue
+                out.append(message)
+            return out
+        return await in_thread(take_sync)
+
+    async def read_all(self, consumer, timeout: float = 30.0):
+        """Every message until the consumer's iteration ends (its end offset)."""
+        if self.name == "aio":
+            async def take():
+                return [message async for message in consumer]
+            return await within(take(), timeout, "the consumer's end")
+        raw = consumer._obj
+        return await in_thread(lambda: list(raw))
+
+    async def settle(self, futures, timeout: float = 30.0):
+        """Every future's outcome: its result, or the exception it failed with."""
+        out = []
+        for future in futures:
+            try:
+                out.append(await self.wait(future, timeout))
+            except Exception as exc:  # noqa: BLE001 - the outcome is what the test checks
+                out.append(exc)
+        return out
+
+    async def aclose(self):
+        if self.streams and self._connections:
+            conn = self._connections[0]
+            for name in self.streams:
+                try:
+                    await asyncio.wait_for(conn.delete_stream(name, missing_ok=True), 5)
+                except BaseException:  # noqa: BLE001 - clean-up, best effort
+                    pass
+        await super().aclose()
+
+
+@pytest.fixture(params=TRANSPORTS)
+def srun(request, stream_url):
+    """``srun(scenario, timeout=60)``: the scenario on this test's transport."""
+    transport = request.param
+
+    def runner(scenario, timeout: float = 80.0, url=None):
+        async def main():
+            api = StreamApi(transport, url or stream_url)
+            try:
+                await within(scenario(api), timeout, f"{scenario.__qualname__} ({transport})")
+            finally:
+                await api.aclose()
+
+        asyncio.run(main())
+
+    return runner
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def test_create_exists_delete(srun):
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        assert await conn.stream_exists(name) is False
+        retention = {"max_length_bytes": 10_000_000, "max_age": "1h", "max_segment_size_bytes": 1_000_000}
+        await conn.create_stream(name, **retention)
+        assert await conn.stream_exists(name) is True
+        with pytest.raises(api.errors.StreamAlreadyExists) as raised:
+            await conn.create_stream(name, **retention)
+        assert raised.value.code == 0x05 and name in str(raised.value)
+        await conn.create_stream(name, exist_ok=True, **retention)
+        with pytest.raises(api.errors.StreamPreconditionFailed):  # exists, with other arguments
+            await conn.create_stream(name, exist_ok=True, max_age="2h")
+        where = await conn.metadata(name)
+        assert where.leader is not None and where.leader[1] > 0
+        await conn.delete_stream(name)
+        assert await conn.stream_exists(name) is False
+        with pytest.raises(api.errors.StreamDoesNotExist) as missing:
+            await conn.delete_stream(name)
+        assert str(missing.value) == f"delete_stream {name!r}: the broker answered stream does not exist (0x02)"
+        await conn.delete_stream(name, missing_ok=True)
+
+    srun(scenario)
+
+
+def test_options_are_checked_before_anything_is_sent(srun):
+    async def scenario(api):
+        from amqwire.client.errors import StreamOptionError
+
+        conn = await api.connect()
+        name = api.stream_name()
+        for bad in ({"max_age": "7 days"}, {"max_length_bytes": "10"}, {"max_length_bytes": 0}, {"retention": 1}):
+            with pytest.raises(StreamOptionError) as raised:
+                await conn.create_stream(name, **bad)
+            assert next(iter(bad)) in str(raised.value)
+        assert await conn.stream_exists(name) is False
+        await conn.create_stream(name)
+        with pytest.raises(StreamOptionError, match="offset"):
+            await conn.consumer(name, offset="beginning")
+        with pytest.raises(StreamOptionError, match="offset"):
+            await conn.consumer(name, offset=-1)
+        with pytest.raises(StreamOptionError, match="end"):
+            await conn.consumer(name, end="last")
+        assert await conn.stream_exists(name)  # the connection still works
+
+    srun(scenario)
+
+
+# --------------------------------------------------------------------------- publish and consume
+
+
+def test_publish_and_consume_10000_from_every_kind_of_offset(srun):
+    count = 10_000
+
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        futures = await api.send_many(producer, [b"m-%d" % i for i in range(count)])
+        await producer.flush()
+        ids = await api.settle(futures)
+        assert ids == list(range(1, count + 1))  # publishing ids, in order, all confirmed
+        assert await conn.stream_stats(name) == (0, count - 1)
+
+        consumer = await conn.consumer(name, offset="first")
+        messages = await api.read(consumer, count)
+        assert [m.offset for m in messages] == list(range(count))
+        assert [m.body for m in messages] == [b"m-%d" % i for i in range(count)]
+        assert all(m.properties is None and m.application_properties is None for m in messages[:10])
+        await consumer.close()
+
+        middle = await conn.consumer(name, offset=4321, end=4329)  # inside a chunk: the records before are skipped
+        assert [m.offset for m in await api.read_all(middle)] == list(range(4321, 4330))
+
+        last = await conn.consumer(name, offset="last")
+        tail = await api.read(last, 1)
+        assert tail and tail[0].offset <= count - 1
+        await last.close()
+
+        stamp = messages[0].chunk_timestamp
+        assert abs((datetime.datetime.now(datetime.timezone.utc) - stamp).total_seconds()) < 120
+        at_time = await conn.consumer(name, offset=stamp, end=2)
+        assert [m.offset for m in await api.read_all(at_time)] == [0, 1, 2]
+
+        after = await conn.consumer(name, offset="next")
+        assert await after.get(0.3) is None  # nothing new yet
+        more = await api.send_many(producer, [b"new-1", b"new-2"])
+        await api.settle(more)
+        fresh = await api.read(after, 2)
+        assert [(m.offset, m.body) for m in fresh] == [(count, b"new-1"), (count + 1, b"new-2")]
+        await after.close()
+        await producer.close()
+
+    srun(scenario, timeout=100)
+
+
+def test_properties_and_application_properties_round_trip(srun):
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        future = await producer.send(b"payload", properties={"message_id": "m-1", "content_type": "text/plain"},
+                                     application_properties={"tenant": "acme", "n": 7})
+        assert await api.wait(future) == 1
+        consumer = await conn.consumer(name, offset="first", end=0)
+        (message,) = await api.read_all(consumer)
+        assert message.body == b"payload"
+        assert message.properties.message_id == "m-1" and message.properties.content_type == "text/plain"
+        assert message.application_properties == {"tenant": "acme", "n": 7}
+
+    srun(scenario)
+
+
+def test_send_batch_settles_one_future_for_the_batch(srun):
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name, batch_size=50)
+        future = await producer.send_batch([b"b-%d" % i for i in range(1234)])
+        assert await api.wait(future) == 1234
+        assert (await conn.stream_stats(name)).last_offset == 1233
+
+    srun(scenario)
+
+
+# --------------------------------------------------------------------------- deduplication
+
+
+def test_deduplication_with_a_reference_stores_each_id_once(srun):
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name, reference="dedup-1")
+        first = await api.send_many(producer, [b"x"] * 0)
+        assert first == []
+        futures = []
+        for i in range(1, 101):
+            futures.append(await producer.send(b"d-%d" % i, publishing_id=i))
+        assert await api.settle(futures) == list(range(1, 101))
+        await producer.close()
+
+        again = await conn.producer(name, reference="dedup-1")
+        assert again.last_publishing_id == 100  # what the broker stored for the reference
+        resent = [await again.send(b"d-%d" % i, publishing_id=i) for i in range(1, 101)]
+        assert await api.settle(resent) == list(range(1, 101))  # confirmed, not stored again
+        more = await again.send(b"d-101")
+        assert await api.wait(more) == 101
+        await again.close()
+        assert await conn.query_publisher_sequence(name, "dedup-1") == 101
+
+        consumer = await conn.consumer(name, offset="first", end=100)
+        bodies = [m.body for m in await api.read_all(consumer)]
+        assert bodies == [b"d-%d" % i for i in range(1, 102)]
+
+    srun(scenario)
+
+
+def test_publishing_ids_must_increase(srun):
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.wait(await producer.send(b"a", publishing_id=10))
+        with pytest.raises(ValueError, match="strictly increase"):
+            await producer.send(b"b", publishing_id=10)
+        assert await api.wait(await producer.send(b"c")) == 11
+
+    srun(scenario)
+
+
+# --------------------------------------------------------------------------- server-side offsets
+
+
+def test_store_and_query_offset(srun):
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.settle(await api.send_many(producer, [b"o-%d" % i for i in range(50)]))
+        consumer = await conn.consumer(name, offset="first", name="reader-1")
+        assert await consumer.query_offset() is None
+        taken = await api.read(consumer, 20)
+        assert taken[-1].offset == 19
+        await consumer.store_offset()
+        deadline = time.monotonic() + 10
+        while await consumer.query_offset() != 19 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # StoreOffset has no response: the broker writes it soon after
+        assert await consumer.query_offset() == 19
+        assert await conn.query_offset(name, "reader-1") == 19
+        await conn.store_offset(name, "reader-1", 42)
+        deadline = time.monotonic() + 10
+        while await conn.query_offset(name, "reader-1") != 42 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert await conn.query_offset(name, "reader-1") == 42
+        assert await conn.query_offset(name, "nobody") is None
+
+    srun(scenario)
+
+
+# --------------------------------------------------------------------------- typed errors
+
+
+def test_a_missing_stream_is_stream_does_not_exist_on_both_transports(srun):
+    async def scenario(api):
+        conn = await api.connect()
+        missing = f"missing-{uuid.uuid4().hex[:8]}"
+        with pytest.raises(api.errors.StreamDoesNotExist) as as_producer:
+            await conn.producer(missing)
+        with pytest.raises(api.errors.StreamDoesNotExist) as as_consumer:
+            await conn.consumer(missing)
+        assert str(as_producer.value) == f"metadata {missing!r}: the broker answered stream does not exist (0x02)"
+        assert str(as_consumer.value) == str(as_producer.value)
+        assert await conn.stream_exists("another-" + missing) is False  # the connection goes on
+
+    srun(scenario)
+
+
+def test_bad_credentials_and_vhost_are_typed(srun, stream_node):
+    async def scenario(api):
+        from amqwire.client.errors import AuthenticationError
+
+        with pytest.raises(api.errors.StreamAuthenticationFailure) as refused:
+            await api.connect(api.url.replace("guest:guest@", "guest:wrong@"))
+        assert isinstance(refused.value, AuthenticationError) and "wrong" not in str(refused.value)
+        assert str(refused.value) == "sasl_authenticate 'guest': the broker answered authentication failure (0x08)"
+        with pytest.raises(api.errors.VirtualHostAccessFailure) as vhost:
+            await api.connect(api.url.rstrip("/") + "/no-such-vhost")
+        assert str(vhost.value) == "open 'no-such-vhost': the broker answered virtual host access failure (0x0c)"
+
+    srun(scenario)
+
+
+def test_access_refused_on_a_stream(srun, stream_node):
+    user = f"limited-{uuid.uuid4().hex[:6]}"
+    stream_node.rabbitmqctl("add_user", user, "secret")
+    stream_node.rabbitmqctl("set_permissions", "-p", "/", user, "^allowed-.*", "^allowed-.*", "^allowed-.*")
+
+    async def scenario(api):
+        admin = await api.connect()
+        name = api.stream_name("forbidden")
+        await admin.create_stream(name)
+        conn = await api.connect(api.url.replace("guest:guest@", f"{user}:secret@"))
+        with pytest.raises(api.errors.StreamAccessRefused) as create:
+            await conn.create_stream(api.stream_name("denied"))
+        assert create.value.code == 0x10
+        with pytest.raises(api.errors.StreamAccessRefused):
+            await conn.producer(name)
+        with pytest.raises(api.errors.StreamAccessRefused):
+            await conn.consumer(name)
+
+    try:
+        srun(scenario)
+    finally:
+        stream_node.rabbitmqctl("delete_user", user)
+
+
+def test_bad_urls_are_typed_and_never_echo_the_password():
+    from amqwire.client import stream
+
+    for url, part in [
+        ("amqp://guest:guest@localhost:5552/", "scheme"),
+        ("rabbitmq-stream://guest:secret@localhost:99999/", "port"),
+        ("rabbitmq-stream://guest:secret@localhost/?frame_max=abc", "frame_max"),
+        ("rabbitmq-stream://guest:secret@localhost/?channel_max=1", "channel_max"),
+        ("rabbitmq-stream://guest:secret@localhost/?cafile=/x", "cafile"),
+        ("rabbitmq-stream://guest:se/cret@localhost/", "malformed"),
+        ("rabbitmq-stream://guest:secret@localhost/a/b", "vhost"),
+    ]:
+        with pytest.raises(stream.InvalidStreamUrl) as raised:
+            stream.connect(url)
+        assert isinstance(raised.value, ValueError) and part in str(raised.value)
+        assert "secret" not in str(raised.value) and "cret" not in str(raised.value)
+
+
+def test_urls_parse_with_the_stream_defaults():
+    from amqwire.client.stream import parse_stream_url
+
+    plain = parse_stream_url("rabbitmq-stream://bob:s%40cret@broker/%2Fv?heartbeat=5&connection_timeout=2.5")
+    assert (plain.host, plain.port, plain.vhost, plain.username, plain.password) == ("broker", 5552, "/v", "bob", "s@cret")
+    assert (plain.heartbeat, plain.connection_timeout, plain.frame_max, plain.ssl) == (5, 2.5, 1048576, False)
+    assert str(plain) == "rabbitmq-stream://bob@broker:5552/%2Fv" and "cret" not in repr(plain)
+    tls = parse_stream_url("rabbitmq-stream+tls://broker?verify=false&server_hostname=b.example")
+    assert (tls.port, tls.ssl, tls.verify, tls.server_hostname) == (5551, True, False, "b.example")
+    assert str(tls) == "rabbitmq-stream+tls://guest@broker:5551"
+
+
+def test_several_urls_fail_over_in_order(stream_url):
+    from conftest import closed_port
+
+    from amqwire.client import stream
+
+    dead = f"rabbitmq-stream://guest:guest@127.0.0.1:{closed_port()}/"
+    with stream.connect([dead, stream_url]) as conn:
+        assert conn.stream_exists("whatever") is False
+        assert conn._locator.params.port == int(stream_url.rsplit(":", 1)[1].strip("/"))
+    with pytest.raises(stream.StreamClientError.__mro__[1]) as none:  # AMQPError: both dead
+        stream.connect([dead, dead])
+    assert "could not connect" in str(none.value)
