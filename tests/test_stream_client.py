@@ -37,15 +37,27 @@ class StreamApi(Api):
         self.streams.append(name)
         return name
 
-    async def send_many(self, producer, bodies, **kwargs):
+    async def send_many(self, producer, bodies, at=None, **kwargs):
         """Send every body (one call of send each), in one thread on the blocking transport;
-        returns the futures."""
+        returns the futures.  ``at``: {index: action}, each action called (no argument) just
+        before the send of that index (e.g. a proxy's kill, mid-publish)."""
+        actions = at or {}
         if self.name == "aio":
-            return [await producer.send(body, **kwargs) for body in bodies]
+            futures = []
+            for index, body in enumerate(bodies):
+                if index in actions:
+                    actions[index]()
+                futures.append(await producer.send(body, **kwargs))
+            return futures
         raw = producer._obj
 
         def loop():
-            return [raw.send(body, **kwargs) for body in bodies]
+            futures = []
+            for index, body in enumerate(bodies):
+                if index in actions:
+                    actions[index]()
+                futures.append(raw.send(body, **kwargs))
+            return futures
 
         return [self.wrap(f) for f in await in_thread(loop)]
 
@@ -431,3 +443,112 @@ def test_several_urls_fail_over_in_order(stream_url):
     with pytest.raises(stream.StreamClientError.__mro__[1]) as none:  # AMQPError: both dead
         stream.connect([dead, dead])
     assert "could not connect" in str(none.value)
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+def test_a_consumer_goes_on_across_a_connection_loss(srun, stream_node):
+    """The broker closes every connection while a consumer reads: it resumes after the last
+    offset it received; none twice, none skipped."""
+    total = 6000
+
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.settle(await api.send_many(producer, [b"c-%d" % i for i in range(total // 2)]))
+        consumer = await conn.consumer(name, offset="first", credit=2)
+        seen = [m.offset for m in await api.read(consumer, 1000)]
+        await in_thread(stream_node.close_all_connections, "a test closes every connection")
+        seen += [m.offset for m in await api.read(consumer, total // 2 - 1000)]
+        assert seen == list(range(total // 2))
+        # the producer came back too: what it sends now reaches the consumer
+        await api.settle(await api.send_many(producer, [b"c-%d" % i for i in range(total // 2, total)]))
+        rest = await api.read(consumer, total // 2)
+        assert [m.offset for m in rest] == list(range(total // 2, total))
+        assert [m.body for m in rest[-3:]] == [b"c-%d" % i for i in range(total - 3, total)]
+        assert consumer.last_offset == total - 1
+        assert conn.is_open
+
+    srun(scenario)
+
+
+def test_a_producer_with_a_reference_loses_nothing_and_stores_nothing_twice(srun):
+    """The connection is cut (a proxy drops it) while sends are in flight: each future
+    settles once, confirmed (resent after the reconnection when it was unconfirmed: the
+    broker drops what it had stored already), and the stream holds each message once."""
+
+    async def scenario(api):
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy))
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name, reference="resilient", max_in_flight=20_000)
+        futures = await api.send_many(producer, [b"p-%d" % i for i in range(20_000)], at={10_000: proxy.kill})
+        outcomes = await api.settle(futures, timeout=60)
+        assert outcomes == list(range(1, 20_001))
+        consumer = await conn.consumer(name, offset="first")
+        bodies = [m.body for m in await api.read(consumer, 20_000, timeout=20)]
+        assert bodies == [b"p-%d" % i for i in range(20_000)]
+        assert await consumer.get(0.5) is None  # and nothing after: no message twice
+        assert proxy.accepted >= 2  # it did reconnect
+        print(f"{producer.resent} unconfirmed at the loss and sent again")
+
+    srun(scenario, timeout=100)
+
+
+def test_a_producer_without_reference_fails_what_it_cannot_know_stored(srun):
+    """Without a reference nothing deduplicates a resend: a send in flight at the loss fails
+    (StreamPublishFailed naming the loss), every other one is confirmed; none is left
+    pending, and the producer goes on."""
+
+    async def scenario(api):
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy))
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name, max_in_flight=20_000)
+        futures = await api.send_many(producer, [b"n-%d" % i for i in range(10_000)], at={9_000: proxy.kill})
+        await asyncio.sleep(0.5)  # the loss is noticed: what is sent from now on is not in flight at it
+        futures += await api.send_many(producer, [b"n-%d" % i for i in range(10_000, 20_000)])
+        outcomes = await api.settle(futures, timeout=60)
+        failed = [o for o in outcomes if isinstance(o, Exception)]
+        confirmed = [o for o in outcomes if not isinstance(o, Exception)]
+        assert all(isinstance(o, api.errors.StreamPublishFailed) and "lost" in str(o) for o in failed), failed[:3]
+        assert len(confirmed) + len(failed) == 20_000 and len(confirmed) >= 10_000
+        consumer = await conn.consumer(name, offset="first")
+        stored = [m.body for m in await api.read(consumer, len(confirmed), timeout=20)]
+        assert len(set(stored)) == len(stored)  # confirmed ones stored, each once
+        after = await producer.send(b"after")
+        assert isinstance(await api.wait(after), int)
+        print(f"{len(failed)} failed (in flight at the loss), {len(confirmed)} confirmed")
+
+    srun(scenario, timeout=100)
+
+
+# --------------------------------------------------------------------------- metadata updates
+
+
+def test_deleting_the_stream_ends_its_producer_and_consumer(srun):
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.wait(await producer.send(b"one"))
+        consumer = await conn.consumer(name, offset="first")
+        assert [m.body for m in await api.read(consumer, 1)] == [b"one"]
+        other = await api.connect()
+        await other.delete_stream(name)
+        with pytest.raises(api.errors.StreamDeleted):
+            await api.read(consumer, 1, timeout=20) and None
+            await consumer.get(20)
+        deadline = time.monotonic() + 20
+        while producer.state.value != "failed" and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        with pytest.raises(api.errors.StreamDeleted):
+            await producer.send(b"two")
+
+    srun(scenario)

@@ -698,7 +698,7 @@ class AsyncStreamProducer(ProducerBase):
                 self._write_scheduled = schedule = True
             link = self._link
         if written:
-            link._io.flush()
+            link._flush_quietly()
         elif schedule:
             self._waiting.write_soon(self._write_pending)
         return future
@@ -735,7 +735,7 @@ class AsyncStreamProducer(ProducerBase):
                 self._write_scheduled = True
             link = self._link
         if written:
-            link._io.flush()
+            link._flush_quietly()
         if schedule:
             self._waiting.write_soon(self._write_pending)
         return future

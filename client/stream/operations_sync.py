@@ -697,7 +697,7 @@ class SyncStreamProducer(ProducerBase):
                 self._write_scheduled = schedule = True
             link = self._link
         if written:
-            link._io.flush()
+            link._flush_quietly()
         elif schedule:
             self._waiting.write_soon(self._write_pending)
         return future
@@ -734,7 +734,7 @@ class SyncStreamProducer(ProducerBase):
                 self._write_scheduled = True
             link = self._link
         if written:
-            link._io.flush()
+            link._flush_quietly()
         if schedule:
             self._waiting.write_soon(self._write_pending)
         return future

@@ -380,7 +380,7 @@ class ProducerBase:
     __slots__ = (
         "_env", "stream", "reference", "_machine", "_lock", "_waiting", "_waits", "_link", "_publisher_id",
         "_next_id", "_last_id", "_unconfirmed", "_pending_ids", "_pending", "_pending_tokens", "batch_size",
-        "max_in_flight", "_write_scheduled", "_sequence", "__weakref__",
+        "max_in_flight", "_write_scheduled", "_sequence", "resent", "__weakref__",
     )
 
     def __init__(self, env: Any, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int) -> None:
@@ -405,6 +405,8 @@ class ProducerBase:
         self.max_in_flight = max_in_flight
         self._write_scheduled = False  # a write of the batch is scheduled (linger / end of the loop's pass)
         self._sequence: Optional[int] = None  # the broker's last stored id for the reference, at the last declare
+        #: Messages written again after a relocation (unconfirmed at a loss; with a reference).
+        self.resent = 0
 
     @property
     def state(self) -> ProducerPhase:
@@ -599,6 +601,7 @@ class ProducerBase:
             self._machine.fire(ProducerSignal.DECLARED)
             if resend:
                 log.info("producer of stream %r: sending %d unconfirmed messages again", self.stream, len(resend))
+                self.resent += len(resend)
                 self._write_resends_locked(resend)
             self._write_pending_locked()
         waiting = self._waiting
