@@ -350,6 +350,16 @@ class LinkBase:
             self._core.credit(subscription_id, credit)
         self._flush_quietly()
 
+    def _queue_request(self, build: Callable[[proto.StreamProtocol], int], what: str, subject: str) -> tuple[Any, int]:
+        """Queue a request in the core (written by the next flush): its waiter and
+        correlation id."""
+        waiter = self._io.new_waiter()
+        with self._lock:
+            self._check()
+            correlation = build(self._core)
+            self._waiters[correlation] = (waiter, what, subject)
+        return waiter, correlation
+
     def _send_no_reply(self, build: Callable[[proto.StreamProtocol], Any]) -> None:
         """A command without a response (StoreOffset): written now."""
         with self._lock:
@@ -738,10 +748,11 @@ class StreamConsumerBase:
         self.last_offset = offset
         ends = self._chunk_ends
         if ends and offset >= ends[0]:
-            ends.popleft()
-            link = self._link
-            if link is not None and self._machine.state is ConsumerPhase.ACTIVE:
-                link._credit(self._subscription_id, 1)
+            with self._lock:
+                ends.popleft()
+                link = self._link
+                if link is not None and self._machine.state in _SUBSCRIBED:
+                    link._credit(self._subscription_id, 1)
 
     # losses --------------------------------------------------------------------------------
 
@@ -769,6 +780,9 @@ class StreamConsumerBase:
                 self._machine.fire(ConsumerSignal.FAIL, error)
         if self._inbox is not None:
             self._inbox.wake()
+
+
+_SUBSCRIBED = frozenset({ConsumerPhase.SUBSCRIBING, ConsumerPhase.ACTIVE})
 
 
 # --------------------------------------------------------------------------- the connection
