@@ -117,6 +117,20 @@ class StreamApi(Api):
         await super().aclose()
 
 
+async def _equals(awaitable, expected) -> bool:
+    return await awaitable == expected
+
+
+async def until(check, timeout: float = 10.0) -> bool:
+    """Polls ``await check()`` (for what has no event to wait on, e.g. an offset stored with
+    StoreOffset, which has no response) until it is true or ``timeout`` passes."""
+    for _ in range(int(timeout / 0.05)):
+        if await check():
+            return True
+        await asyncio.sleep(0.05)
+    return bool(await check())
+
+
 @pytest.fixture(params=TRANSPORTS)
 def srun(request, stream_url):
     """``srun(scenario, timeout=60)``: the scenario on this test's transport."""
@@ -329,16 +343,11 @@ def test_store_and_query_offset(srun):
         taken = await api.read(consumer, 20)
         assert taken[-1].offset == 19
         await consumer.store_offset()
-        deadline = time.monotonic() + 10
-        while await consumer.query_offset() != 19 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)  # StoreOffset has no response: the broker writes it soon after
+        assert await until(lambda: _equals(consumer.query_offset(), 19))  # StoreOffset has no response
         assert await consumer.query_offset() == 19
         assert await conn.query_offset(name, "reader-1") == 19
         await conn.store_offset(name, "reader-1", 42)
-        deadline = time.monotonic() + 10
-        while await conn.query_offset(name, "reader-1") != 42 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert await conn.query_offset(name, "reader-1") == 42
+        assert await until(lambda: _equals(conn.query_offset(name, "reader-1"), 42))
         assert await conn.query_offset(name, "nobody") is None
 
     srun(scenario)
@@ -545,9 +554,7 @@ def test_deleting_the_stream_ends_its_producer_and_consumer(srun):
         with pytest.raises(api.errors.StreamDeleted):
             await api.read(consumer, 1, timeout=20) and None
             await consumer.get(20)
-        deadline = time.monotonic() + 20
-        while producer.state.value != "failed" and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        assert await until(lambda: _equals(asyncio.sleep(0, producer.state.value), "failed"), 20)
         with pytest.raises(api.errors.StreamDeleted):
             await producer.send(b"two")
 

@@ -39,7 +39,6 @@ from .errors import (
     StreamAlreadyExists,
     StreamDoesNotExist,
     StreamNotAvailable,
-    StreamPublishFailed,
     StreamResponseError,
     response_error,
 )
@@ -185,6 +184,8 @@ class AsyncStreamConnection(StreamConnectionBase):
     __slots__ = ()
 
     _waiting: StreamAsyncioWaiting
+    _links: dict[Node, AsyncLink]
+    _locator: Optional[AsyncLink]
 
     def __init__(self, parameters: list[StreamParameters], **options: Any) -> None:
         super().__init__(parameters, StreamAsyncioWaiting(), lambda link: AsyncioIO(link, 0), **options)
@@ -278,7 +279,7 @@ class AsyncStreamConnection(StreamConnectionBase):
             attempt += 1
             log.info("stream recovery: reconnecting in %.1f s (attempt %d)", delay, attempt)
             await self._waiting.sleep(delay)
-            if lifecycle.state is not ConnectionStatus.DOWN:
+            if self.state is not ConnectionStatus.DOWN:
                 break
             try:
                 await self._open_locator()
@@ -289,11 +290,10 @@ class AsyncStreamConnection(StreamConnectionBase):
                     self._give_up(ConnectionLost(f"recovery gave up after {attempt} attempts: {exc}"))
                     return
                 continue
-            with self._lock:
-                if lifecycle.state is ConnectionStatus.RESTORING:
-                    lifecycle.fire(ConnectionSignal.RESTORED)
-            self._recovered.set()
-            log.info("stream recovery: connected again to %s", self._locator.params if self._locator else "?")
+            if self._restored():
+                log.info("stream recovery: connected again")
+            else:
+                self._recovered.set()
             return
 
     async def _link_for_node(self, node: Node) -> AsyncLink:
@@ -636,6 +636,7 @@ class AsyncStreamProducer(ProducerBase):
     __slots__ = ()
 
     _env: AsyncStreamConnection
+    _waiting: StreamAsyncioWaiting
 
     async def __aenter__(self: _Self) -> _Self:
         return self

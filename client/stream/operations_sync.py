@@ -41,7 +41,6 @@ from .errors import (
     StreamAlreadyExists,
     StreamDoesNotExist,
     StreamNotAvailable,
-    StreamPublishFailed,
     StreamResponseError,
     response_error,
 )
@@ -184,6 +183,8 @@ class SyncStreamConnection(StreamConnectionBase):
     __slots__ = ()
 
     _waiting: StreamThreadWaiting
+    _links: dict[Node, SyncLink]
+    _locator: Optional[SyncLink]
 
     def __init__(self, parameters: list[StreamParameters], **options: Any) -> None:
         super().__init__(parameters, StreamThreadWaiting(), lambda link: ThreadIO(link, 0), **options)
@@ -277,7 +278,7 @@ class SyncStreamConnection(StreamConnectionBase):
             attempt += 1
             log.info("stream recovery: reconnecting in %.1f s (attempt %d)", delay, attempt)
             self._waiting.sleep(delay)
-            if lifecycle.state is not ConnectionStatus.DOWN:
+            if self.state is not ConnectionStatus.DOWN:
                 break
             try:
                 self._open_locator()
@@ -288,11 +289,10 @@ class SyncStreamConnection(StreamConnectionBase):
                     self._give_up(ConnectionLost(f"recovery gave up after {attempt} attempts: {exc}"))
                     return
                 continue
-            with self._lock:
-                if lifecycle.state is ConnectionStatus.RESTORING:
-                    lifecycle.fire(ConnectionSignal.RESTORED)
-            self._recovered.set()
-            log.info("stream recovery: connected again to %s", self._locator.params if self._locator else "?")
+            if self._restored():
+                log.info("stream recovery: connected again")
+            else:
+                self._recovered.set()
             return
 
     def _link_for_node(self, node: Node) -> SyncLink:
@@ -635,6 +635,7 @@ class SyncStreamProducer(ProducerBase):
     __slots__ = ()
 
     _env: SyncStreamConnection
+    _waiting: StreamThreadWaiting
 
     def __enter__(self: _Self) -> _Self:
         return self

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 from ..errors import StreamOptionError
 
@@ -115,7 +115,7 @@ def _max_age(value: Any) -> str:
 
 
 #: keyword of create_stream -> (the Create command's argument, its check)
-_RETENTION = {
+_RETENTION: dict[str, tuple[str, Callable[[Any], str]]] = {
     "max_length_bytes": ("max-length-bytes", lambda v: _positive_int("max_length_bytes", v)),
     "max_age": ("max-age", _max_age),
     "max_segment_size_bytes": ("stream-max-segment-size-bytes",

@@ -312,7 +312,7 @@ class StreamProtocol:
         codec's ``StreamFrameError`` for bytes that are not the stream protocol."""
         if self.state is LinkState.CLOSED:
             return []
-        commands = self._parser.feed(data)
+        commands: list[Any] = self._parser.feed(data)
         if not commands:
             return commands
         events: list[Any] = []

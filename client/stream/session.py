@@ -874,9 +874,10 @@ class StreamConnectionBase:
 
     def _on_link_lost(self, link: Any, error: BaseException, producers: list[Any], consumers: list[Any],
                       closing: bool) -> None:
+        node = link.node
         with self._lock:
-            if self._links.get(link.node) is link:
-                del self._links[link.node]
+            if self._links.get(node) is link:
+                del self._links[node]
             was_locator = link is self._locator
             if was_locator:
                 self._locator = None
@@ -948,6 +949,15 @@ class StreamConnectionBase:
         for link in links:
             link._on_lost(error)
         self._waiting.stop()
+
+    def _restored(self) -> bool:
+        """A recovery's new locator is up: the connection is OPEN again (False: closed meanwhile)."""
+        with self._lock:
+            if self._lifecycle.state is not ConnectionStatus.RESTORING:
+                return False
+            self._lifecycle.fire(ConnectionSignal.RESTORED)
+        self._recovered.set()
+        return True
 
     def _unsubscribe_soon(self, consumer: Any) -> None:
         """A consumer reached its end offset: unsubscribe it in the background."""
