@@ -682,14 +682,18 @@ class AsyncStreamProducer(ProducerBase):
         ``application_properties``: a dict.  ``publishing_id``: this message's id (strictly
         above the last one sent; default: the next one).  Waits (up to ``timeout``) while
         ``max_in_flight`` sends are unconfirmed; asyncio: ``future = await p.send(...)``."""
-        if len(self._unconfirmed) + len(self._pending) >= self.max_in_flight or \
-                self._machine.state not in _ACCEPTING:
+        # the hot path: identity checks (an enum's hash is a Python call), the id inline
+        if self._machine.state is not _OPEN or len(self._unconfirmed) + len(self._pending) >= self.max_in_flight:
             await self._wait_room(timeout)
         message = encode_message(body, properties=properties, application_properties=application_properties)
-        future = self._waiting.new_future(self)
+        future = self._new_future(self)
         written = schedule = False
         with self._lock:
-            pid = self._take_id(publishing_id)
+            if publishing_id is None and self._next_id > self._last_id:
+                pid = self._last_id = self._next_id
+                self._next_id = pid + 1
+            else:
+                pid = self._take_id(publishing_id)
             self._pending_ids.append(pid)
             self._pending.append(message)
             self._pending_tokens.append(future)
@@ -803,6 +807,7 @@ class AsyncStreamProducer(ProducerBase):
 
 
 _ACCEPTING = frozenset({ProducerPhase.OPEN, ProducerPhase.DOWN, ProducerPhase.DECLARING})
+_OPEN = ProducerPhase.OPEN
 _ENDED = frozenset({ProducerPhase.CLOSED, ProducerPhase.FAILED})
 
 

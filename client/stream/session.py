@@ -46,7 +46,6 @@ from .errors import (
 )
 from .lifecycle import (
     CONSUMER_LIVE_PHASES,
-    PRODUCER_SENDING_PHASES,
     ConsumerPhase,
     ConsumerSignal,
     ProducerPhase,
@@ -390,7 +389,7 @@ class ProducerBase:
     __slots__ = (
         "_env", "stream", "reference", "_machine", "_lock", "_waiting", "_waits", "_link", "_publisher_id",
         "_next_id", "_last_id", "_unconfirmed", "_pending_ids", "_pending", "_pending_tokens", "batch_size",
-        "max_in_flight", "_write_scheduled", "_sequence", "resent", "__weakref__",
+        "max_in_flight", "_write_scheduled", "_sequence", "resent", "_new_future", "__weakref__",
     )
 
     def __init__(self, env: Any, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int) -> None:
@@ -401,6 +400,7 @@ class ProducerBase:
         self._waiting = env._waiting
         self._lock = env._waiting.new_lock()
         self._waits = self._waiting.producer_waits(self)
+        self._new_future = self._waiting.new_future  # bound once: one call less a send
         self._link: Any = None
         self._publisher_id = -1
         self._next_id = 1  # automatic publishing ids: with a reference, after what the broker has
@@ -473,7 +473,8 @@ class ProducerBase:
     def _write_pending_locked(self) -> bool:
         """Write the batch being filled as one Publish frame, if the producer is declared;
         returns whether something was queued on the link (flush it then)."""
-        if not self._pending or self._machine.state not in PRODUCER_SENDING_PHASES:
+        state = self._machine.state
+        if not self._pending or (state is not ProducerPhase.OPEN and state is not ProducerPhase.CLOSING):
             return False
         link = self._link
         ids, messages, tokens = self._pending_ids, self._pending, self._pending_tokens
