@@ -684,21 +684,3 @@ def test_published_over_the_stream_protocol_read_over_0_9_1_and_the_reverse(srun
                                "x-basic-delivery-mode": 2, "x-basic-expiration": "60000"}
 
     srun(scenario)
-
-
-# --------------------------------------------------------------------------- the page's examples
-
-
-def _stream_doc_blocks():
-    from test_readme import ROOT, blocks_of
-
-    return [b for b in blocks_of(ROOT / "docs" / "streams.md") if b.lang == "python"]
-
-
-@pytest.mark.parametrize("block", _stream_doc_blocks(), ids=lambda b: b.where)
-def test_the_pages_examples_run(block, stream_url):
-    """docs/streams.md's examples, as written, against this module's node (test_readme.py
-    skips them: the shared broker has no stream plugin)."""
-    assert (block.not_run or "").startswith("needs a node with the stream plugin")
-    code = block.code.replace("rabbitmq-stream://guest:guest@localhost:5552/", stream_url)
-    exec(compile(code, block.where, "exec"), {"__name__": "streams_doc"})
