@@ -684,3 +684,33 @@ def test_published_over_the_stream_protocol_read_over_0_9_1_and_the_reverse(srun
                                "x-basic-delivery-mode": 2, "x-basic-expiration": "60000"}
 
     srun(scenario)
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zstd"])
+def test_sub_entry_batching_with_compression(srun, compression):
+    """subentry_size messages stored as one entry under one publishing id (one confirm for
+    all), compressed: a consumer reads every message with its own offset."""
+
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name, subentry_size=100, compression=compression, reference="batcher")
+        futures = await api.send_many(producer, [b"s-%d" % i for i in range(1050)])
+        ids = await api.settle(futures)
+        # one publishing id a sub-entry, at most 100 messages each (fewer when a batch was
+        # written before it filled up), in order
+        assert ids == sorted(ids) and ids[0] == 1 and set(ids) == set(range(1, ids[-1] + 1))
+        assert max(ids.count(i) for i in set(ids)) <= 100 and len(set(ids)) >= 11
+        batch = await producer.send_batch([b"t-%d" % i for i in range(150)])
+        last = await api.wait(batch)
+        assert last >= ids[-1] + 2
+        with pytest.raises(ValueError, match="sub-entry"):
+            await producer.send(b"x", publishing_id=99)
+        consumer = await conn.consumer(name, offset="first")
+        messages = await api.read(consumer, 1200)
+        assert [m.offset for m in messages] == list(range(1200))
+        assert [m.body for m in messages] == [b"s-%d" % i for i in range(1050)] + [b"t-%d" % i for i in range(150)]
+        assert await conn.query_publisher_sequence(name, "batcher") == last
+
+    srun(scenario)

@@ -46,6 +46,7 @@ from .lifecycle import ConsumerPhase, ConsumerSignal, ProducerPhase, ProducerSig
 from .message import StreamMessage
 from .options import (
     FIRST,
+    compression_option,
     LAST,
     StreamOffset,
     check_name,
@@ -479,23 +480,29 @@ class AsyncStreamConnection(StreamConnectionBase):
     # producers and consumers ---------------------------------------------------------------
 
     def producer(self, stream: str, reference: Optional[str] = None, *, batch_size: int = 200,
-                 max_in_flight: int = 10_000, timeout: Optional[float] = None) -> Opener[AsyncStreamProducer]:
+                 max_in_flight: int = 10_000, subentry_size: int = 0, compression: Optional[str] = None,
+                 timeout: Optional[float] = None) -> Opener[AsyncStreamProducer]:
         """A producer on ``stream`` (declared on its leader).  With a ``reference``, the
         broker deduplicates: it stores a message only if its publishing id is above the last
         it stored for that reference, so a producer restarted with the same reference (or
         one that resends after a loss) never stores a message twice.  ``batch_size``:
         messages per Publish frame; ``max_in_flight``: sends not yet confirmed before send()
-        waits.  asyncio: ``p = await conn.producer(...)`` or ``async with conn.producer(...) as p``."""
+        waits.  ``subentry_size``: sub-entry batching, that many messages stored as one
+        entry under one publishing id (one confirm, settling each of their futures with it),
+        compressed with ``compression`` ("gzip", or "zstd" with the zstandard package).
+        asyncio: ``p = await conn.producer(...)`` or ``async with conn.producer(...) as p``."""
         check_name(stream)
         ref = check_reference(reference, "reference")
         size = positive("batch_size", batch_size, 65535)
         window = positive("max_in_flight", max_in_flight, 2**31 - 1)
-        return Opener(self._open_producer(stream, ref, size, window, timeout))
+        subentries = 0 if subentry_size in (0, 1) else positive("subentry_size", subentry_size, 65535)
+        codec = compression_option(compression, subentries)
+        return Opener(self._open_producer(stream, ref, size, window, subentries, codec, timeout))
 
     async def _open_producer(self, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int,
-                             timeout: Optional[float]) -> AsyncStreamProducer:
+                             subentry_size: int, compression: int, timeout: Optional[float]) -> AsyncStreamProducer:
         self._check()
-        producer = AsyncStreamProducer(self, stream, reference, batch_size, max_in_flight)
+        producer = AsyncStreamProducer(self, stream, reference, batch_size, max_in_flight, subentry_size, compression)
         with self._lock:
             self._producers.append(producer)
         try:
@@ -690,8 +697,11 @@ class AsyncStreamProducer(ProducerBase):
         written = schedule = False
         with self._lock:
             if publishing_id is None and self._next_id > self._last_id:
-                pid = self._last_id = self._next_id
-                self._next_id = pid + 1
+                if self.subentry_size:  # the sub-entry's id, taken when it is written
+                    pid = 0
+                else:
+                    pid = self._last_id = self._next_id
+                    self._next_id = pid + 1
             else:
                 pid = self._take_id(publishing_id)
             self._pending_ids.append(pid)
@@ -722,12 +732,16 @@ class AsyncStreamProducer(ProducerBase):
             await self._wait_room(timeout, len(messages))
         link = None
         with self._lock:
-            first = self._take_id(None)
-            last = first + len(messages) - 1
-            self._last_id = last
-            self._next_id = last + 1
-            token = _Batch(future, len(messages), last)
-            self._pending_ids.extend(range(first, last + 1))
+            if self.subentry_size:  # the ids are the sub-entries'
+                token = _Batch(future, len(messages), -1)
+                self._pending_ids.extend([0] * len(messages))
+            else:
+                first = self._take_id(None)
+                last = first + len(messages) - 1
+                self._last_id = last
+                self._next_id = last + 1
+                token = _Batch(future, len(messages), last)
+                self._pending_ids.extend(range(first, last + 1))
             self._pending.extend(messages)
             self._pending_tokens.extend([token] * len(messages))
             written = False

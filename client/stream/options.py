@@ -152,3 +152,24 @@ def positive(option: str, value: Any, high: int) -> int:
     """An option that is an integer 1 .. high."""
     _positive_int(option, value, 1, high)
     return int(value)
+
+
+#: Sub-entry compressions the codec writes (and reads back): name -> COMPRESSION_* code.
+COMPRESSIONS = {"none": 0, "gzip": 1, "zstd": 4}
+
+
+def compression_option(compression: Any, subentry_size: int) -> int:
+    """The COMPRESSION_* code of a producer's ``compression`` (None: none)."""
+    if compression is None:
+        return 0
+    if not isinstance(compression, str) or compression.lower() not in COMPRESSIONS:
+        raise StreamOptionError("compression", f"expected one of {', '.join(COMPRESSIONS)} or None, got {compression!r}")
+    code = COMPRESSIONS[compression.lower()]
+    if code and not subentry_size:
+        raise StreamOptionError("compression", "compresses sub-entries: give subentry_size= too (e.g. 100)")
+    if code == 4:
+        try:
+            import zstandard  # noqa: F401
+        except ImportError:
+            raise StreamOptionError("compression", "zstd needs the zstandard package (pip install zstandard)") from None
+    return code

@@ -419,6 +419,16 @@ class StreamProtocol:
         self._out.append(frame)
         self.pending_output += len(frame)
 
+    def publish_subentries(self, publisher_id: int, entries: list[tuple[int, list[Any]]], compression: int) -> None:
+        """One Publish frame of sub-entries: each (publishing id, its messages, AMQP 1.0
+        encoded), compressed with ``compression`` (a COMPRESSION_* code)."""
+        if self.state is not LinkState.OPEN:
+            raise InvalidStateError(f"publish: the connection is {self.state}")
+        frame = F.Publish(publisher_id, [(pid, F.encode_subentry(messages, compression))
+                                         for pid, messages in entries]).encode()
+        self._out.append(frame)
+        self.pending_output += len(frame)
+
     # ids -----------------------------------------------------------------------------------------
 
     def new_publisher_id(self) -> int:
