@@ -714,3 +714,29 @@ def test_sub_entry_batching_with_compression(srun, compression):
         assert await conn.query_publisher_sequence(name, "batcher") == last
 
     srun(scenario)
+
+
+def test_a_silent_broker_is_found_out_by_heartbeats_and_the_consumer_resumes(srun):
+    """The proxy goes silent (a frozen connection, no FIN): two heartbeat intervals later
+    the link counts as lost (HeartbeatTimeout, from the 0-9-1 client's I/O), the
+    connection recovers through a new one, and the consumer resumes where it was."""
+
+    async def scenario(api):
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy), heartbeat=1)
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.settle(await api.send_many(producer, [b"h-%d" % i for i in range(100)]))
+        consumer = await conn.consumer(name, offset="first")
+        assert [m.offset for m in await api.read(consumer, 50)] == list(range(50))
+        proxy.freeze()
+        started = time.monotonic()
+        assert await until(lambda: _equals(asyncio.sleep(0, conn.is_open), False), 10)
+        assert 1.5 <= time.monotonic() - started <= 8
+        assert await conn.wait_recovered(20)
+        await api.settle(await api.send_many(producer, [b"h-%d" % i for i in range(100, 200)]))
+        assert [m.offset for m in await api.read(consumer, 150, timeout=20)] == list(range(50, 200))
+        assert conn.is_open and proxy.accepted >= 2
+
+    srun(scenario)

@@ -571,8 +571,9 @@ class SyncStreamConnection(StreamConnectionBase):
                 log.info("%r placed again (attempt %d)", member, attempt)
                 return
             except StreamDoesNotExist:
-                log.warning("stream %r was deleted: %r ends", member.stream, member)
-                self._member_deleted(member)
+                if member._machine.state is down:  # else closed meanwhile: nothing to say
+                    log.warning("stream %r was deleted: %r ends", member.stream, member)
+                    self._member_deleted(member)
                 return
             except (AMQPConnectionError, StreamResponseError, OperationTimeout, TimeoutError, OSError) as exc:
                 log.info("relocating %r failed (attempt %d): %r", member, attempt, exc)
