@@ -419,6 +419,15 @@ class StreamProtocol:
         self._out.append(frame)
         self.pending_output += len(frame)
 
+    def publish_bodies(self, publisher_id: int, first_id: int, bodies: list[Any]) -> None:
+        """One Publish frame of bare bodies (each one AMQP 1.0 data section, encoded by the
+        codec straight into the frame) with ids ``first_id``, +1, ..."""
+        if self.state is not LinkState.OPEN:
+            raise InvalidStateError(f"publish: the connection is {self.state}")
+        frame = F.encode_publish_values(publisher_id, first_id, bodies)
+        self._out.append(frame)
+        self.pending_output += len(frame)
+
     def publish_subentries(self, publisher_id: int, entries: list[tuple[int, list[Any]]], compression: int) -> None:
         """One Publish frame of sub-entries: each (publishing id, its messages, AMQP 1.0
         encoded), compressed with ``compression`` (a COMPRESSION_* code)."""

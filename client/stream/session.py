@@ -30,7 +30,10 @@ import inspect
 import logging
 from typing import Any, Callable, Optional
 
+from itertools import repeat
+
 from amqwire.codec import CodecError
+from amqwire.codec.stream.amqp10 import encode_message
 from amqwire.codec.stream.chunk import chunk_messages
 
 from ..errors import AMQPConnectionError, AuthenticationError, ConnectionLost, InvalidStateError
@@ -399,7 +402,7 @@ class ProducerBase:
         "_env", "stream", "reference", "_machine", "_lock", "_waiting", "_waits", "_link", "_publisher_id",
         "_next_id", "_last_id", "_unconfirmed", "_pending_ids", "_pending", "_pending_tokens", "batch_size",
         "max_in_flight", "_write_scheduled", "_sequence", "resent", "_new_future", "subentry_size", "compression",
-        "__weakref__",
+        "_pending_raw", "__weakref__",
     )
 
     def __init__(self, env: Any, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int,
@@ -416,12 +419,16 @@ class ProducerBase:
         self._publisher_id = -1
         self._next_id = 1  # automatic publishing ids: with a reference, after what the broker has
         self._last_id = 0  # the highest id sent so far: explicit ids must go above it
-        # publishing id -> (future or _Batch, encoded message): written, not confirmed yet
-        self._unconfirmed: dict[int, tuple[Any, Any]] = {}
-        # the batch being filled: written as one Publish frame
+        # publishing id -> (future, _Batch or _Group; its message; whether that is a bare body,
+        # not yet AMQP 1.0 encoded): written, not confirmed yet
+        self._unconfirmed: dict[int, tuple[Any, Any, bool]] = {}
+        # the batch being filled: written as one Publish frame.  Either every message in it is
+        # a bare bytes body (``_pending_raw``: encoded with the frame, by the codec), or every
+        # one is encoded already (a send with properties).
         self._pending_ids: list[int] = []
         self._pending: list[Any] = []
         self._pending_tokens: list[Any] = []
+        self._pending_raw = True
         self.batch_size = batch_size
         self.max_in_flight = max_in_flight
         self._write_scheduled = False  # a write of the batch is scheduled (linger / end of the loop's pass)
@@ -500,12 +507,33 @@ class ProducerBase:
                 return False  # lost meanwhile: the batch waits for the relocation
             ids, messages, tokens = self._pending_ids, self._pending, self._pending_tokens
             self._pending_ids, self._pending, self._pending_tokens = [], [], []
+            raw = self._pending_raw
             if self.subentry_size > 1:
+                if raw:
+                    messages = [encode_message(body) for body in messages]
                 self._write_subentries_locked(link, messages, tokens)
                 return True
-            self._unconfirmed.update(zip(ids, zip(tokens, messages)))
+            if raw and ids[-1] - ids[0] == len(ids) - 1:  # consecutive ids: encoded into the frame
+                self._unconfirmed.update(zip(ids, zip(tokens, messages, repeat(True))))
+                link._core.publish_bodies(self._publisher_id, ids[0], messages)
+                return True
+            if raw:
+                messages = [encode_message(body) for body in messages]
+            self._unconfirmed.update(zip(ids, zip(tokens, messages, repeat(False))))
             link._core.publish(self._publisher_id, ids, messages)
         return True
+
+    def _same_kind(self, message: Any, raw: bool) -> Any:
+        """A send whose message is not of the kind of the batch being filled (under
+        ``_lock``): encode it, or the batch, so that the batch is of one kind."""
+        if not self._pending:
+            self._pending_raw = raw
+            return message
+        if raw:
+            return encode_message(message)
+        self._pending = [encode_message(body) for body in self._pending]
+        self._pending_raw = False
+        return message
 
     def _write_subentries_locked(self, link: Any, messages: list[Any], tokens: list[Any]) -> None:
         """Sub-entry batching: every ``subentry_size`` messages one sub-entry (compressed
@@ -517,7 +545,7 @@ class ProducerBase:
             pid = self._next_id
             self._last_id = pid
             self._next_id = pid + 1
-            self._unconfirmed[pid] = (_Group(tokens[start:start + size]), group)
+            self._unconfirmed[pid] = (_Group(tokens[start:start + size]), group, False)
             entries.append((pid, group))
         link._core.publish_subentries(self._publisher_id, entries, self.compression)
 
@@ -530,16 +558,18 @@ class ProducerBase:
         if written:
             link._flush_quietly()
 
-    def _write_resends_locked(self, messages: list[tuple[int, Any, Any]]) -> None:
-        """After a (re)declare: write ``messages`` ((id, token, encoded), by id) in batches."""
+    def _write_resends_locked(self, messages: list[tuple[int, Any, Any, bool]]) -> None:
+        """After a (re)declare: write ``messages`` ((id, token, message, bare), by id) in batches."""
         link = self._link
         unconfirmed = self._unconfirmed
         size = self.batch_size
+        messages = [(pid, token, encode_message(message) if raw else message, False)
+                    for pid, token, message, raw in messages]
         with link._lock:
             for start in range(0, len(messages), size):
                 part = messages[start:start + size]
-                for pid, token, message in part:
-                    unconfirmed[pid] = (token, message)
+                for pid, token, message, raw in part:
+                    unconfirmed[pid] = (token, message, raw)
                 if self.subentry_size > 1:  # each a sub-entry: (id, group, its messages)
                     link._core.publish_subentries(self._publisher_id, [(m[0], m[2]) for m in part], self.compression)
                 else:
@@ -606,7 +636,7 @@ class ProducerBase:
             self._unconfirmed.clear()
             pending = list(zip(self._pending_ids, self._pending_tokens))
             self._pending_ids, self._pending, self._pending_tokens = [], [], []
-        for pid, (token, _) in entries:
+        for pid, (token, _, _) in entries:
             self._fail_token(token, StreamPublishFailed(pid, self.stream, error))
         for pid, token in pending:
             self._fail_token(token, StreamPublishFailed(pid, self.stream, error))
@@ -658,7 +688,7 @@ class ProducerBase:
                     self._next_id = sequence + 1
                 for pid in [pid for pid in self._unconfirmed if pid <= sequence]:
                     stored.append((self._unconfirmed.pop(pid)[0], pid))
-            resend = sorted((pid, token, message) for pid, (token, message) in self._unconfirmed.items())
+            resend = sorted(((pid, *entry) for pid, entry in self._unconfirmed.items()), key=lambda e: e[0])
             self._unconfirmed.clear()
             self._machine.fire(ProducerSignal.DECLARED)
             if resend:
