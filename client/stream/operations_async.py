@@ -790,13 +790,18 @@ class AsyncStreamProducer(ProducerBase):
         return future
 
     async def _wait_room(self, timeout: Optional[float], count: int = 1) -> None:
-        """Until the producer takes sends and has room for ``count`` more."""
+        """Until the producer takes sends and has room for ``count`` more.  A full window
+        waits until a quarter of it is confirmed, not for the first confirm: the sends
+        then go on in batches, not one frame's worth at a time (a wake-up each)."""
         self._check_sending()
         window = max(self.max_in_flight, count)
+        low = max(window - max(window // 4, count), 0)
 
         def ready() -> bool:
-            return self._machine.state not in _ACCEPTING or \
-                len(self._unconfirmed) + len(self._pending) + count <= window
+            if self._machine.state not in _ACCEPTING:
+                return True
+            in_flight = len(self._unconfirmed) + len(self._pending)
+            return in_flight + count <= window and in_flight <= low
 
         self._flush_batch()
         await self._waits.wait_progress(ready, timeout, "room for a send (max_in_flight)")
