@@ -578,75 +578,85 @@ class ProducerBase:
     # settling (the reading thread) -------------------------------------------------------------
 
     def _on_confirmed(self, publishing_ids: list[int]) -> None:
-        settled = []
+        settled: list[tuple[Any, int]] = []
         with self._lock:
             pop = self._unconfirmed.pop
             for pid in publishing_ids:
                 entry = pop(pid, None)
                 if entry is not None:
-                    settled.append((entry[0], pid))
+                    token = entry[0]
+                    if type(token) is _Batch or type(token) is _Group:
+                        self._confirm_locked(token, pid, settled)
+                    else:
+                        settled.append((token, pid))
         settle = self._waiting.settle
-        for token, pid in settled:
-            if type(token) is _Batch or type(token) is _Group:
-                self._settle_token(token, pid)
-            else:
-                settle(token, pid)
+        for future, pid in settled:  # outside the lock: a future's callbacks run here
+            settle(future, pid)
         self._waits.notify_progress()
 
-    def _settle_token(self, token: Any, pid: int) -> None:
-        """A confirm for ``token``: a future, a send_batch's _Batch, or a sub-entry's _Group."""
+    def _confirm_locked(self, token: Any, pid: int, settled: list[tuple[Any, int]]) -> None:
+        """A confirm for ``token`` (a future, a send_batch's _Batch, a sub-entry's _Group),
+        under ``_lock``: the futures it settles go to ``settled``."""
         kind = type(token)
         if kind is _Batch:
             token.pending -= 1
             if token.pending == 0:
-                self._waiting.settle(token.future, token.last_id if token.last_id >= 0 else pid)
+                settled.append((token.future, token.last_id if token.last_id >= 0 else pid))
         elif kind is _Group:
             for member in token.tokens:
-                self._settle_token(member, pid)
+                self._confirm_locked(member, pid, settled)
         else:
-            self._waiting.settle(token, pid)
+            settled.append((token, pid))
+
+    def _refuse_locked(self, token: Any, error: BaseException, failed: list[tuple[Any, BaseException]]) -> None:
+        """A failure of ``token``, under ``_lock``: the futures it fails go to ``failed``."""
+        kind = type(token)
+        if kind is _Batch:
+            if token.pending >= 0:
+                token.pending = -1  # failed once: later confirms of the batch change nothing
+                failed.append((token.future, error))
+        elif kind is _Group:
+            for member in token.tokens:
+                self._refuse_locked(member, error, failed)
+        else:
+            failed.append((token, error))
+
+    def _settle_all(self, settled: list[tuple[Any, int]], failed: list[tuple[Any, BaseException]]) -> None:
+        """Settle what ``_confirm_locked`` and ``_refuse_locked`` collected (outside the lock)."""
+        for future, pid in settled:
+            self._waiting.settle(future, pid)
+        for future, error in failed:
+            self._waiting.fail(future, error)
+        self._waits.notify_progress()
 
     def _on_publish_errors(self, errors: list[tuple[int, int]]) -> None:
-        failed = []
+        failed: list[tuple[Any, BaseException]] = []
         with self._lock:
             for pid, code in errors:
                 entry = self._unconfirmed.pop(pid, None)
                 if entry is not None:
                     error = StreamPublishFailed(pid, self.stream, response_error(code, "publish", self.stream), code)
-                    failed.append((entry[0], error))
-        for token, error in failed:
-            self._fail_token(token, error)
-        self._waits.notify_progress()
-
-    def _fail_token(self, token: Any, error: BaseException) -> None:
-        kind = type(token)
-        if kind is _Batch:
-            token.pending = -1  # failed once: later confirms of the batch change nothing
-            self._waiting.fail(token.future, error)
-        elif kind is _Group:
-            for member in token.tokens:
-                self._fail_token(member, error)
-        else:
-            self._waiting.fail(token, error)
+                    self._refuse_locked(entry[0], error, failed)
+        self._settle_all([], failed)
 
     def _fail_all(self, error: BaseException) -> None:
         """Fail every send not settled yet (written or not): the producer ended."""
+        failed: list[tuple[Any, BaseException]] = []
         with self._lock:
-            entries = list(self._unconfirmed.items())
+            for pid, (token, _, _) in self._unconfirmed.items():
+                self._refuse_locked(token, StreamPublishFailed(pid, self.stream, error), failed)
             self._unconfirmed.clear()
-            pending = list(zip(self._pending_ids, self._pending_tokens))
+            for pid, token in zip(self._pending_ids, self._pending_tokens):
+                self._refuse_locked(token, StreamPublishFailed(pid, self.stream, error), failed)
             self._pending_ids, self._pending, self._pending_tokens = [], [], []
-        for pid, (token, _, _) in entries:
-            self._fail_token(token, StreamPublishFailed(pid, self.stream, error))
-        for pid, token in pending:
-            self._fail_token(token, StreamPublishFailed(pid, self.stream, error))
-        self._waits.notify_progress()
+        self._settle_all([], failed)
 
     def _link_lost(self, error: BaseException, recovering: bool) -> bool:
         """Its link is gone (or its stream moved): returns True when a relocation should
         declare it again.  Without a reference, what was written and not confirmed fails
         (it may or may not be stored); with one it is resent after the relocation, and the
         broker drops what it stored already."""
+        failed: list[tuple[Any, BaseException]] = []
         with self._lock:
             state = self._machine.state
             if recovering and state in (ProducerPhase.OPEN, ProducerPhase.DECLARING):
@@ -654,29 +664,25 @@ class ProducerBase:
                 relocate = state is ProducerPhase.OPEN
                 self._machine.fire(ProducerSignal.LOST)
                 self._link = None
-                lost: list[tuple[int, Any]] = []
                 if self.reference is None:
-                    lost = [(pid, entry[0]) for pid, entry in self._unconfirmed.items()]
+                    for pid, (token, _, _) in self._unconfirmed.items():
+                        self._refuse_locked(token, StreamPublishFailed(pid, self.stream, error), failed)
                     self._unconfirmed.clear()
             else:
                 self._machine.fire(ProducerSignal.FAIL if state is not ProducerPhase.CLOSING else ProducerSignal.LOST,
                                    error)
                 self._link = None
-                lost = []
-                recovering = False
-        for pid, token in lost:
-            self._fail_token(token, StreamPublishFailed(pid, self.stream, error))
+                recovering = relocate = False
+        self._settle_all([], failed)
         if not recovering:
             self._fail_all(error)
-            relocate = False
-        self._waits.notify_progress()
         return relocate
 
     def _declared(self, link: Any, publisher_id: int, sequence: Optional[int]) -> bool:
         """Declared on ``link`` (the first time or after a relocation): settle what the
         broker has stored already (ids up to ``sequence``), write the rest again, then
         the batch being filled.  False when the link was lost meanwhile."""
-        stored = []
+        stored: list[tuple[Any, int]] = []
         with self._lock:
             if self._machine.state is not ProducerPhase.DECLARING:
                 return False
@@ -687,7 +693,8 @@ class ProducerBase:
                 if sequence >= self._next_id:
                     self._next_id = sequence + 1
                 for pid in [pid for pid in self._unconfirmed if pid <= sequence]:
-                    stored.append((self._unconfirmed.pop(pid)[0], pid))
+                    # stored before the loss: their confirms were lost with it
+                    self._confirm_locked(self._unconfirmed.pop(pid)[0], pid, stored)
             resend = sorted(((pid, *entry) for pid, entry in self._unconfirmed.items()), key=lambda e: e[0])
             self._unconfirmed.clear()
             self._machine.fire(ProducerSignal.DECLARED)
@@ -696,10 +703,8 @@ class ProducerBase:
                 self.resent += len(resend)
                 self._write_resends_locked(resend)
             self._write_pending_locked()
-        for token, pid in stored:  # stored before the loss: their confirms were lost with it
-            self._settle_token(token, pid)
         link._flush_quietly()
-        self._waits.notify_progress()
+        self._settle_all(stored, [])
         return True
 
 
