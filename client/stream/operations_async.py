@@ -193,7 +193,7 @@ class AsyncStreamConnection(StreamConnectionBase):
     _locator: Optional[AsyncLink]
 
     def __init__(self, parameters: list[StreamParameters], **options: Any) -> None:
-        super().__init__(parameters, StreamAsyncioWaiting(), lambda link: AsyncioIO(link, 0), **options)
+        super().__init__(parameters, StreamAsyncioWaiting(), **options)
 
     async def __aenter__(self: _Self) -> _Self:
         return self

@@ -192,7 +192,7 @@ class SyncStreamConnection(StreamConnectionBase):
     _locator: Optional[SyncLink]
 
     def __init__(self, parameters: list[StreamParameters], **options: Any) -> None:
-        super().__init__(parameters, StreamThreadWaiting(), lambda link: ThreadIO(link, 0), **options)
+        super().__init__(parameters, StreamThreadWaiting(), **options)
 
     def __enter__(self: _Self) -> _Self:
         return self

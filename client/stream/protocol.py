@@ -20,13 +20,12 @@ from typing import Any, Optional
 
 from amqwire.codec.stream import frames as F
 
-from ..protocol import HeartbeatMonitor
-from .errors import StreamConnectionClosed, response_error
-from ..errors import InvalidStateError, ConnectionLost
+from ..errors import InvalidStateError
+from .errors import response_error
 
 __all__ = [
     "StreamProtocol", "LinkState", "Reply", "HandshakeDone", "HandshakeFailed", "Confirmed", "PublishErrors",
-    "Delivered", "MetadataChanged", "CreditRefused", "BrokerClosed", "HeartbeatMonitor", "OK", "negotiate",
+    "Delivered", "MetadataChanged", "CreditRefused", "BrokerClosed", "OK", "negotiate",
     "PUBLISHER_IDS", "SUBSCRIPTION_IDS",
 ]
 
@@ -451,11 +450,3 @@ class StreamProtocol:
 
     def release_subscription_id(self, subscription_id: int) -> None:
         self._subscriptions.release(subscription_id)
-
-
-def closed_error(event: BrokerClosed, broker: str) -> StreamConnectionClosed:
-    return StreamConnectionClosed(event.code, event.reason, broker)
-
-
-def lost_error(text: str) -> ConnectionLost:
-    return ConnectionLost(text)

@@ -875,14 +875,13 @@ class StreamConnectionBase:
     __slots__ = (
         "_parameters", "params", "_ssl_context", "_client_properties", "exception_handler", "recovery",
         "rpc_timeout", "_lifecycle", "_waiting", "_lock", "_links", "_locator", "_producers", "_consumers",
-        "_recovered", "_locator_mutex", "_known_nodes", "_io_factory", "__weakref__",
+        "_recovered", "_locator_mutex", "_known_nodes", "__weakref__",
     )
 
     def __init__(
         self,
         parameters: list[StreamParameters],
         waiting: Any,
-        io_factory: Callable[[Any], Any],
         *,
         ssl_context: Any = None,
         client_properties: Optional[dict[str, str]] = None,
@@ -905,7 +904,6 @@ class StreamConnectionBase:
         self.rpc_timeout = rpc_timeout
         self._lifecycle = Lifecycle(f"stream connection to {parameters[0]}")
         self._waiting = waiting
-        self._io_factory = io_factory
         self._lock = self._new_lock()
         self._links: dict[Node, Any] = {}  # the open links, by the node each advertises
         self._locator: Any = None  # the link for requests about streams (create, metadata, ...)
