@@ -789,7 +789,15 @@ class StreamConsumerBase:
         if self._machine.state not in CONSUMER_LIVE_PHASES or link is not self._link:
             return
         next_offset = self._next_offset
-        first, timestamp, records = chunk_messages(chunk, next_offset or 0, False)
+        try:
+            first, timestamp, records = chunk_messages(chunk, next_offset or 0, False)
+        except CodecError as exc:
+            # A chunk that cannot be read (its CRC, a compression this Python cannot undo):
+            # the consumer ends with why; the link and its other users go on.
+            log.error("%r: a chunk cannot be read: %s", self, exc)
+            self._fail(exc)
+            self._env._unsubscribe_soon(self)
+            return
         start = first if next_offset is None or next_offset < first else next_offset
         end = self.end
         if end is not None and records and start + len(records) - 1 > end:
