@@ -771,3 +771,29 @@ def test_a_chunk_that_cannot_be_read_ends_its_consumer_not_the_connection(srun):
         assert await api.wait(await producer.send(b"still")) == 2
 
     srun(scenario)
+
+
+def test_large_messages_go_in_frames_within_the_brokers_frame_max(srun):
+    """A batch over frame_max (1 MiB here) is written as several Publish frames (RabbitMQ
+    closes the connection of a client that sends a larger one); a message that no frame
+    can hold is refused at the send (MessageTooLarge), and the connection goes on."""
+
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name, batch_size=100)
+        bodies = [bytes([i]) * 300_000 for i in range(20)]  # 6 MB in all, 300 KB each
+        futures = await api.send_many(producer, bodies)
+        assert await api.settle(futures) == list(range(1, 21))
+        batch = await producer.send_batch([b"b" * 200_000] * 12)
+        assert await api.wait(batch) == 32
+        with pytest.raises(api.errors.MessageTooLarge) as too_large:
+            await producer.send(b"x" * 2_000_000)
+        assert "1048576" in str(too_large.value) and isinstance(too_large.value, ValueError)
+        consumer = await conn.consumer(name, offset="first", end=31)
+        messages = await api.read_all(consumer)
+        assert [m.body for m in messages[:20]] == bodies and len(messages) == 32
+        assert await api.wait(await producer.send(b"small")) == 33
+
+    srun(scenario)

@@ -36,7 +36,9 @@ from ..io_threads import ThreadIO
 from ..lifecycle import ConnectionSignal, ConnectionStatus
 from ..recovery import END
 from . import protocol as proto
+from .protocol import PUBLISH_FRAME_OVERHEAD, PUBLISH_MESSAGE_OVERHEAD
 from .errors import (
+    MessageTooLarge,
     NoOffset,
     StreamAlreadyExists,
     StreamDoesNotExist,
@@ -704,6 +706,9 @@ class SyncStreamProducer(ProducerBase):
         else:
             message = encode_message(body, properties=properties, application_properties=application_properties)
             raw = False
+        size = len(message) + PUBLISH_MESSAGE_OVERHEAD
+        if size > self._frame_limit - PUBLISH_FRAME_OVERHEAD:
+            raise MessageTooLarge(size, self._frame_limit)
         future = self._new_future()
         future._producer = self  # its result() writes the batch it is in, then waits
         written = schedule = False
@@ -723,7 +728,8 @@ class SyncStreamProducer(ProducerBase):
             self._pending_ids.append(pid)
             self._pending.append(message)
             self._pending_tokens.append(future)
-            if len(self._pending) >= self.batch_size:
+            self._pending_bytes += size
+            if len(self._pending) >= self.batch_size or self._pending_bytes >= self._frame_limit:
                 written = self._write_pending_locked()
             elif not self._write_scheduled:
                 self._write_scheduled = schedule = True
@@ -744,6 +750,10 @@ class SyncStreamProducer(ProducerBase):
         raw = all(type(body) is bytes for body in messages)
         if not raw:
             messages = [encode_message(body) for body in messages]
+        size = sum(len(message) for message in messages) + PUBLISH_MESSAGE_OVERHEAD * len(messages)
+        largest = max((len(message) for message in messages), default=0) + PUBLISH_MESSAGE_OVERHEAD
+        if largest > self._frame_limit - PUBLISH_FRAME_OVERHEAD:
+            raise MessageTooLarge(largest, self._frame_limit)
         future = self._new_future()
         future._producer = self
         if not messages:
@@ -774,8 +784,9 @@ class SyncStreamProducer(ProducerBase):
                 self._pending_ids.extend(range(first, last + 1))
             self._pending.extend(messages)
             self._pending_tokens.extend([token] * len(messages))
+            self._pending_bytes += size
             written = False
-            while len(self._pending) >= self.batch_size:
+            while len(self._pending) >= self.batch_size or self._pending_bytes >= self._frame_limit:
                 written = self._write_pending_locked() or written
                 if self._pending:  # not declared right now: the batch waits whole
                     break
