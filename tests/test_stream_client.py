@@ -797,3 +797,44 @@ def test_large_messages_go_in_frames_within_the_brokers_frame_max(srun):
         assert await api.wait(await producer.send(b"small")) == 33
 
     srun(scenario)
+
+
+# --------------------------------------------------------------------------- TLS
+
+
+@pytest.fixture
+def stream_tls_url(stream_node, stream_url, tmp_path_factory):
+    """rabbitmq-stream+tls:// to a TLS terminator in front of the node (test_client_tls.py's,
+    with its CA and a certificate for localhost), and the CA file."""
+    from test_client_tls import TLSTerminator, make_pki
+
+    from conftest import url_host_port
+
+    authority = make_pki(tmp_path_factory.mktemp("stream-pki"))
+    terminator = TLSTerminator(authority, url_host_port(stream_url.replace("rabbitmq-stream", "amqp")))
+    yield f"rabbitmq-stream+tls://guest:guest@localhost:{terminator.port}/", authority / "ca.pem"
+    terminator.close()
+
+
+def test_tls_verifies_the_broker_and_carries_the_stream_protocol(srun, stream_tls_url):
+    url, ca = stream_tls_url
+
+    async def scenario(api):
+        import ssl
+
+        with pytest.raises(api.errors.StreamClientError.__mro__[1]) as unknown_ca:  # AMQPError: unverified
+            await api.connect(url)
+        assert "certificate" in str(unknown_ca.value).lower() or "ssl" in repr(unknown_ca.value).lower()
+        conn = await api.connect(f"{url}?cafile={ca}")
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        assert await api.wait(await producer.send(b"over tls")) == 1
+        consumer = await conn.consumer(name, offset="first", end=0)
+        assert [m.body for m in await api.read_all(consumer)] == [b"over tls"]
+        assert "<amqwire.client.stream.Connection rabbitmq-stream+tls://guest@localhost:" in repr(conn)
+        context = ssl.create_default_context(cafile=str(ca))
+        other = await api.connect(url, ssl_context=context)
+        assert await other.stream_exists(name)
+
+    srun(scenario)
