@@ -627,9 +627,7 @@ class ProducerBase:
                         self._confirm_locked(token, pid, settled)
                     else:
                         settled.append((token, pid))
-        settle = self._waiting.settle
-        for future, pid in settled:  # outside the lock: a future's callbacks run here
-            settle(future, pid)
+        self._waiting.settle_many(settled)  # outside the lock: a future's callbacks run here
         self._waits.notify_progress()
 
     def _confirm_locked(self, token: Any, pid: int, settled: list[tuple[Any, int]]) -> None:
@@ -661,8 +659,7 @@ class ProducerBase:
 
     def _settle_all(self, settled: list[tuple[Any, int]], failed: list[tuple[Any, BaseException]]) -> None:
         """Settle what ``_confirm_locked`` and ``_refuse_locked`` collected (outside the lock)."""
-        for future, pid in settled:
-            self._waiting.settle(future, pid)
+        self._waiting.settle_many(settled)
         for future, error in failed:
             self._waiting.fail(future, error)
         self._waits.notify_progress()

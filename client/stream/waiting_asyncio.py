@@ -105,6 +105,12 @@ class StreamAsyncioWaiting:
             future.set_result(publishing_id)
 
     @staticmethod
+    def settle_many(settled: list[tuple[AsyncioStreamFuture, int]]) -> None:
+        for future, publishing_id in settled:
+            if not future.done():
+                future.set_result(publishing_id)
+
+    @staticmethod
     def fail(future: AsyncioStreamFuture, error: BaseException) -> None:
         if not future.done():
             future.set_exception(error)
