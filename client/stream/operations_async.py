@@ -63,6 +63,7 @@ from .url import StreamParameters
 from .waiting_asyncio import AsyncioStreamFuture, StreamAsyncioWaiting
 
 if True:  # asyncio only
+    import asyncio
     from typing import TYPE_CHECKING  # marks the blocking transport's blocks (make_sync.py)
 
 log = logging.getLogger("amqwire.client.stream")
@@ -737,6 +738,10 @@ class AsyncStreamProducer(ProducerBase):
             link = connection._link
         if written:
             link._flush_quietly()
+            if True:  # asyncio only
+                # let the loop write what the socket did not take yet and read confirms: a
+                # caller that sends in a loop without awaiting anything would hold both back
+                await asyncio.sleep(0)
         elif schedule:
             self._waiting.write_soon(self._write_pending)
         return future

@@ -46,7 +46,7 @@ CLIENT_PROPERTIES = {"product": "amqwire", "platform": "Python", "copyright": "M
                      "information": "https://github.com/amqwire"}
 
 
-class LinkState(str, enum.Enum):
+class LinkState(enum.Enum):
     """Where the core is in the protocol (the link's lifecycle is the session's)."""
 
     HANDSHAKE = "handshake"
