@@ -742,6 +742,10 @@ class AsyncStreamProducer(ProducerBase):
                 # let the loop write what the socket did not take yet and read confirms: a
                 # caller that sends in a loop without awaiting anything would hold both back
                 await asyncio.sleep(0)
+            if False and not TYPE_CHECKING:  # blocking only
+                # read the confirms waiting on the socket in this thread (no hand-over to the
+                # I/O thread and back: a GIL switch each), as a consumer reads its deliveries
+                link._io.read_for(_nothing, 0)
         elif schedule:
             self._waiting.write_soon(self._write_pending)
         return future
@@ -872,6 +876,11 @@ class AsyncStreamProducer(ProducerBase):
 
 
 _ACCEPTING = frozenset({ProducerPhase.OPEN, ProducerPhase.DOWN, ProducerPhase.DECLARING})
+
+
+def _nothing() -> bool:
+    """A wait that is never over: read_for then reads what the socket holds, and returns."""
+    return False
 _OPEN = ProducerPhase.OPEN
 _ENDED = frozenset({ProducerPhase.CLOSED, ProducerPhase.FAILED})
 

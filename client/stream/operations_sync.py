@@ -738,6 +738,9 @@ class SyncStreamProducer(ProducerBase):
             connection._lock.release()
         if written:
             link._flush_quietly()
+            # read the confirms waiting on the socket in this thread (no hand-over to the
+            # I/O thread and back: a GIL switch each), as a consumer reads its deliveries
+            link._io.read_for(_nothing, 0)
         elif schedule:
             self._waiting.write_soon(self._write_pending)
         return future
@@ -866,6 +869,11 @@ class SyncStreamProducer(ProducerBase):
 
 
 _ACCEPTING = frozenset({ProducerPhase.OPEN, ProducerPhase.DOWN, ProducerPhase.DECLARING})
+
+
+def _nothing() -> bool:
+    """A wait that is never over: read_for then reads what the socket holds, and returns."""
+    return False
 _OPEN = ProducerPhase.OPEN
 _ENDED = frozenset({ProducerPhase.CLOSED, ProducerPhase.FAILED})
 
