@@ -838,3 +838,21 @@ def test_tls_verifies_the_broker_and_carries_the_stream_protocol(srun, stream_tl
         assert await other.stream_exists(name)
 
     srun(scenario)
+
+
+def test_closing_a_consumer_ends_its_iteration_and_drops_what_it_holds(srun):
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.wait(await producer.send_batch([b"z"] * 500))
+        consumer = await conn.consumer(name, offset="first")
+        assert len(await api.read(consumer, 10)) == 10
+        await consumer.close()
+        assert await consumer.get(0.5) is None  # nothing more, though 490 had come
+        assert consumer.state.value == "closed"
+        await consumer.close()  # twice: nothing happens
+        assert await conn.stream_exists(name)
+
+    srun(scenario)

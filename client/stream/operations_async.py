@@ -1016,4 +1016,5 @@ class AsyncStreamConsumer(StreamConsumerBase):
             if self in env._consumers:
                 env._consumers.remove(self)
         if self._inbox is not None:
+            self._inbox.buffer.clear()  # what was received and not read is dropped: the iteration ends
             self._inbox.wake()
