@@ -1,5 +1,6 @@
 """Write the blocking twins of the async flows: operations_sync.py from operations_async.py,
-producer/flows_sync.py from producer/flows_async.py, retry_sync.py from retry_async.py.
+producer/flows_sync.py from producer/flows_async.py, retry_sync.py from retry_async.py,
+stream/operations_sync.py from stream/operations_async.py.
 
     python client/make_sync.py           # rewrite the generated files
     python client/make_sync.py --check   # exit 1 when a committed file drifts
@@ -38,6 +39,7 @@ FILES = [
     (HERE / "operations_async.py", HERE / "operations_sync.py"),
     (HERE / "producer" / "flows_async.py", HERE / "producer" / "flows_sync.py"),
     (HERE / "retry_async.py", HERE / "retry_sync.py"),
+    (HERE / "stream" / "operations_async.py", HERE / "stream" / "operations_sync.py"),
 ]
 
 RENAMES = {
@@ -60,6 +62,12 @@ RENAMES = {
     "io_asyncio": "io_threads",
     "AsyncioIO": "ThreadIO",
     "ConfirmFuture": "PublishFuture",
+    # the stream-protocol client (client/stream/)
+    "AsyncLink": "SyncLink",
+    "AsyncStreamConnection": "SyncStreamConnection",
+    "AsyncStreamProducer": "SyncStreamProducer",
+    "StreamAsyncioWaiting": "StreamThreadWaiting",
+    "AsyncioStreamFuture": "StreamFuture",
 }
 
 #: ``Opener[T]`` -> ``T``, ``Opener(x)`` -> ``(x)``

@@ -150,12 +150,21 @@ def parse_option(key: str, value: str) -> Any:
 
 def parse_url(url: str) -> ConnectionParameters:
     """Parse an ``amqp://`` or ``amqps://`` URL; errors name the part that is wrong."""
+    return ConnectionParameters(**url_options(url, {"amqp": (False, 5672), "amqps": (True, 5671)}, _QUERY_OPTIONS))
+
+
+def url_options(
+    url: str, schemes: dict[str, tuple[bool, int]], query_options: dict[str, Callable[[str, str], Any]]
+) -> dict[str, Any]:
+    """The keyword arguments of a parameters class that a URL gives: ``schemes`` maps each
+    scheme accepted to (TLS, default port), ``query_options`` each query option to its
+    parser.  Errors (ValueError, TypeError) name the part that is wrong."""
     if not isinstance(url, str):
         raise TypeError(f"URL must be a str, not {type(url).__name__}")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    if scheme not in ("amqp", "amqps"):
-        raise ValueError(f"URL scheme must be amqp or amqps, not {parts.scheme!r}")
+    if scheme not in schemes:
+        raise ValueError(f"URL scheme must be {' or '.join(schemes)}, not {parts.scheme!r}")
     if "@" not in parts.netloc and "@" in parts.path + parts.query + parts.fragment:
         # amqp://user:5690/SECRET@host: a raw '/', '?' or '#' in the password ended the
         # host part early; what follows it is part of the password, so never echo it.
@@ -163,7 +172,7 @@ def parse_url(url: str) -> ConnectionParameters:
             "malformed URL: an '@' after the host part; percent-encode '/', '?', '#' and '@' "
             "in the user name and password (%2F, %3F, %23, %40)"
         )
-    tls = scheme == "amqps"
+    tls, default_port = schemes[scheme]
     options: dict[str, Any] = {"ssl": tls}
     try:
         port = parts.port
@@ -171,7 +180,7 @@ def parse_url(url: str) -> ConnectionParameters:
         raise ValueError("URL port must be an integer between 1 and 65535") from None
     if parts.hostname:
         options["host"] = unquote(parts.hostname)
-    options["port"] = port if port is not None else (5671 if tls else 5672)
+    options["port"] = port if port is not None else default_port
     if parts.username is not None:
         options["username"] = unquote(parts.username)
     if parts.password is not None:
@@ -183,17 +192,18 @@ def parse_url(url: str) -> ConnectionParameters:
             raise ValueError("URL vhost must be one path segment; write a '/' in it as %2F")
         options["vhost"] = unquote(vhost)
     seen = set()
+    tls_scheme = next((name for name, (secure, _) in schemes.items() if secure), "TLS")
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        parser = _QUERY_OPTIONS.get(key)
+        parser = query_options.get(key)
         if parser is None:
-            raise ValueError(f"unknown URL option {key!r} (known: {', '.join(_QUERY_OPTIONS)})")
+            raise ValueError(f"unknown URL option {key!r} (known: {', '.join(query_options)})")
         if key in seen:
             raise ValueError(f"URL option {key} is given more than once")
         seen.add(key)
         if key in _TLS_ONLY and not tls:
-            raise ValueError(f"URL option {key} needs an amqps:// URL")
+            raise ValueError(f"URL option {key} needs a TLS URL ({tls_scheme}://)")
         options[key] = parser(key, value)
-    return ConnectionParameters(**options)
+    return options
 
 
 ParametersLike = Union[str, ConnectionParameters]

@@ -839,3 +839,57 @@ def fault_node(_fault_node_module):
             node.clear_memory_alarm()
         except Exception:  # noqa: BLE001 - a broken node is restarted for the next test
             node.kill()
+
+
+# --------------------------------------------------------------------------- a private node with the stream plugin
+
+
+def start_stream_node(**options):
+    """A started private node (tests/broker_node.py) with the rabbitmq_stream plugin, its
+    stream listener on a free port of its own: ``node.stream_port``, ``node.stream_url``
+    (``rabbitmq-stream://guest:guest@127.0.0.1:<port>/``).  Never the shared broker, which
+    has no plugin enabled and must keep it so."""
+    from broker_node import BrokerNode, _pick_ports
+
+    (port,) = _pick_ports(1)
+    config = {"stream.listeners.tcp.1": f"127.0.0.1:{port}"}
+    config.update(options.pop("config", None) or {})
+    node = BrokerNode(plugins=["rabbitmq_stream"], config=config, **options)
+    node.stream_port = port
+    node.stream_url = f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/"
+    node.start()
+    wait_stream_listener(node)
+    return node
+
+
+def wait_stream_listener(node, timeout: float = 30.0) -> None:
+    """Until the node's stream listener accepts connections (it opens with the plugin,
+    moments after the AMQP listener)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", node.stream_port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the stream listener on port {node.stream_port} did not open "
+                                     f"within {timeout} s") from None
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def stream_node():
+    """One private node with the stream plugin for a test module (started once: a node
+    takes seconds to boot), running when each test starts; killed and removed after."""
+    node = start_stream_node()
+    yield node
+    node.cleanup(graceful=False)
+
+
+@pytest.fixture
+def stream_url(stream_node) -> str:
+    """The ``rabbitmq-stream://`` URL of the module's node, started again if a test stopped it."""
+    if not stream_node.is_running:
+        stream_node.start()
+    wait_stream_listener(stream_node)
+    return stream_node.stream_url

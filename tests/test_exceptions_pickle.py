@@ -69,6 +69,7 @@ SAMPLES = {
     "error": ConnectionResetError(104, "reset by peer"),
     "attempts": "ATTEMPTS",  # built in _make: the Producer's Attempt records
     "size": 4096,
+    "frame_max": 1048576,
     "buffered": 33_000_000,
     "limit": 33_554_432,
     "option": "offset",
@@ -77,6 +78,12 @@ SAMPLES = {
     "first_offset": 5000,
     "index": 3,
     "stream": "orders",
+    # the stream-protocol client (amqwire.client.stream.errors)
+    "code": 0x02,
+    "request": "declare_publisher",
+    "subject": "orders",
+    "broker": "rabbitmq-stream://guest@localhost:5552",
+    "publishing_id": 17,
 }
 
 

@@ -1,0 +1,210 @@
+"""How the asyncio stream client waits: the loop's futures, tasks, locks and timers.
+
+The connection (``operations_async.py``) owns one ``StreamAsyncioWaiting`` and asks it for
+everything that depends on the transport, beyond each link's socket (which is the 0-9-1
+client's ``io_asyncio.AsyncioIO``): waiters, sleeping, background flows (relocating
+producers and consumers), a mutex for flows that must not overlap, the producers' send
+futures, the waits for their confirms, and when a producer's batch is written.  Nothing in
+it decides anything; the blocking counterpart is ``waiting_threads.py``
+(``client/make_sync.py`` renames the one into the other).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import time
+from typing import Any, Callable, Coroutine, Optional
+
+from ..errors import OperationTimeout
+from ..io_asyncio import NoLock
+
+__all__ = ["AsyncioStreamFuture", "StreamAsyncioWaiting", "ProducerWaits", "StreamInbox"]
+
+#: What a producer's send returns on asyncio: one of the loop's futures, whose result is
+#: the message's publishing id.
+AsyncioStreamFuture = asyncio.Future[int]
+
+
+class StreamAsyncioWaiting:
+    """The loop's ways of waiting, for one stream connection (made in its loop)."""
+
+    __slots__ = ("loop", "_tasks")
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._tasks: set["asyncio.Task[Any]"] = set()
+
+    def new_waiter(self) -> "asyncio.Future[Any]":
+        return self.loop.create_future()
+
+    @staticmethod
+    async def wait(waiter: "asyncio.Future[Any]", timeout: Optional[float]) -> Any:
+        """The waiter's result; TimeoutError after ``timeout`` seconds."""
+        if waiter.done() or timeout is None:
+            return await waiter
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no result within {timeout} s") from None
+
+    @staticmethod
+    def new_lock() -> NoLock:
+        """The lock of a producer's, consumer's or the connection's state: none is needed
+        where everything runs in the loop's thread."""
+        return NoLock()
+
+    @staticmethod
+    def new_mutex() -> asyncio.Lock:
+        """A lock for flows that must not overlap (``async with``)."""
+        return asyncio.Lock()
+
+    @staticmethod
+    def new_flag() -> asyncio.Event:
+        return asyncio.Event()
+
+    @staticmethod
+    async def wait_flag(flag: asyncio.Event, timeout: Optional[float]) -> bool:
+        if flag.is_set():
+            return True
+        try:
+            await asyncio.wait_for(flag.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    def spawn(self, flow: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+        """Run ``flow(*args)`` in the background (a task the connection keeps)."""
+        task = self.loop.create_task(flow(*args))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def stop(self) -> None:
+        """close(): the background flows end (cancelled)."""
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+
+    # producers ------------------------------------------------------------------------------
+
+    @property
+    def new_future(self) -> Callable[[], AsyncioStreamFuture]:
+        """Makes a send's future: the loop's Future type, called in C (loop.create_future
+        is a Python call more)."""
+        return functools.partial(asyncio.Future, loop=self.loop)
+
+    @staticmethod
+    def settle(future: AsyncioStreamFuture, publishing_id: int) -> None:
+        if not future.done():
+            future.set_result(publishing_id)
+
+    @staticmethod
+    def settle_many(settled: list[tuple[AsyncioStreamFuture, int]]) -> None:
+        for future, publishing_id in settled:
+            if not future.done():
+                future.set_result(publishing_id)
+
+    @staticmethod
+    def fail(future: AsyncioStreamFuture, error: BaseException) -> None:
+        if not future.done():
+            future.set_exception(error)
+            future.exception()  # retrieved: nobody has to await a send to silence asyncio's warning
+
+    def producer_waits(self, producer: Any) -> "ProducerWaits":
+        return ProducerWaits(self.loop)
+
+    def new_inbox(self, consumer: Any) -> "StreamInbox":
+        return StreamInbox(consumer, self.loop)
+
+    def write_soon(self, flush: Callable[[], Any]) -> None:
+        """A producer's batch got its first message: write it at the end of this pass of
+        the loop (what else is sent in the pass joins it)."""
+        self.loop.call_soon(flush)
+
+
+class ProducerWaits:
+    """Callers of one producer waiting for confirms (room under ``max_in_flight``, a flush)."""
+
+    __slots__ = ("_loop", "_progress")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._progress: Optional["asyncio.Future[None]"] = None
+
+    async def wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str) -> None:
+        """Until ``ready()`` (checked whenever confirms or failures come); OperationTimeout
+        naming ``what`` after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not ready():
+            waiter = self._progress
+            if waiter is None or waiter.done():
+                waiter = self._progress = self._loop.create_future()
+            if deadline is None:
+                await waiter
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise OperationTimeout(what, timeout)
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), left)
+            except asyncio.TimeoutError:
+                raise OperationTimeout(what, timeout) from None
+
+    def notify_progress(self) -> None:
+        waiter = self._progress
+        if waiter is not None:
+            self._progress = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class StreamInbox:
+    """A consumer's messages, received and not taken yet, for the task iterating it."""
+
+    __slots__ = ("_consumer", "_loop", "buffer", "_waiter")
+
+    def __init__(self, consumer: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._consumer = consumer
+        self._loop = loop
+        self.buffer: collections.deque[Any] = collections.deque()
+        self._waiter: Optional["asyncio.Future[None]"] = None
+
+    def deliver_run(self, messages: list[Any]) -> None:
+        """A chunk's messages, in order."""
+        self.buffer.extend(messages)
+        self.wake()
+
+    def wake(self) -> None:
+        """Messages came, or the consumer ended."""
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def next(self, timeout: Optional[float]) -> Any:
+        """The next message, the end marker (END or an exception), or None on timeout."""
+        buffer = self.buffer
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if buffer:
+                return buffer.popleft()
+            consumer = self._consumer
+            if not consumer.active:
+                return consumer._finished
+            waiter = self._waiter = self._loop.create_future()
+            if deadline is None:
+                await waiter
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                await asyncio.wait_for(waiter, left)
+            except asyncio.TimeoutError:
+                if not buffer:
+                    return None
