@@ -344,36 +344,46 @@ def bare_publish(ctx: Ctx, clock: Optional[Clock]) -> int:
 def aw_read_blocking(ctx: Ctx, clock: Clock) -> int:
     from amqwire.client import stream
 
-    count = 0
+    count = size = with_properties = 0
     with stream.connect(ctx.stream_url) as conn:
         clock.start()
         consumer = conn.consumer(ctx.stream, offset="first", end=ctx.count - 1)
         for message in consumer:
-            message.body
-            message.properties
+            size += len(message.body)
+            if message.properties is not None:
+                with_properties += 1
             count += 1
         clock.stop()
         consumer.close()
-    return count
+    return _checked(count, size, with_properties)
 
 
 def aw_read_asyncio(ctx: Ctx, clock: Clock) -> int:
     from amqwire.client.stream import aio
 
     async def main() -> int:
-        count = 0
+        count = size = with_properties = 0
         async with aio.connect(ctx.stream_url) as conn:
             clock.start()
             consumer = await conn.consumer(ctx.stream, offset="first", end=ctx.count - 1)
             async for message in consumer:
-                message.body
-                message.properties
+                size += len(message.body)
+                if message.properties is not None:
+                    with_properties += 1
                 count += 1
             clock.stop()
             await consumer.close()
-        return count
+        return _checked(count, size, with_properties)
 
     return asyncio.run(main())
+
+
+def _checked(count: int, size: int, with_properties: int = 0) -> int:
+    """A reader's count, once its bodies added up to 100 bytes each (and none had properties)."""
+    if size != count * len(BODY) or with_properties:
+        raise BenchError(f"{count} messages read, {size} bytes of bodies, {with_properties} with properties: "
+                         f"not the {len(BODY)}-byte bodies published without properties")
+    return count
 
 
 def _batches(n: int, size: int) -> list[list[bytes]]:
@@ -450,18 +460,18 @@ def aw_publish_asyncio_send(ctx: Ctx, clock: Clock) -> int:
 def aw091_read(ctx: Ctx, clock: Clock) -> int:
     from amqwire.client import blocking
 
-    count = 0
+    count = size = 0
     last = -1
     with blocking.connect(ctx.amqp_url) as conn, conn.channel() as ch:
         clock.start()
         for message in ch.consume_stream(ctx.stream, offset=0, end=ctx.count - 1, prefetch=PREFETCH_091):
-            message.body
+            size += len(message.body)
             last = message.stream_offset
             count += 1
         clock.stop()
     if last != ctx.count - 1:
         raise BenchError(f"consume_stream ended at offset {last}, not {ctx.count - 1}")
-    return count
+    return _checked(count, size)
 
 
 def aw091_publish(ctx: Ctx, clock: Clock) -> int:
@@ -486,12 +496,13 @@ def rstream_read(ctx: Ctx, clock: Clock) -> int:
 
     async def main() -> int:
         done = asyncio.Event()
-        state = {"count": 0}
+        state = {"count": 0, "size": 0, "with_properties": 0}
         n = ctx.count
 
         def on_message(message: Any, context: Any) -> None:
-            message.body
-            message.properties
+            state["size"] += len(message.body)
+            if message.properties is not None:
+                state["with_properties"] += 1
             state["count"] += 1
             if state["count"] >= n:
                 done.set()
@@ -507,7 +518,7 @@ def rstream_read(ctx: Ctx, clock: Clock) -> int:
             clock.stop()
         finally:
             await consumer.close()
-        return state["count"]
+        return _checked(state["count"], state["size"], state["with_properties"])
 
     return asyncio.run(main())
 
@@ -550,17 +561,18 @@ def rbfly_read(ctx: Ctx, clock: Clock) -> int:
     async def main() -> int:
         client = rbs.streams_client(ctx.stream_url)
         await client.create_stream(ctx.stream)  # connects (the stream exists: a no-op)
-        count = 0
+        count = size = 0
         n = ctx.count
         clock.start()
         async with contextlib.aclosing(client.subscribe(ctx.stream, offset=rbs.Offset.FIRST)) as messages:
             async for body in messages:
+                size += len(body)
                 count += 1
                 if count >= n:
                     clock.stop()
                     break
         await client.disconnect()
-        return count
+        return _checked(count, size)
 
     return asyncio.run(main())
 
@@ -686,7 +698,7 @@ def uptime() -> str:
 
 def start_node() -> tuple[Any, int]:
     sys.path.insert(0, os.path.join(REPO, "tests"))
-    from broker_node import BrokerNode, _pick_ports  # noqa: E402
+    from broker_node import BrokerNode, _pick_ports
 
     (port,) = _pick_ports(1)
     node = BrokerNode(plugins=["rabbitmq_stream"], config={
