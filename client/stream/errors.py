@@ -221,7 +221,8 @@ class StreamPublishFailed(StreamClientError):
         if self.code:
             why = f"the broker answered {code_text(self.code)}"
         else:
-            why = f"unconfirmed when {self.error}" if self.error is not None else "not confirmed"
+            why = (f"unconfirmed when the connection was lost or closed ({self.error}): it may or may not be stored"
+                   if self.error is not None else "not confirmed")
         return f"message {self.publishing_id} to stream {self.stream!r} failed: {why}"
 
 

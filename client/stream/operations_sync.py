@@ -134,11 +134,11 @@ class SyncLink(LinkBase):
                        timeout: Optional[float] = None) -> Any:
         """Send a request, wait for its response; the response command, or the error of
         its code (as its class)."""
-        waiter = self._io.new_waiter()
-        with self._lock:
-            self._check()
-            correlation = build(self._core)
-            self._waiters[correlation] = (waiter, what, subject)
+        waiter, correlation = self._queue_request(build, what, subject)
+        return self._reply(waiter, correlation, what, subject, timeout)
+
+    def _reply(self, waiter: Any, correlation: int, what: str, subject: str, timeout: Optional[float]) -> Any:
+        """Write what is queued, then wait for the response to request ``correlation``."""
         self._io.flush()
         limit = self._env.rpc_timeout if timeout is None else timeout
         try:
@@ -697,7 +697,7 @@ class SyncStreamProducer(ProducerBase):
                 self._write_scheduled = schedule = True
             link = self._link
         if written:
-            link._io.flush()
+            link._flush_quietly()
         elif schedule:
             self._waiting.write_soon(self._write_pending)
         return future
@@ -734,7 +734,7 @@ class SyncStreamProducer(ProducerBase):
                 self._write_scheduled = True
             link = self._link
         if written:
-            link._io.flush()
+            link._flush_quietly()
         if schedule:
             self._waiting.write_soon(self._write_pending)
         return future
@@ -850,7 +850,8 @@ class SyncStreamConsumer(StreamConsumerBase):
         link = env._link_to(self.stream, False, timeout)
         if self._inbox is None:
             self._inbox = env._waiting.new_inbox(self)
-        with self._lock:
+        properties = self._properties
+        with self._lock:  # the credit granted for chunks taken meanwhile goes after the Subscribe
             if not first:
                 if self._machine.state is not ConsumerPhase.DOWN:
                     return
@@ -860,10 +861,18 @@ class SyncStreamConsumer(StreamConsumerBase):
             self._subscription_id = subscription_id
             spec = self._subscribe_spec()
             credit = self._subscribe_credit()
-        properties = self._properties
+            try:
+                waiter, correlation = link._queue_request(
+                    lambda core: core.subscribe(subscription_id, self.stream, spec.kind, spec.value, credit, properties),
+                    "subscribe", self.stream)
+            except BaseException:
+                link._unregister(subscription_id, False)
+                self._link = None
+                if not first:
+                    self._machine.fire(ConsumerSignal.LOST)
+                raise
         try:
-            link._request(lambda core: core.subscribe(subscription_id, self.stream, spec.kind, spec.value, credit,
-                                                            properties), "subscribe", self.stream, timeout)
+            link._reply(waiter, correlation, "subscribe", self.stream, timeout)
         except BaseException:
             link._unregister(subscription_id, False)
             with self._lock:

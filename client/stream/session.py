@@ -350,6 +350,16 @@ class LinkBase:
             self._core.credit(subscription_id, credit)
         self._flush_quietly()
 
+    def _queue_request(self, build: Callable[[proto.StreamProtocol], int], what: str, subject: str) -> tuple[Any, int]:
+        """Queue a request in the core (written by the next flush): its waiter and
+        correlation id."""
+        waiter = self._io.new_waiter()
+        with self._lock:
+            self._check()
+            correlation = build(self._core)
+            self._waiters[correlation] = (waiter, what, subject)
+        return waiter, correlation
+
     def _send_no_reply(self, build: Callable[[proto.StreamProtocol], Any]) -> None:
         """A command without a response (StoreOffset): written now."""
         with self._lock:
@@ -380,7 +390,7 @@ class ProducerBase:
     __slots__ = (
         "_env", "stream", "reference", "_machine", "_lock", "_waiting", "_waits", "_link", "_publisher_id",
         "_next_id", "_last_id", "_unconfirmed", "_pending_ids", "_pending", "_pending_tokens", "batch_size",
-        "max_in_flight", "_write_scheduled", "_sequence", "__weakref__",
+        "max_in_flight", "_write_scheduled", "_sequence", "resent", "__weakref__",
     )
 
     def __init__(self, env: Any, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int) -> None:
@@ -405,6 +415,8 @@ class ProducerBase:
         self.max_in_flight = max_in_flight
         self._write_scheduled = False  # a write of the batch is scheduled (linger / end of the loop's pass)
         self._sequence: Optional[int] = None  # the broker's last stored id for the reference, at the last declare
+        #: Messages written again after a relocation (unconfirmed at a loss; with a reference).
+        self.resent = 0
 
     @property
     def state(self) -> ProducerPhase:
@@ -599,6 +611,7 @@ class ProducerBase:
             self._machine.fire(ProducerSignal.DECLARED)
             if resend:
                 log.info("producer of stream %r: sending %d unconfirmed messages again", self.stream, len(resend))
+                self.resent += len(resend)
                 self._write_resends_locked(resend)
             self._write_pending_locked()
         waiting = self._waiting
@@ -735,10 +748,11 @@ class StreamConsumerBase:
         self.last_offset = offset
         ends = self._chunk_ends
         if ends and offset >= ends[0]:
-            ends.popleft()
-            link = self._link
-            if link is not None and self._machine.state is ConsumerPhase.ACTIVE:
-                link._credit(self._subscription_id, 1)
+            with self._lock:
+                ends.popleft()
+                link = self._link
+                if link is not None and self._machine.state in _SUBSCRIBED:
+                    link._credit(self._subscription_id, 1)
 
     # losses --------------------------------------------------------------------------------
 
@@ -766,6 +780,9 @@ class StreamConsumerBase:
                 self._machine.fire(ConsumerSignal.FAIL, error)
         if self._inbox is not None:
             self._inbox.wake()
+
+
+_SUBSCRIBED = frozenset({ConsumerPhase.SUBSCRIBING, ConsumerPhase.ACTIVE})
 
 
 # --------------------------------------------------------------------------- the connection

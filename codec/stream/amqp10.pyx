@@ -54,7 +54,7 @@ distinct in AMQP 1.0 but equal in Python (the symbol ``a`` and the string ``a``;
 and ``1``) cannot be a dict: decoding it raises AMQP10DecodeError.  Map keys that Python
 cannot hash (lists, maps, arrays) are refused the same way.
 
-Message sections (section 3.2), in the order they must appear::
+Message sections (section 3.2), in the order the encoder writes them (the spec's)::
 
     header 0x70                 Header (durable, priority, ttl, first_acquirer, delivery_count)
     delivery-annotations 0x71   dict, keys: str -> symbol, int -> ulong
@@ -65,6 +65,11 @@ Message sections (section 3.2), in the order they must appear::
                                 AmqpSequence([list1, ...]): amqp-sequence sections (0x76);
                                 AmqpValue(v): one amqp-value section (0x77); None: no body
     footer 0x78                 dict, keys as for annotations
+
+The decoder reads sections in any order, as RabbitMQ does (Azure's AMQP 1.0 encoder writes
+delivery-annotations last); a section that comes twice, a second kind of body, or a second
+amqp-value is an error.  An annotation key that is neither a str nor a plain int is written
+as its own type.
 
 Descriptors are written as smallulong codes and read as any ulong or as their symbolic
 names (``amqp:data:binary`` ...).  Fields of Properties and Header whose type the spec
@@ -96,7 +101,7 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 from libc.string cimport memcpy, memmove
 
 from amqwire.codec.buffer cimport (
-    MAX_NESTING, WriteBuffer, amqw_pack_u32, amqw_pack_u64, amqw_unpack_f32, amqw_unpack_f64,
+    MAX_NESTING, WriteBuffer, amqw_pack_u32, amqw_unpack_f32, amqw_unpack_f64,
     amqw_unpack_u16, amqw_unpack_u32, amqw_unpack_u64, decode_utf8_or_null, utf8_of,
 )
 from amqwire.codec.table cimport civil_from_days
@@ -115,10 +120,8 @@ cdef extern from "Python.h":
     bint PyObject_CheckBuffer(object o)
     long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
     unsigned long long PyLong_AsUnsignedLongLong(object o) except? -1
-    object PyLong_FromLongLong(long long v)
     object PyLong_FromUnsignedLongLong(unsigned long long v)
     double PyFloat_AsDouble(object o) except? -1.0
-    object PyFloat_FromDouble(double v)
     object PyUnicode_DecodeASCII(const char *s, Py_ssize_t size, const char *errors)
     bint PyUnicode_IS_ASCII(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
@@ -130,7 +133,6 @@ cdef extern from "Python.h":
     PyObject *PyTuple_GET_ITEM(object o, Py_ssize_t i)
     bint PyList_CheckExact(object o)
     bint PyTuple_CheckExact(object o)
-    bint PyDict_CheckExact(object o)
     void Py_XDECREF(PyObject *o)
 
 cdef extern from "_compat.h":
@@ -625,6 +627,8 @@ cdef object _read_payload(Src *s, uint8_t code, int depth, Py_ssize_t at):
         p = _take(s, n, at, "symbol")
         return _symbol(p, n, at)
     if code == C_LIST0:
+        if depth >= MAX_NESTING:
+            _bad(at, f"list nested deeper than {MAX_NESTING}")
         return []
     if code == C_LIST8 or code == C_LIST32 or code == C_MAP8 or code == C_MAP32:
         return _read_compound(s, code, depth, at)
@@ -682,15 +686,15 @@ cdef object _read_payload(Src *s, uint8_t code, int depth, Py_ssize_t at):
     _bad(at, f"unknown constructor 0x{code:02x}")
 
 
-cdef object _read_compound(Src *s, uint8_t code, int depth, Py_ssize_t at):
-    """A list or a map (its size and count fields next)."""
+cdef object _read_compound(Src *s, uint8_t code, int depth, Py_ssize_t at, bint annotation_keys=False):
+    """A list or a map (its size and count fields next); ``annotation_keys``: a map whose
+    ulong keys are plain ints (annotations)."""
     cdef bint wide = code == C_LIST32 or code == C_MAP32
     cdef bint is_map = code == C_MAP8 or code == C_MAP32
     cdef str what = "map" if is_map else "list"
     cdef uint32_t size, count, i
-    cdef Py_ssize_t outer_end = s.end, element_at
+    cdef Py_ssize_t outer_end = s.end
     cdef list items
-    cdef dict mapping
     if depth >= MAX_NESTING:
         _bad(at, f"{what} nested deeper than {MAX_NESTING}")
     size = _size(s, wide, at, what + " size")
@@ -703,13 +707,7 @@ cdef object _read_compound(Src *s, uint8_t code, int depth, Py_ssize_t at):
     if is_map:
         if count & 1:
             _bad(at, f"map: odd element count {count}")
-        mapping = amqw_dict_presized(count // 2)
-        for i in range(count // 2):
-            element_at = s.pos
-            key = _read_value(s, depth + 1)
-            value = _read_value(s, depth + 1)
-            _map_set(mapping, key, value, element_at)
-        result = mapping
+        result = _read_pairs(s, count // 2, depth + 1, annotation_keys)
     else:
         items = [None] * count
         for i in range(count):
@@ -719,6 +717,17 @@ cdef object _read_compound(Src *s, uint8_t code, int depth, Py_ssize_t at):
         _bad(at, f"{what}: {count} elements end {s.end - s.pos} bytes before its size")
     s.end = outer_end
     return result
+
+
+cdef dict _read_pairs(Src *s, uint32_t pairs, int depth, bint annotation_keys):
+    cdef uint32_t _pair
+    cdef Py_ssize_t key_at
+    cdef dict mapping = amqw_dict_presized(pairs)
+    for _pair in range(pairs):
+        key_at = s.pos
+        key = _read_descriptor(s, depth) if annotation_keys else _read_value(s, depth)
+        _map_set(mapping, key, _read_value(s, depth), key_at)
+    return mapping
 
 
 cdef int _map_set(dict mapping, object key, object value, Py_ssize_t at) except -1:
@@ -1548,7 +1557,7 @@ cdef int _write_field(WriteBuffer buf, object value, int kind) except -1:
             return _write_sized(buf, C_SYM8, p, n, "symbol")
     elif kind == F_MESSAGE_ID:
         if type(value) is int:
-            return write_value(buf, ULong(value), 1)
+            return write_value(buf, ULong(_unsigned(value, 0xFFFFFFFFFFFFFFFF, "ulong")), 1)
     elif kind == F_UINT:
         if type(value) is int:
             u64 = _unsigned(value, 0xFFFFFFFF, "uint")
@@ -1586,7 +1595,8 @@ cdef int _write_composite(WriteBuffer buf, uint8_t code, tuple values, const int
 
 
 cdef int _write_annotations(WriteBuffer buf, uint8_t code, object mapping, str what) except -1:
-    """Annotations: a map whose keys are symbols (a str) or ulongs (an int)."""
+    """Annotations: a map whose keys are symbols (a str) or ulongs (a plain int); other
+    keys (wrappers, decoded from a peer that wrote them) as themselves."""
     cdef Py_ssize_t start, count = 0, n = 0
     cdef const char *p
     if not isinstance(mapping, dict):
@@ -1598,11 +1608,10 @@ cdef int _write_annotations(WriteBuffer buf, uint8_t code, object mapping, str w
             if PyUnicode_Check(key):
                 p = _symbol_ascii(key, &n)
                 _write_sized(buf, C_SYM8, p, n, "symbol")
-            elif PyLong_Check(key) and not PyBool_Check(key):
+            elif type(key) is int:
                 write_value(buf, ULong(_unsigned(key, 0xFFFFFFFFFFFFFFFF, "ulong")), 1)
             else:
-                raise AMQP10UnsupportedValueError(
-                    f"keys are symbols (str) or ulongs (int), got {type(key).__name__}")
+                write_value(buf, key, 1)
             write_value(buf, value, 1)
         except CodecError as exc:
             exc.args = (f"{what}[{key!r}]: {exc.args[0] if exc.args else ''}",)
@@ -1697,6 +1706,8 @@ cdef int _write_sections(WriteBuffer buf, object header, object delivery_annotat
         _write_body(buf, body)
         if footer is not None:
             _write_annotations(buf, S_FOOTER, footer, "footer")
+        if buf._len == start:
+            _encode_error("message: no sections (no body and nothing else); an AMQP 1.0 message has at least one")
     except BaseException:
         buf._len = start                 # nothing of a message that could not be written
         raise
@@ -1705,6 +1716,8 @@ cdef int _write_sections(WriteBuffer buf, object header, object delivery_annotat
 
 cdef int write_message(WriteBuffer buf, object body, object properties,
                        object application_properties) except -1:
+    if PyBytes_CheckExact(body) and properties is None and application_properties is None:
+        return _write_data(buf, body)      # the common case: nothing to undo on an error
     return _write_sections(buf, None, None, None, properties, application_properties, body, None)
 
 
@@ -1824,32 +1837,13 @@ cdef dict _read_map_section(Src *s, Py_ssize_t at, bint annotations, str what):
     """An annotations or application-properties map; annotation keys that are ulongs are
     plain ints."""
     cdef uint8_t code = _u8(s, s.pos, what)
-    cdef uint32_t size, count, i
-    cdef Py_ssize_t outer_end = s.end, key_at
-    cdef dict mapping
     if code != C_MAP8 and code != C_MAP32:
         _bad(s.pos - 1, f"{what}: expected a map, found constructor 0x{code:02x}")
-    size = _size(s, code == C_MAP32, at, what + " size")
-    if size > <uint64_t>(s.end - s.pos):
-        _bad(at, f"{what}: size {size} is over the {s.end - s.pos} bytes left")
-    s.end = s.pos + size
-    count = _size(s, code == C_MAP32, at, what + " count")
-    if count > <uint64_t>(s.end - s.pos):
-        _bad(at, f"{what}: {count} elements cannot fit in {s.end - s.pos} bytes")
-    if count & 1:
-        _bad(at, f"{what}: odd element count {count}")
-    mapping = amqw_dict_presized(count // 2)
-    for i in range(count // 2):
-        key_at = s.pos
-        if annotations:
-            key = _read_descriptor(s, 1)
-        else:
-            key = _read_value(s, 1)
-        _map_set(mapping, key, _read_value(s, 1), key_at)
-    if s.pos != s.end:
-        _bad(at, f"{what}: {count} elements end {s.end - s.pos} bytes before its size")
-    s.end = outer_end
-    return mapping
+    try:
+        return _read_compound(s, code, 1, s.pos - 1, annotations)
+    except AMQP10DecodeError as exc:
+        exc.args = (f"{what}: {exc.args[0]}",)
+        raise
 
 
 cdef int _section_code(Src *s, Py_ssize_t at) except -1:
@@ -1878,19 +1872,12 @@ cdef int _section_code(Src *s, Py_ssize_t at) except -1:
     return <int>value
 
 
-cdef inline int _rank(int code) noexcept:
-    """The place of a section in a message (the three bodies share one)."""
-    if code >= S_DATA and code <= S_AMQP_VALUE:
-        return S_DATA
-    return code if code < S_DATA else code - 2
-
-
 cdef Message _read_sections(const char *data, Py_ssize_t size):
     cdef Src s
     cdef Message m = Message.__new__(Message)
     cdef Py_ssize_t at
     cdef uint8_t code
-    cdef int section, last = 0, body_kind = 0
+    cdef int section, seen = 0, body_kind = 0
     cdef list parts = None
     s.buf = data
     s.pos = 0
@@ -1904,10 +1891,13 @@ cdef Message _read_sections(const char *data, Py_ssize_t size):
         if code != C_DESCRIBED:
             _bad(at, f"message: expected a section (a described value, 0x00), found constructor 0x{code:02x}")
         section = _section_code(&s, at)
-        if _rank(section) < _rank(last) or (_rank(section) == _rank(last) and (
-                section != body_kind or section == S_AMQP_VALUE)):
-            _bad(at, f"message: {_SECTION_NAMES[section]} section after {_SECTION_NAMES[last]}")
-        last = section
+        if S_DATA <= section <= S_AMQP_VALUE:
+            if body_kind and (section != body_kind or section == S_AMQP_VALUE):
+                _bad(at, f"message: {_SECTION_NAMES[section]} section after the "
+                         f"{_SECTION_NAMES[body_kind]} body")
+        elif seen & (1 << (section - S_HEADER)):
+            _bad(at, f"message: a second {_SECTION_NAMES[section]} section")
+        seen |= 1 << (section - S_HEADER)
         if section == S_DATA:
             code = _u8(&s, s.pos, "data")
             if code != C_VBIN8 and code != C_VBIN32:

@@ -349,7 +349,14 @@ class CreateSuperStream(StreamCommand):
     partitions: list[str]
     binding_keys: list[str]
     arguments: dict[str, str]
-    def __init__(self, correlation_id: int, name: str, partitions: Iterable[str], binding_keys: Iterable[str], arguments: Mapping[str, str] | None = ...) -> None: ...
+    def __init__(
+        self,
+        correlation_id: int,
+        name: str,
+        partitions: Iterable[str],
+        binding_keys: Iterable[str],
+        arguments: Mapping[str, str] | None = ...,
+    ) -> None: ...
 
 class CreateSuperStreamResponse(SimpleResponse):
     ...
@@ -397,7 +404,14 @@ class ResolveOffsetSpec(StreamCommand):
     offset_type: int
     offset: int
     properties: dict[str, str]
-    def __init__(self, correlation_id: int, stream: str, offset_type: int, offset: int = ..., properties: Mapping[str, str] | None = ...) -> None: ...
+    def __init__(
+        self,
+        correlation_id: int,
+        stream: str,
+        offset_type: int,
+        offset: int = ...,
+        properties: Mapping[str, str] | None = ...,
+    ) -> None: ...
 
 class ResolveOffsetSpecResponse(SimpleResponse):
     offset_type: int
