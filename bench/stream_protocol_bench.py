@@ -29,6 +29,10 @@ Rows, two cases:
            100 messages with publishing ids, all encoded before the clock, from a
            select() loop that also reads the confirms, until all N are confirmed (no
            window: TCP's back-pressure only)
+  bare reader + codec decoding (info)
+           the bare reader, decoding every message of each chunk with the codec
+           (``chunk_messages``, CRC checked) and reading its body and properties: what
+           decoding costs without a client around it (the bare reader decodes nothing)
   amqwire blocking / asyncio
            amqwire.client.stream: read with ``for`` / ``async for`` over
            ``conn.consumer(stream, offset="first", end=N - 1)`` touching ``body`` and
@@ -63,7 +67,8 @@ microseconds per message (medians).  Repeats go round-robin across the rows of a
 Targets (judged on best; the line says when the median disagrees): amqwire's stream
 client, blocking and asyncio, reads at >= 80% of the bare reader and publishes
 (send_batch) at >= 80% of the bare publisher, and is ahead of rstream and of rbfly in
-each case.  ``--quick`` runs are smoke tests: their targets are informational.
+each case; an info line gives the reading rows against the bare reader that decodes.
+``--quick`` runs are smoke tests: their targets are informational.
 """
 from __future__ import annotations
 
@@ -286,6 +291,46 @@ def bare_read(ctx: Ctx, clock: Clock) -> int:
     clock.stop()
     link.close()
     return count
+
+
+def bare_read_decoded(ctx: Ctx, clock: Clock) -> int:
+    """The bare reader, each chunk's messages decoded by the codec (``chunk_messages``, CRC
+    checked) and their bodies and properties read: what decoding costs with no client around it."""
+    from amqwire.codec.stream.chunk import chunk_messages
+
+    link = BareLink(ctx.host, ctx.stream_port)
+    F = link.F
+    sock, feed = link.sock, link.parser.feed
+    deliver_type = F.Deliver
+    credit = {k: F.Credit(0, k).encode() for k in range(1, 256)}
+    n = ctx.count
+    count = size = with_properties = 0
+    clock.start()
+    sock.sendall(F.Subscribe(1_000_000, 0, ctx.stream, F.OFFSET_TYPE_FIRST, 0, CREDIT, {}).encode())
+    while count < n:
+        data = sock.recv(RECV_SIZE)
+        if not data:
+            raise BenchError(f"the broker closed the connection after {count} messages")
+        chunks = 0
+        for command in feed(data):
+            if type(command) is deliver_type:
+                chunk = command.chunk
+                if chunk[1] == 0:
+                    for message in chunk_messages(chunk, None, True)[2]:
+                        size += len(message.body)
+                        if message.properties is not None:
+                            with_properties += 1
+                        count += 1
+                chunks += 1
+            elif type(command) is F.SubscribeResponse and command.response_code != F.RESPONSE_OK:
+                raise BenchError(f"subscribe: {F.RESPONSE_CODES.get(command.response_code)}")
+        while chunks:
+            step = min(chunks, 255)
+            sock.sendall(credit[step])
+            chunks -= step
+    clock.stop()
+    link.close()
+    return _checked(count, size, with_properties)
 
 
 def bare_publish_frames(publisher_id: int, n: int) -> bytes:
@@ -620,6 +665,7 @@ class Row:
 
 
 BARE_READ = "bare stream reader (limit)"
+BARE_READ_DECODED = "bare reader + codec decoding"
 BARE_PUBLISH = "bare publisher (limit)"
 AW_BLOCKING, AW_ASYNCIO = "amqwire blocking", "amqwire asyncio"
 RSTREAM, RBFLY = "rstream", "rbfly"
@@ -632,6 +678,7 @@ CASE_TITLES = {
 def build_rows() -> list[Row]:
     return [
         Row("read", BARE_READ, "bare", bare_read),
+        Row("read", BARE_READ_DECODED, "bare", bare_read_decoded, info=True),
         Row("read", AW_BLOCKING, "amqwire", aw_read_blocking),
         Row("read", AW_ASYNCIO, "amqwire", aw_read_asyncio),
         Row("read", "amqwire 0-9-1 consume_stream (blocking)", "amqwire", aw091_read),
@@ -843,7 +890,7 @@ def print_case(case: str, rows: list[Row], count: int) -> None:
 
 
 def target_lines(rows: list[Row]) -> list[tuple[str, str, str]]:
-    """(status, target, detail) per target: status 'met', 'MISSED' or 'n/a'."""
+    """(status, target, detail) per target: status 'met', 'MISSED' or 'n/a'; 'info' lines carry no target."""
     out = []
     for case, bare_label, what in (("read", BARE_READ, "reads"), ("publish", BARE_PUBLISH, "publishes")):
         bare = _find(rows, case, bare_label)
@@ -863,6 +910,11 @@ def target_lines(rows: list[Row]) -> list[tuple[str, str, str]]:
                 if (rm >= TARGET) != (rb >= TARGET):
                     detail += f" (the median would say {'met' if rm >= TARGET else 'MISSED'})"
                 out.append((status, desc, detail))
+            decoded = _find(rows, case, BARE_READ_DECODED)
+            if best and decoded is not None and decoded.runs:
+                db, dm = best_median(decoded)
+                out.append(("info", f"{case}: {transport} against the bare reader decoding with the codec",
+                            f"{best / db:.0%} best ({best:,.0f} / {db:,.0f}), {median / dm:.0%} median"))
             for anchor_label in (RSTREAM, RBFLY):
                 anchor = _find(rows, case, anchor_label)
                 desc = f"{case}: {transport} ahead of {anchor_label}"
@@ -949,7 +1001,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     verdicts = target_lines(rows)
     print()
     for status, desc, detail in verdicts:
-        print(f"  target {status:7s} {desc}: {detail}")
+        print(f"  {'info  ' if status == 'info' else 'target'} {'' if status == 'info' else status:7s} {desc}: {detail}")
     failed = [r for r in rows if r.error]
     for r in failed:
         print(f"  FAILED  {r.key}: {r.error}")

@@ -76,12 +76,15 @@ def test_targets_met_missed_and_a_median_that_disagrees():
         "read: amqwire asyncio": [70.0, 70.0, 70.0],
         "read: rstream": [50.0, 50.0, 50.0],
         "read: rbfly": "n/a: rbfly is not installed",
+        "read: bare reader + codec decoding": [100.0, 80.0, 70.0],
     })
     status, detail = got["read: amqwire blocking reads at >= 80% of the bare stream reader"]
     assert status == "met" and detail.startswith("85% best") and "the median would say MISSED" in detail
     assert got["read: amqwire asyncio reads at >= 80% of the bare stream reader"][0] == "MISSED"
     assert got["read: amqwire blocking ahead of rstream"] == ("met", "1.70x best (85 / 50), 1.40x median")
     assert got["read: amqwire asyncio ahead of rbfly"] == ("n/a", "n/a: rbfly is not installed")
+    assert got["read: amqwire blocking against the bare reader decoding with the codec"] == (
+        "info", "85% best (85 / 100), 88% median")
     # the publish case measured nothing: its targets are not measured, never met
     assert got["publish: amqwire blocking publishes at >= 80% of the bare publisher"][0] == "n/a"
 
