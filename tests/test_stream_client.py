@@ -117,6 +117,20 @@ class StreamApi(Api):
         await super().aclose()
 
 
+async def _equals(awaitable, expected) -> bool:
+    return await awaitable == expected
+
+
+async def until(check, timeout: float = 10.0) -> bool:
+    """Polls ``await check()`` (for what has no event to wait on, e.g. an offset stored with
+    StoreOffset, which has no response) until it is true or ``timeout`` passes."""
+    for _ in range(int(timeout / 0.05)):
+        if await check():
+            return True
+        await asyncio.sleep(0.05)
+    return bool(await check())
+
+
 @pytest.fixture(params=TRANSPORTS)
 def srun(request, stream_url):
     """``srun(scenario, timeout=60)``: the scenario on this test's transport."""
@@ -329,16 +343,11 @@ def test_store_and_query_offset(srun):
         taken = await api.read(consumer, 20)
         assert taken[-1].offset == 19
         await consumer.store_offset()
-        deadline = time.monotonic() + 10
-        while await consumer.query_offset() != 19 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)  # StoreOffset has no response: the broker writes it soon after
+        assert await until(lambda: _equals(consumer.query_offset(), 19))  # StoreOffset has no response
         assert await consumer.query_offset() == 19
         assert await conn.query_offset(name, "reader-1") == 19
         await conn.store_offset(name, "reader-1", 42)
-        deadline = time.monotonic() + 10
-        while await conn.query_offset(name, "reader-1") != 42 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert await conn.query_offset(name, "reader-1") == 42
+        assert await until(lambda: _equals(conn.query_offset(name, "reader-1"), 42))
         assert await conn.query_offset(name, "nobody") is None
 
     srun(scenario)
@@ -545,9 +554,7 @@ def test_deleting_the_stream_ends_its_producer_and_consumer(srun):
         with pytest.raises(api.errors.StreamDeleted):
             await api.read(consumer, 1, timeout=20) and None
             await consumer.get(20)
-        deadline = time.monotonic() + 20
-        while producer.state.value != "failed" and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        assert await until(lambda: _equals(asyncio.sleep(0, producer.state.value), "failed"), 20)
         with pytest.raises(api.errors.StreamDeleted):
             await producer.send(b"two")
 
@@ -675,5 +682,61 @@ def test_published_over_the_stream_protocol_read_over_0_9_1_and_the_reverse(srun
         annotations = {str(k): v for k, v in second.message_annotations.items()}
         assert annotations == {"x-routing-key": name, "x-exchange": "", "x-basic-priority": 3,
                                "x-basic-delivery-mode": 2, "x-basic-expiration": "60000"}
+
+    srun(scenario)
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zstd"])
+def test_sub_entry_batching_with_compression(srun, compression):
+    """subentry_size messages stored as one entry under one publishing id (one confirm for
+    all), compressed: a consumer reads every message with its own offset."""
+
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name, subentry_size=100, compression=compression, reference="batcher")
+        futures = await api.send_many(producer, [b"s-%d" % i for i in range(1050)])
+        ids = await api.settle(futures)
+        # one publishing id a sub-entry, at most 100 messages each (fewer when a batch was
+        # written before it filled up), in order
+        assert ids == sorted(ids) and ids[0] == 1 and set(ids) == set(range(1, ids[-1] + 1))
+        assert max(ids.count(i) for i in set(ids)) <= 100 and len(set(ids)) >= 11
+        batch = await producer.send_batch([b"t-%d" % i for i in range(150)])
+        last = await api.wait(batch)
+        assert last >= ids[-1] + 2
+        with pytest.raises(ValueError, match="sub-entry"):
+            await producer.send(b"x", publishing_id=99)
+        consumer = await conn.consumer(name, offset="first")
+        messages = await api.read(consumer, 1200)
+        assert [m.offset for m in messages] == list(range(1200))
+        assert [m.body for m in messages] == [b"s-%d" % i for i in range(1050)] + [b"t-%d" % i for i in range(150)]
+        assert await conn.query_publisher_sequence(name, "batcher") == last
+
+    srun(scenario)
+
+
+def test_a_silent_broker_is_found_out_by_heartbeats_and_the_consumer_resumes(srun):
+    """The proxy goes silent (a frozen connection, no FIN): two heartbeat intervals later
+    the link counts as lost (HeartbeatTimeout, from the 0-9-1 client's I/O), the
+    connection recovers through a new one, and the consumer resumes where it was."""
+
+    async def scenario(api):
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy), heartbeat=1)
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.settle(await api.send_many(producer, [b"h-%d" % i for i in range(100)]))
+        consumer = await conn.consumer(name, offset="first")
+        assert [m.offset for m in await api.read(consumer, 50)] == list(range(50))
+        proxy.freeze()
+        started = time.monotonic()
+        assert await until(lambda: _equals(asyncio.sleep(0, conn.is_open), False), 10)
+        assert 1.5 <= time.monotonic() - started <= 8
+        assert await conn.wait_recovered(20)
+        await api.settle(await api.send_many(producer, [b"h-%d" % i for i in range(100, 200)]))
+        assert [m.offset for m in await api.read(consumer, 150, timeout=20)] == list(range(50, 200))
+        assert conn.is_open and proxy.accepted >= 2
 
     srun(scenario)

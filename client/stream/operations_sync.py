@@ -41,7 +41,6 @@ from .errors import (
     StreamAlreadyExists,
     StreamDoesNotExist,
     StreamNotAvailable,
-    StreamPublishFailed,
     StreamResponseError,
     response_error,
 )
@@ -49,6 +48,7 @@ from .lifecycle import ConsumerPhase, ConsumerSignal, ProducerPhase, ProducerSig
 from .message import StreamMessage
 from .options import (
     FIRST,
+    compression_option,
     LAST,
     StreamOffset,
     check_name,
@@ -184,6 +184,8 @@ class SyncStreamConnection(StreamConnectionBase):
     __slots__ = ()
 
     _waiting: StreamThreadWaiting
+    _links: dict[Node, SyncLink]
+    _locator: Optional[SyncLink]
 
     def __init__(self, parameters: list[StreamParameters], **options: Any) -> None:
         super().__init__(parameters, StreamThreadWaiting(), lambda link: ThreadIO(link, 0), **options)
@@ -277,7 +279,7 @@ class SyncStreamConnection(StreamConnectionBase):
             attempt += 1
             log.info("stream recovery: reconnecting in %.1f s (attempt %d)", delay, attempt)
             self._waiting.sleep(delay)
-            if lifecycle.state is not ConnectionStatus.DOWN:
+            if self.state is not ConnectionStatus.DOWN:
                 break
             try:
                 self._open_locator()
@@ -288,11 +290,10 @@ class SyncStreamConnection(StreamConnectionBase):
                     self._give_up(ConnectionLost(f"recovery gave up after {attempt} attempts: {exc}"))
                     return
                 continue
-            with self._lock:
-                if lifecycle.state is ConnectionStatus.RESTORING:
-                    lifecycle.fire(ConnectionSignal.RESTORED)
-            self._recovered.set()
-            log.info("stream recovery: connected again to %s", self._locator.params if self._locator else "?")
+            if self._restored():
+                log.info("stream recovery: connected again")
+            else:
+                self._recovered.set()
             return
 
     def _link_for_node(self, node: Node) -> SyncLink:
@@ -478,23 +479,29 @@ class SyncStreamConnection(StreamConnectionBase):
     # producers and consumers ---------------------------------------------------------------
 
     def producer(self, stream: str, reference: Optional[str] = None, *, batch_size: int = 200,
-                 max_in_flight: int = 10_000, timeout: Optional[float] = None) -> SyncStreamProducer:
+                 max_in_flight: int = 10_000, subentry_size: int = 0, compression: Optional[str] = None,
+                 timeout: Optional[float] = None) -> SyncStreamProducer:
         """A producer on ``stream`` (declared on its leader).  With a ``reference``, the
         broker deduplicates: it stores a message only if its publishing id is above the last
         it stored for that reference, so a producer restarted with the same reference (or
         one that resends after a loss) never stores a message twice.  ``batch_size``:
         messages per Publish frame; ``max_in_flight``: sends not yet confirmed before send()
-        waits.  asyncio: ``p = await conn.producer(...)`` or ``async with conn.producer(...) as p``."""
+        waits.  ``subentry_size``: sub-entry batching, that many messages stored as one
+        entry under one publishing id (one confirm, settling each of their futures with it),
+        compressed with ``compression`` ("gzip", or "zstd" with the zstandard package).
+        asyncio: ``p = await conn.producer(...)`` or ``async with conn.producer(...) as p``."""
         check_name(stream)
         ref = check_reference(reference, "reference")
         size = positive("batch_size", batch_size, 65535)
         window = positive("max_in_flight", max_in_flight, 2**31 - 1)
-        return (self._open_producer(stream, ref, size, window, timeout))
+        subentries = 0 if subentry_size in (0, 1) else positive("subentry_size", subentry_size, 65535)
+        codec = compression_option(compression, subentries)
+        return (self._open_producer(stream, ref, size, window, subentries, codec, timeout))
 
     def _open_producer(self, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int,
-                             timeout: Optional[float]) -> SyncStreamProducer:
+                             subentry_size: int, compression: int, timeout: Optional[float]) -> SyncStreamProducer:
         self._check()
-        producer = SyncStreamProducer(self, stream, reference, batch_size, max_in_flight)
+        producer = SyncStreamProducer(self, stream, reference, batch_size, max_in_flight, subentry_size, compression)
         with self._lock:
             self._producers.append(producer)
         try:
@@ -564,8 +571,9 @@ class SyncStreamConnection(StreamConnectionBase):
                 log.info("%r placed again (attempt %d)", member, attempt)
                 return
             except StreamDoesNotExist:
-                log.warning("stream %r was deleted: %r ends", member.stream, member)
-                self._member_deleted(member)
+                if member._machine.state is down:  # else closed meanwhile: nothing to say
+                    log.warning("stream %r was deleted: %r ends", member.stream, member)
+                    self._member_deleted(member)
                 return
             except (AMQPConnectionError, StreamResponseError, OperationTimeout, TimeoutError, OSError) as exc:
                 log.info("relocating %r failed (attempt %d): %r", member, attempt, exc)
@@ -635,6 +643,7 @@ class SyncStreamProducer(ProducerBase):
     __slots__ = ()
 
     _env: SyncStreamConnection
+    _waiting: StreamThreadWaiting
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -680,14 +689,21 @@ class SyncStreamProducer(ProducerBase):
         ``application_properties``: a dict.  ``publishing_id``: this message's id (strictly
         above the last one sent; default: the next one).  Waits (up to ``timeout``) while
         ``max_in_flight`` sends are unconfirmed; asyncio: ``future = await p.send(...)``."""
-        if len(self._unconfirmed) + len(self._pending) >= self.max_in_flight or \
-                self._machine.state not in _ACCEPTING:
+        # the hot path: identity checks (an enum's hash is a Python call), the id inline
+        if self._machine.state is not _OPEN or len(self._unconfirmed) + len(self._pending) >= self.max_in_flight:
             self._wait_room(timeout)
         message = encode_message(body, properties=properties, application_properties=application_properties)
-        future = self._waiting.new_future(self)
+        future = self._new_future(self)
         written = schedule = False
         with self._lock:
-            pid = self._take_id(publishing_id)
+            if publishing_id is None and self._next_id > self._last_id:
+                if self.subentry_size:  # the sub-entry's id, taken when it is written
+                    pid = 0
+                else:
+                    pid = self._last_id = self._next_id
+                    self._next_id = pid + 1
+            else:
+                pid = self._take_id(publishing_id)
             self._pending_ids.append(pid)
             self._pending.append(message)
             self._pending_tokens.append(future)
@@ -716,12 +732,16 @@ class SyncStreamProducer(ProducerBase):
             self._wait_room(timeout, len(messages))
         link = None
         with self._lock:
-            first = self._take_id(None)
-            last = first + len(messages) - 1
-            self._last_id = last
-            self._next_id = last + 1
-            token = _Batch(future, len(messages), last)
-            self._pending_ids.extend(range(first, last + 1))
+            if self.subentry_size:  # the ids are the sub-entries'
+                token = _Batch(future, len(messages), -1)
+                self._pending_ids.extend([0] * len(messages))
+            else:
+                first = self._take_id(None)
+                last = first + len(messages) - 1
+                self._last_id = last
+                self._next_id = last + 1
+                token = _Batch(future, len(messages), last)
+                self._pending_ids.extend(range(first, last + 1))
             self._pending.extend(messages)
             self._pending_tokens.extend([token] * len(messages))
             written = False
@@ -800,6 +820,7 @@ class SyncStreamProducer(ProducerBase):
 
 
 _ACCEPTING = frozenset({ProducerPhase.OPEN, ProducerPhase.DOWN, ProducerPhase.DECLARING})
+_OPEN = ProducerPhase.OPEN
 _ENDED = frozenset({ProducerPhase.CLOSED, ProducerPhase.FAILED})
 
 

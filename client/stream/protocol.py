@@ -312,7 +312,7 @@ class StreamProtocol:
         codec's ``StreamFrameError`` for bytes that are not the stream protocol."""
         if self.state is LinkState.CLOSED:
             return []
-        commands = self._parser.feed(data)
+        commands: list[Any] = self._parser.feed(data)
         if not commands:
             return commands
         events: list[Any] = []
@@ -416,6 +416,16 @@ class StreamProtocol:
         if self.state is not LinkState.OPEN:
             raise InvalidStateError(f"publish: the connection is {self.state}")
         frame = F.encode_publish(publisher_id, publishing_ids, messages)
+        self._out.append(frame)
+        self.pending_output += len(frame)
+
+    def publish_subentries(self, publisher_id: int, entries: list[tuple[int, list[Any]]], compression: int) -> None:
+        """One Publish frame of sub-entries: each (publishing id, its messages, AMQP 1.0
+        encoded), compressed with ``compression`` (a COMPRESSION_* code)."""
+        if self.state is not LinkState.OPEN:
+            raise InvalidStateError(f"publish: the connection is {self.state}")
+        frame = F.Publish(publisher_id, [(pid, F.encode_subentry(messages, compression))
+                                         for pid, messages in entries]).encode()
         self._out.append(frame)
         self.pending_output += len(frame)
 

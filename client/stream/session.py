@@ -46,7 +46,6 @@ from .errors import (
 )
 from .lifecycle import (
     CONSUMER_LIVE_PHASES,
-    PRODUCER_SENDING_PHASES,
     ConsumerPhase,
     ConsumerSignal,
     ProducerPhase,
@@ -383,6 +382,15 @@ class _Batch:
         self.last_id = last_id
 
 
+class _Group:
+    """The sends of one sub-entry: one publishing id, one confirm for all of them."""
+
+    __slots__ = ("tokens",)
+
+    def __init__(self, tokens: list[Any]) -> None:
+        self.tokens = tokens
+
+
 class ProducerBase:
     """A producer's bookkeeping (see the module's text); the sending flows are in
     ``operations_async.py``."""
@@ -390,10 +398,12 @@ class ProducerBase:
     __slots__ = (
         "_env", "stream", "reference", "_machine", "_lock", "_waiting", "_waits", "_link", "_publisher_id",
         "_next_id", "_last_id", "_unconfirmed", "_pending_ids", "_pending", "_pending_tokens", "batch_size",
-        "max_in_flight", "_write_scheduled", "_sequence", "resent", "__weakref__",
+        "max_in_flight", "_write_scheduled", "_sequence", "resent", "_new_future", "subentry_size", "compression",
+        "__weakref__",
     )
 
-    def __init__(self, env: Any, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int) -> None:
+    def __init__(self, env: Any, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int,
+                 subentry_size: int = 0, compression: int = 0) -> None:
         self._env = env
         self.stream = stream
         self.reference = reference
@@ -401,6 +411,7 @@ class ProducerBase:
         self._waiting = env._waiting
         self._lock = env._waiting.new_lock()
         self._waits = self._waiting.producer_waits(self)
+        self._new_future = self._waiting.new_future  # bound once: one call less a send
         self._link: Any = None
         self._publisher_id = -1
         self._next_id = 1  # automatic publishing ids: with a reference, after what the broker has
@@ -417,6 +428,9 @@ class ProducerBase:
         self._sequence: Optional[int] = None  # the broker's last stored id for the reference, at the last declare
         #: Messages written again after a relocation (unconfirmed at a loss; with a reference).
         self.resent = 0
+        #: Sub-entry batching: this many messages under one publishing id (0: off), and their compression.
+        self.subentry_size = subentry_size
+        self.compression = compression
 
     @property
     def state(self) -> ProducerPhase:
@@ -453,6 +467,10 @@ class ProducerBase:
 
     def _take_id(self, publishing_id: Optional[int]) -> int:
         """The id of the next message (under ``_lock``)."""
+        if self.subentry_size:
+            if publishing_id is not None:
+                raise ValueError("publishing_id: a producer with sub-entry batching gives each sub-entry its id")
+            return 0  # the sub-entry's, taken when it is written
         if publishing_id is None:
             pid = self._next_id
             if pid <= self._last_id:
@@ -473,19 +491,35 @@ class ProducerBase:
     def _write_pending_locked(self) -> bool:
         """Write the batch being filled as one Publish frame, if the producer is declared;
         returns whether something was queued on the link (flush it then)."""
-        if not self._pending or self._machine.state not in PRODUCER_SENDING_PHASES:
+        state = self._machine.state
+        if not self._pending or (state is not ProducerPhase.OPEN and state is not ProducerPhase.CLOSING):
             return False
         link = self._link
-        ids, messages, tokens = self._pending_ids, self._pending, self._pending_tokens
-        self._pending_ids, self._pending, self._pending_tokens = [], [], []
-        unconfirmed = self._unconfirmed
-        for pid, message, token in zip(ids, messages, tokens):
-            unconfirmed[pid] = (token, message)
         with link._lock:
             if not link._lifecycle.usable:
-                return False  # lost meanwhile: its loss moves them back (see _link_lost)
+                return False  # lost meanwhile: the batch waits for the relocation
+            ids, messages, tokens = self._pending_ids, self._pending, self._pending_tokens
+            self._pending_ids, self._pending, self._pending_tokens = [], [], []
+            if self.subentry_size > 1:
+                self._write_subentries_locked(link, messages, tokens)
+                return True
+            self._unconfirmed.update(zip(ids, zip(tokens, messages)))
             link._core.publish(self._publisher_id, ids, messages)
         return True
+
+    def _write_subentries_locked(self, link: Any, messages: list[Any], tokens: list[Any]) -> None:
+        """Sub-entry batching: every ``subentry_size`` messages one sub-entry (compressed
+        with ``compression``) under one publishing id, one confirm; the frame holds them all."""
+        size = self.subentry_size
+        entries = []
+        for start in range(0, len(messages), size):
+            group = messages[start:start + size]
+            pid = self._next_id
+            self._last_id = pid
+            self._next_id = pid + 1
+            self._unconfirmed[pid] = (_Group(tokens[start:start + size]), group)
+            entries.append((pid, group))
+        link._core.publish_subentries(self._publisher_id, entries, self.compression)
 
     def _write_pending(self) -> None:
         """The scheduled write of a batch that did not fill up (linger, the loop's pass)."""
@@ -506,7 +540,10 @@ class ProducerBase:
                 part = messages[start:start + size]
                 for pid, token, message in part:
                     unconfirmed[pid] = (token, message)
-                link._core.publish(self._publisher_id, [m[0] for m in part], [m[2] for m in part])
+                if self.subentry_size > 1:  # each a sub-entry: (id, group, its messages)
+                    link._core.publish_subentries(self._publisher_id, [(m[0], m[2]) for m in part], self.compression)
+                else:
+                    link._core.publish(self._publisher_id, [m[0] for m in part], [m[2] for m in part])
 
     # settling (the reading thread) -------------------------------------------------------------
 
@@ -518,15 +555,26 @@ class ProducerBase:
                 entry = pop(pid, None)
                 if entry is not None:
                     settled.append((entry[0], pid))
-        waiting = self._waiting
+        settle = self._waiting.settle
         for token, pid in settled:
-            if type(token) is _Batch:
-                token.pending -= 1
-                if token.pending == 0:
-                    waiting.settle(token.future, token.last_id)
+            if type(token) is _Batch or type(token) is _Group:
+                self._settle_token(token, pid)
             else:
-                waiting.settle(token, pid)
+                settle(token, pid)
         self._waits.notify_progress()
+
+    def _settle_token(self, token: Any, pid: int) -> None:
+        """A confirm for ``token``: a future, a send_batch's _Batch, or a sub-entry's _Group."""
+        kind = type(token)
+        if kind is _Batch:
+            token.pending -= 1
+            if token.pending == 0:
+                self._waiting.settle(token.future, token.last_id if token.last_id >= 0 else pid)
+        elif kind is _Group:
+            for member in token.tokens:
+                self._settle_token(member, pid)
+        else:
+            self._waiting.settle(token, pid)
 
     def _on_publish_errors(self, errors: list[tuple[int, int]]) -> None:
         failed = []
@@ -541,9 +589,13 @@ class ProducerBase:
         self._waits.notify_progress()
 
     def _fail_token(self, token: Any, error: BaseException) -> None:
-        if type(token) is _Batch:
+        kind = type(token)
+        if kind is _Batch:
             token.pending = -1  # failed once: later confirms of the batch change nothing
             self._waiting.fail(token.future, error)
+        elif kind is _Group:
+            for member in token.tokens:
+                self._fail_token(member, error)
         else:
             self._waiting.fail(token, error)
 
@@ -614,14 +666,8 @@ class ProducerBase:
                 self.resent += len(resend)
                 self._write_resends_locked(resend)
             self._write_pending_locked()
-        waiting = self._waiting
         for token, pid in stored:  # stored before the loss: their confirms were lost with it
-            if type(token) is _Batch:
-                token.pending -= 1
-                if token.pending == 0:
-                    waiting.settle(token.future, token.last_id)
-            else:
-                waiting.settle(token, pid)
+            self._settle_token(token, pid)
         link._flush_quietly()
         self._waits.notify_progress()
         return True
@@ -874,9 +920,10 @@ class StreamConnectionBase:
 
     def _on_link_lost(self, link: Any, error: BaseException, producers: list[Any], consumers: list[Any],
                       closing: bool) -> None:
+        node = link.node
         with self._lock:
-            if self._links.get(link.node) is link:
-                del self._links[link.node]
+            if self._links.get(node) is link:
+                del self._links[node]
             was_locator = link is self._locator
             if was_locator:
                 self._locator = None
@@ -948,6 +995,15 @@ class StreamConnectionBase:
         for link in links:
             link._on_lost(error)
         self._waiting.stop()
+
+    def _restored(self) -> bool:
+        """A recovery's new locator is up: the connection is OPEN again (False: closed meanwhile)."""
+        with self._lock:
+            if self._lifecycle.state is not ConnectionStatus.RESTORING:
+                return False
+            self._lifecycle.fire(ConnectionSignal.RESTORED)
+        self._recovered.set()
+        return True
 
     def _unsubscribe_soon(self, consumer: Any) -> None:
         """A consumer reached its end offset: unsubscribe it in the background."""
