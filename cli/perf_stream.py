@@ -13,8 +13,9 @@ messages at a time (``send_batch``: one Publish frame each); with it, one at a t
 Consumers subscribe before any producer starts, so that ``--offset next`` (the default)
 misses nothing.
 
-Sub-entry batching (``--sub-entry-size`` above 1, ``--compression``) is refused with a
-usage error: amqwire.client.stream does not offer it yet.
+``--sub-entry-size`` above 1 turns sub-entry batching on (that many messages stored as one
+entry under one publishing id), ``--compression`` gzip or zstd compresses each sub-entry
+(snappy and lz4 are refused: amqwire's codec does not write them).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import asyncio
 import contextlib
 import datetime
 import functools
+import importlib.util
 import logging
 import re
 import signal
@@ -68,9 +70,10 @@ def add_arguments(perf: argparse.ArgumentParser) -> None:
     group.add_argument("-bs", "--batch-size", type=_positive, metavar="N",
                        help=f"messages per Publish frame (default: {DEFAULT_BATCH_SIZE})")
     group.add_argument("-ses", "--sub-entry-size", type=_positive, metavar="N",
-                       help="messages per sub-entry (default: 1; more is not offered by amqwire.client.stream yet)")
+                       help="messages per sub-entry: above 1, sub-entry batching (default: 1)")
     group.add_argument("-co", "--compression", type=str.lower, choices=COMPRESSIONS,
-                       help="sub-entry compression (default: none)")
+                       help="compression of each sub-entry: none, gzip, zstd (snappy, lz4: not written by "
+                       "amqwire's codec) (default: none)")
     group.add_argument("-pn", "--producer-names", metavar="PATTERN",
                        help="producer references (deduplication): 'uuid', or a pattern of the stream and the "
                        "producer's number, e.g. '%%s-%%d' (default: none)")
@@ -178,9 +181,13 @@ def check_arguments(args: argparse.Namespace) -> None:
     given = [flag for name, flag in AMQP_ONLY.items() if getattr(args, name) != AMQP_DEFAULTS[name]]
     if given:
         raise UsageError(f"{', '.join(given)}: AMQP 0-9-1 flags, not for a rabbitmq-stream:// URL")
-    if (args.sub_entry_size or 1) > 1 or (args.compression or "none") != "none":
-        raise UsageError("--sub-entry-size above 1 and --compression need sub-entry batching, which "
-                         "amqwire.client.stream does not offer yet")
+    compression = args.compression or "none"
+    if compression in ("snappy", "lz4"):
+        raise UsageError(f"--compression {compression}: amqwire's codec writes gzip and zstd sub-entries only")
+    if compression != "none" and (args.sub_entry_size or 1) < 2:
+        raise UsageError("--compression compresses sub-entries: give --sub-entry-size above 1 too")
+    if compression == "zstd" and importlib.util.find_spec("zstandard") is None:
+        raise UsageError("--compression zstd needs the zstandard package (pip install zstandard)")
     if args.size is None:
         args.size = DEFAULT_SIZE
     if args.confirm is None:
@@ -221,8 +228,10 @@ async def produce(run: Any, stream: str, index: int) -> None:
             counters.nacked += n
 
     async with aio.connect(run.settings.parameters) as connection:
-        producer = await connection.producer(stream, reference, batch_size=args.batch_size,
-                                             max_in_flight=args.confirm)
+        subentries = args.sub_entry_size if (args.sub_entry_size or 1) > 1 else 0
+        compression = args.compression if args.compression not in (None, "none") else None
+        producer = await connection.producer(stream, reference, batch_size=args.batch_size, max_in_flight=args.confirm,
+                                             subentry_size=subentries, compression=compression)
         started = time.monotonic()
         sent = 0
         while not run.stop.is_set() and (args.count is None or sent < args.count):
@@ -393,5 +402,6 @@ def settings_record(args: argparse.Namespace, streams: list[str]) -> dict[str, A
     return {"protocol": "stream", "producers": args.producers, "consumers": args.consumers, "size": args.size,
             "streams": streams, "confirm": args.confirm, "batch_size": args.batch_size,
             "offset": offset_value.isoformat() if isinstance(offset_value, datetime.datetime) else offset_value,
+            "sub_entry_size": args.sub_entry_size or 1, "compression": args.compression or "none",
             "producer_names": args.producer_names, "store_every": args.store_every, "rate": args.rate,
             "duration": args.duration, "count": args.count, "delete_streams": args.delete_streams}
