@@ -155,7 +155,7 @@ def chart(kind: str, doc: dict[str, Any], prefix: str | Path) -> list[Path]:
                      title="amqwire's stream client against the stream protocol's limits, rstream and rbfly: "
                      "messages per second (higher is faster)",
                      subtitle=subtitle(doc, f"{doc.get('count'):,} messages x {doc.get('repeats')} runs per row"),
-                     unit="messages per second", log=False)
+                     unit="messages per second, log scale (the bare reader decodes nothing)", log=True)
     raise ValueError(f"unknown benchmark kind {kind!r}: codec, client, spark or stream")
 
 
