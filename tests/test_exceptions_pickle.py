@@ -83,8 +83,6 @@ SAMPLES = {
     "subject": "orders",
     "broker": "rabbitmq-stream://guest@localhost:5552",
     "publishing_id": 17,
-    "feature": "stream_stats",
-    "detail": "RabbitMQ 3.10 has no StreamStats command",
 }
 
 

@@ -740,3 +740,34 @@ def test_a_silent_broker_is_found_out_by_heartbeats_and_the_consumer_resumes(sru
         assert conn.is_open and proxy.accepted >= 2
 
     srun(scenario)
+
+
+def test_a_chunk_that_cannot_be_read_ends_its_consumer_not_the_connection(srun):
+    """A chunk whose bytes are not an Osiris chunk (here a bad CRC, fed as the broker would
+    deliver it): that consumer ends with the codec's error; the link and its other users
+    go on."""
+
+    async def scenario(api):
+        from amqwire.codec import CodecError
+
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.wait(await producer.send(b"fine"))
+        broken = await conn.consumer(name, offset="first")
+        other = await conn.consumer(name, offset="first")
+        raw = broken if api.name == "aio" else broken._obj
+        not_a_chunk = bytes(64)  # zeros: no chunk magic, no CRC that matches
+        if api.name == "aio":
+            raw._on_chunk(not_a_chunk, raw._link)
+        else:
+            await in_thread(raw._on_chunk, not_a_chunk, raw._link)
+        with pytest.raises(CodecError):
+            while True:
+                if await broken.get(5) is None:
+                    break
+        assert (await api.read(other, 1))[0].body == b"fine"
+        assert await api.wait(await producer.send(b"still")) == 2
+
+    srun(scenario)

@@ -84,7 +84,7 @@ class Peer:
         assert auth.ok and auth.challenge == b""
         tune = self.receive(S.Tune)
         self.send(S.TuneResponse(tune.frame_max, 0).encode())
-        self.parser.max_frame_size = tune.frame_max
+        self.frame_max = tune.frame_max    # what the node takes; its Deliver frames can be larger
         opened = self.call(lambda c: S.Open(c, virtual_host), S.OpenResponse)
         assert opened.ok, opened
         return properties.properties
@@ -268,3 +268,26 @@ def test_commands_3_10_does_not_know_end_the_connection(stream_node, make, answe
             peer.receive(S.Heartbeat, timeout=10)
     finally:
         peer.close()
+
+
+def test_deliver_frames_outgrow_the_negotiated_frame_max(peer):
+    """The node holds what it receives to frame_max, not the chunks it delivers: 27 MB
+    published at once (frames under 1 MiB) are read back in chunks of up to ~10 MB."""
+    peer.open()
+    assert peer.call(lambda c: S.Create(c, "codec-big-chunks"), S.CreateResponse).ok
+    assert peer.call(lambda c: S.DeclarePublisher(c, 1, "", "codec-big-chunks"), S.DeclarePublisherResponse).ok
+    message = encode_message(b"x" * 10000)
+    frames = [S.encode_publish(1, 1 + i * 90, [message] * 90) for i in range(30)]
+    assert max(len(f) - 4 for f in frames) < peer.frame_max
+    peer.send(b"".join(frames))
+    confirmed = 0
+    while confirmed < 2700:
+        confirmed += len(peer.receive(S.PublishConfirm).publishing_ids)
+    assert peer.call(lambda c: S.Subscribe(c, 1, "codec-big-chunks", S.OFFSET_TYPE_FIRST, 0, 100), S.SubscribeResponse).ok
+    sizes, records = [], 0
+    while records < 2700:
+        deliver = peer.receive(S.Deliver)
+        records += S.decode_chunk(deliver.chunk).num_records
+        sizes.append(len(deliver.chunk) + 5)
+    log.info("deliver frame sizes: %s (frame_max %d)", sizes, peer.frame_max)
+    assert max(sizes) > peer.frame_max

@@ -65,6 +65,10 @@ if True:  # asyncio only
 
 log = logging.getLogger("amqwire.client.stream")
 
+# The hot section of a send runs in the blocking twin under the producer's lock (make_sync.py
+# turns ``if _LOCKED_SECTION:`` into an acquire of ``connection._lock`` and a try/finally); on
+# asyncio nothing can interleave with a section without an await: it takes no lock.
+_LOCKED_SECTION = True
 _Self = TypeVar("_Self")
 #: Metadata's leader reference when a stream has no leader.
 _NO_NODE = 0xFFFF
@@ -189,7 +193,7 @@ class AsyncStreamConnection(StreamConnectionBase):
     _locator: Optional[AsyncLink]
 
     def __init__(self, parameters: list[StreamParameters], **options: Any) -> None:
-        super().__init__(parameters, StreamAsyncioWaiting(), lambda link: AsyncioIO(link, 0), **options)
+        super().__init__(parameters, StreamAsyncioWaiting(), **options)
 
     async def __aenter__(self: _Self) -> _Self:
         return self
@@ -645,6 +649,7 @@ class AsyncStreamProducer(ProducerBase):
 
     _env: AsyncStreamConnection
     _waiting: StreamAsyncioWaiting
+    _new_future: Callable[[], AsyncioStreamFuture]
 
     async def __aenter__(self: _Self) -> _Self:
         return self
@@ -690,13 +695,24 @@ class AsyncStreamProducer(ProducerBase):
         ``application_properties``: a dict.  ``publishing_id``: this message's id (strictly
         above the last one sent; default: the next one).  Waits (up to ``timeout``) while
         ``max_in_flight`` sends are unconfirmed; asyncio: ``future = await p.send(...)``."""
-        # the hot path: identity checks (an enum's hash is a Python call), the id inline
+        # the hot path: identity checks (an enum's hash is a Python call), the id inline; a
+        # bytes body alone is kept as it is and encoded with its batch, in C, into the frame
         if self._machine.state is not _OPEN or len(self._unconfirmed) + len(self._pending) >= self.max_in_flight:
             await self._wait_room(timeout)
-        message = encode_message(body, properties=properties, application_properties=application_properties)
-        future = self._new_future(self)
+        if properties is None and application_properties is None and type(body) is bytes:
+            message = body
+            raw = True
+        else:
+            message = encode_message(body, properties=properties, application_properties=application_properties)
+            raw = False
+        future = self._new_future()
+        if False and not TYPE_CHECKING:  # blocking only
+            future._producer = self  # its result() writes the batch it is in, then waits
         written = schedule = False
-        with self._lock:
+        connection = self  # the locked section below takes connection._lock (make_sync.py): this producer's
+        if _LOCKED_SECTION:
+            if raw is not self._pending_raw:
+                message = self._same_kind(message, raw)
             if publishing_id is None and self._next_id > self._last_id:
                 if self.subentry_size:  # the sub-entry's id, taken when it is written
                     pid = 0
@@ -712,7 +728,7 @@ class AsyncStreamProducer(ProducerBase):
                 written = self._write_pending_locked()
             elif not self._write_scheduled:
                 self._write_scheduled = schedule = True
-            link = self._link
+            link = connection._link
         if written:
             link._flush_quietly()
         elif schedule:
@@ -723,8 +739,13 @@ class AsyncStreamProducer(ProducerBase):
         """Send several messages (bodies: bytes or amqp10 body wrappers) with consecutive
         publishing ids; returns one future, settled with the last id once all are
         confirmed, or with the first failure."""
-        messages = [encode_message(body) for body in bodies]
-        future = self._waiting.new_future(self)
+        messages = list(bodies)
+        raw = all(type(body) is bytes for body in messages)
+        if not raw:
+            messages = [encode_message(body) for body in messages]
+        future = self._new_future()
+        if False and not TYPE_CHECKING:  # blocking only
+            future._producer = self
         if not messages:
             self._waiting.settle(future, self.last_publishing_id)
             return future
@@ -733,6 +754,14 @@ class AsyncStreamProducer(ProducerBase):
             await self._wait_room(timeout, len(messages))
         link = None
         with self._lock:
+            if raw is not self._pending_raw:
+                if not self._pending:
+                    self._pending_raw = raw
+                elif raw:
+                    messages = [encode_message(body) for body in messages]
+                else:
+                    self._pending = [encode_message(body) for body in self._pending]
+                    self._pending_raw = False
             if self.subentry_size:  # the ids are the sub-entries'
                 token = _Batch(future, len(messages), -1)
                 self._pending_ids.extend([0] * len(messages))
@@ -761,13 +790,18 @@ class AsyncStreamProducer(ProducerBase):
         return future
 
     async def _wait_room(self, timeout: Optional[float], count: int = 1) -> None:
-        """Until the producer takes sends and has room for ``count`` more."""
+        """Until the producer takes sends and has room for ``count`` more.  A full window
+        waits until a quarter of it is confirmed, not for the first confirm: the sends
+        then go on in batches, not one frame's worth at a time (a wake-up each)."""
         self._check_sending()
         window = max(self.max_in_flight, count)
+        low = max(window - max(window // 4, count), 0)
 
         def ready() -> bool:
-            return self._machine.state not in _ACCEPTING or \
-                len(self._unconfirmed) + len(self._pending) + count <= window
+            if self._machine.state not in _ACCEPTING:
+                return True
+            in_flight = len(self._unconfirmed) + len(self._pending)
+            return in_flight + count <= window and in_flight <= low
 
         self._flush_batch()
         await self._waits.wait_progress(ready, timeout, "room for a send (max_in_flight)")

@@ -64,6 +64,10 @@ from .waiting_threads import StreamFuture, StreamThreadWaiting
 
 log = logging.getLogger("amqwire.client.stream")
 
+# The hot section of a send runs in the blocking twin under the producer's lock (make_sync.py
+# turns ``if _LOCKED_SECTION:`` into an acquire of ``connection._lock`` and a try/finally); on
+# asyncio nothing can interleave with a section without an await: it takes no lock.
+_LOCKED_SECTION = True
 _Self = TypeVar("_Self")
 #: Metadata's leader reference when a stream has no leader.
 _NO_NODE = 0xFFFF
@@ -188,7 +192,7 @@ class SyncStreamConnection(StreamConnectionBase):
     _locator: Optional[SyncLink]
 
     def __init__(self, parameters: list[StreamParameters], **options: Any) -> None:
-        super().__init__(parameters, StreamThreadWaiting(), lambda link: ThreadIO(link, 0), **options)
+        super().__init__(parameters, StreamThreadWaiting(), **options)
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -644,6 +648,7 @@ class SyncStreamProducer(ProducerBase):
 
     _env: SyncStreamConnection
     _waiting: StreamThreadWaiting
+    _new_future: Callable[[], StreamFuture]
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -689,13 +694,24 @@ class SyncStreamProducer(ProducerBase):
         ``application_properties``: a dict.  ``publishing_id``: this message's id (strictly
         above the last one sent; default: the next one).  Waits (up to ``timeout``) while
         ``max_in_flight`` sends are unconfirmed; asyncio: ``future = await p.send(...)``."""
-        # the hot path: identity checks (an enum's hash is a Python call), the id inline
+        # the hot path: identity checks (an enum's hash is a Python call), the id inline; a
+        # bytes body alone is kept as it is and encoded with its batch, in C, into the frame
         if self._machine.state is not _OPEN or len(self._unconfirmed) + len(self._pending) >= self.max_in_flight:
             self._wait_room(timeout)
-        message = encode_message(body, properties=properties, application_properties=application_properties)
-        future = self._new_future(self)
+        if properties is None and application_properties is None and type(body) is bytes:
+            message = body
+            raw = True
+        else:
+            message = encode_message(body, properties=properties, application_properties=application_properties)
+            raw = False
+        future = self._new_future()
+        future._producer = self  # its result() writes the batch it is in, then waits
         written = schedule = False
-        with self._lock:
+        connection = self  # the locked section below takes connection._lock (make_sync.py): this producer's
+        connection._lock.acquire()
+        try:
+            if raw is not self._pending_raw:
+                message = self._same_kind(message, raw)
             if publishing_id is None and self._next_id > self._last_id:
                 if self.subentry_size:  # the sub-entry's id, taken when it is written
                     pid = 0
@@ -711,7 +727,9 @@ class SyncStreamProducer(ProducerBase):
                 written = self._write_pending_locked()
             elif not self._write_scheduled:
                 self._write_scheduled = schedule = True
-            link = self._link
+            link = connection._link
+        finally:
+            connection._lock.release()
         if written:
             link._flush_quietly()
         elif schedule:
@@ -722,8 +740,12 @@ class SyncStreamProducer(ProducerBase):
         """Send several messages (bodies: bytes or amqp10 body wrappers) with consecutive
         publishing ids; returns one future, settled with the last id once all are
         confirmed, or with the first failure."""
-        messages = [encode_message(body) for body in bodies]
-        future = self._waiting.new_future(self)
+        messages = list(bodies)
+        raw = all(type(body) is bytes for body in messages)
+        if not raw:
+            messages = [encode_message(body) for body in messages]
+        future = self._new_future()
+        future._producer = self
         if not messages:
             self._waiting.settle(future, self.last_publishing_id)
             return future
@@ -732,6 +754,14 @@ class SyncStreamProducer(ProducerBase):
             self._wait_room(timeout, len(messages))
         link = None
         with self._lock:
+            if raw is not self._pending_raw:
+                if not self._pending:
+                    self._pending_raw = raw
+                elif raw:
+                    messages = [encode_message(body) for body in messages]
+                else:
+                    self._pending = [encode_message(body) for body in self._pending]
+                    self._pending_raw = False
             if self.subentry_size:  # the ids are the sub-entries'
                 token = _Batch(future, len(messages), -1)
                 self._pending_ids.extend([0] * len(messages))
@@ -760,13 +790,18 @@ class SyncStreamProducer(ProducerBase):
         return future
 
     def _wait_room(self, timeout: Optional[float], count: int = 1) -> None:
-        """Until the producer takes sends and has room for ``count`` more."""
+        """Until the producer takes sends and has room for ``count`` more.  A full window
+        waits until a quarter of it is confirmed, not for the first confirm: the sends
+        then go on in batches, not one frame's worth at a time (a wake-up each)."""
         self._check_sending()
         window = max(self.max_in_flight, count)
+        low = max(window - max(window // 4, count), 0)
 
         def ready() -> bool:
-            return self._machine.state not in _ACCEPTING or \
-                len(self._unconfirmed) + len(self._pending) + count <= window
+            if self._machine.state not in _ACCEPTING:
+                return True
+            in_flight = len(self._unconfirmed) + len(self._pending)
+            return in_flight + count <= window and in_flight <= low
 
         self._flush_batch()
         self._waits.wait_progress(ready, timeout, "room for a send (max_in_flight)")

@@ -30,7 +30,10 @@ import inspect
 import logging
 from typing import Any, Callable, Optional
 
+from itertools import repeat
+
 from amqwire.codec import CodecError
+from amqwire.codec.stream.amqp10 import encode_message
 from amqwire.codec.stream.chunk import chunk_messages
 
 from ..errors import AMQPConnectionError, AuthenticationError, ConnectionLost, InvalidStateError
@@ -399,7 +402,7 @@ class ProducerBase:
         "_env", "stream", "reference", "_machine", "_lock", "_waiting", "_waits", "_link", "_publisher_id",
         "_next_id", "_last_id", "_unconfirmed", "_pending_ids", "_pending", "_pending_tokens", "batch_size",
         "max_in_flight", "_write_scheduled", "_sequence", "resent", "_new_future", "subentry_size", "compression",
-        "__weakref__",
+        "_pending_raw", "__weakref__",
     )
 
     def __init__(self, env: Any, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int,
@@ -416,12 +419,16 @@ class ProducerBase:
         self._publisher_id = -1
         self._next_id = 1  # automatic publishing ids: with a reference, after what the broker has
         self._last_id = 0  # the highest id sent so far: explicit ids must go above it
-        # publishing id -> (future or _Batch, encoded message): written, not confirmed yet
-        self._unconfirmed: dict[int, tuple[Any, Any]] = {}
-        # the batch being filled: written as one Publish frame
+        # publishing id -> (future, _Batch or _Group; its message; whether that is a bare body,
+        # not yet AMQP 1.0 encoded): written, not confirmed yet
+        self._unconfirmed: dict[int, tuple[Any, Any, bool]] = {}
+        # the batch being filled: written as one Publish frame.  Either every message in it is
+        # a bare bytes body (``_pending_raw``: encoded with the frame, by the codec), or every
+        # one is encoded already (a send with properties).
         self._pending_ids: list[int] = []
         self._pending: list[Any] = []
         self._pending_tokens: list[Any] = []
+        self._pending_raw = True
         self.batch_size = batch_size
         self.max_in_flight = max_in_flight
         self._write_scheduled = False  # a write of the batch is scheduled (linger / end of the loop's pass)
@@ -500,12 +507,33 @@ class ProducerBase:
                 return False  # lost meanwhile: the batch waits for the relocation
             ids, messages, tokens = self._pending_ids, self._pending, self._pending_tokens
             self._pending_ids, self._pending, self._pending_tokens = [], [], []
+            raw = self._pending_raw
             if self.subentry_size > 1:
+                if raw:
+                    messages = [encode_message(body) for body in messages]
                 self._write_subentries_locked(link, messages, tokens)
                 return True
-            self._unconfirmed.update(zip(ids, zip(tokens, messages)))
+            if raw and ids[-1] - ids[0] == len(ids) - 1:  # consecutive ids: encoded into the frame
+                self._unconfirmed.update(zip(ids, zip(tokens, messages, repeat(True))))
+                link._core.publish_bodies(self._publisher_id, ids[0], messages)
+                return True
+            if raw:
+                messages = [encode_message(body) for body in messages]
+            self._unconfirmed.update(zip(ids, zip(tokens, messages, repeat(False))))
             link._core.publish(self._publisher_id, ids, messages)
         return True
+
+    def _same_kind(self, message: Any, raw: bool) -> Any:
+        """A send whose message is not of the kind of the batch being filled (under
+        ``_lock``): encode it, or the batch, so that the batch is of one kind."""
+        if not self._pending:
+            self._pending_raw = raw
+            return message
+        if raw:
+            return encode_message(message)
+        self._pending = [encode_message(body) for body in self._pending]
+        self._pending_raw = False
+        return message
 
     def _write_subentries_locked(self, link: Any, messages: list[Any], tokens: list[Any]) -> None:
         """Sub-entry batching: every ``subentry_size`` messages one sub-entry (compressed
@@ -517,7 +545,7 @@ class ProducerBase:
             pid = self._next_id
             self._last_id = pid
             self._next_id = pid + 1
-            self._unconfirmed[pid] = (_Group(tokens[start:start + size]), group)
+            self._unconfirmed[pid] = (_Group(tokens[start:start + size]), group, False)
             entries.append((pid, group))
         link._core.publish_subentries(self._publisher_id, entries, self.compression)
 
@@ -530,16 +558,18 @@ class ProducerBase:
         if written:
             link._flush_quietly()
 
-    def _write_resends_locked(self, messages: list[tuple[int, Any, Any]]) -> None:
-        """After a (re)declare: write ``messages`` ((id, token, encoded), by id) in batches."""
+    def _write_resends_locked(self, messages: list[tuple[int, Any, Any, bool]]) -> None:
+        """After a (re)declare: write ``messages`` ((id, token, message, bare), by id) in batches."""
         link = self._link
         unconfirmed = self._unconfirmed
         size = self.batch_size
+        messages = [(pid, token, encode_message(message) if raw else message, False)
+                    for pid, token, message, raw in messages]
         with link._lock:
             for start in range(0, len(messages), size):
                 part = messages[start:start + size]
-                for pid, token, message in part:
-                    unconfirmed[pid] = (token, message)
+                for pid, token, message, raw in part:
+                    unconfirmed[pid] = (token, message, raw)
                 if self.subentry_size > 1:  # each a sub-entry: (id, group, its messages)
                     link._core.publish_subentries(self._publisher_id, [(m[0], m[2]) for m in part], self.compression)
                 else:
@@ -548,75 +578,85 @@ class ProducerBase:
     # settling (the reading thread) -------------------------------------------------------------
 
     def _on_confirmed(self, publishing_ids: list[int]) -> None:
-        settled = []
+        settled: list[tuple[Any, int]] = []
         with self._lock:
             pop = self._unconfirmed.pop
             for pid in publishing_ids:
                 entry = pop(pid, None)
                 if entry is not None:
-                    settled.append((entry[0], pid))
+                    token = entry[0]
+                    if type(token) is _Batch or type(token) is _Group:
+                        self._confirm_locked(token, pid, settled)
+                    else:
+                        settled.append((token, pid))
         settle = self._waiting.settle
-        for token, pid in settled:
-            if type(token) is _Batch or type(token) is _Group:
-                self._settle_token(token, pid)
-            else:
-                settle(token, pid)
+        for future, pid in settled:  # outside the lock: a future's callbacks run here
+            settle(future, pid)
         self._waits.notify_progress()
 
-    def _settle_token(self, token: Any, pid: int) -> None:
-        """A confirm for ``token``: a future, a send_batch's _Batch, or a sub-entry's _Group."""
+    def _confirm_locked(self, token: Any, pid: int, settled: list[tuple[Any, int]]) -> None:
+        """A confirm for ``token`` (a future, a send_batch's _Batch, a sub-entry's _Group),
+        under ``_lock``: the futures it settles go to ``settled``."""
         kind = type(token)
         if kind is _Batch:
             token.pending -= 1
             if token.pending == 0:
-                self._waiting.settle(token.future, token.last_id if token.last_id >= 0 else pid)
+                settled.append((token.future, token.last_id if token.last_id >= 0 else pid))
         elif kind is _Group:
             for member in token.tokens:
-                self._settle_token(member, pid)
+                self._confirm_locked(member, pid, settled)
         else:
-            self._waiting.settle(token, pid)
+            settled.append((token, pid))
+
+    def _refuse_locked(self, token: Any, error: BaseException, failed: list[tuple[Any, BaseException]]) -> None:
+        """A failure of ``token``, under ``_lock``: the futures it fails go to ``failed``."""
+        kind = type(token)
+        if kind is _Batch:
+            if token.pending >= 0:
+                token.pending = -1  # failed once: later confirms of the batch change nothing
+                failed.append((token.future, error))
+        elif kind is _Group:
+            for member in token.tokens:
+                self._refuse_locked(member, error, failed)
+        else:
+            failed.append((token, error))
+
+    def _settle_all(self, settled: list[tuple[Any, int]], failed: list[tuple[Any, BaseException]]) -> None:
+        """Settle what ``_confirm_locked`` and ``_refuse_locked`` collected (outside the lock)."""
+        for future, pid in settled:
+            self._waiting.settle(future, pid)
+        for future, error in failed:
+            self._waiting.fail(future, error)
+        self._waits.notify_progress()
 
     def _on_publish_errors(self, errors: list[tuple[int, int]]) -> None:
-        failed = []
+        failed: list[tuple[Any, BaseException]] = []
         with self._lock:
             for pid, code in errors:
                 entry = self._unconfirmed.pop(pid, None)
                 if entry is not None:
                     error = StreamPublishFailed(pid, self.stream, response_error(code, "publish", self.stream), code)
-                    failed.append((entry[0], error))
-        for token, error in failed:
-            self._fail_token(token, error)
-        self._waits.notify_progress()
-
-    def _fail_token(self, token: Any, error: BaseException) -> None:
-        kind = type(token)
-        if kind is _Batch:
-            token.pending = -1  # failed once: later confirms of the batch change nothing
-            self._waiting.fail(token.future, error)
-        elif kind is _Group:
-            for member in token.tokens:
-                self._fail_token(member, error)
-        else:
-            self._waiting.fail(token, error)
+                    self._refuse_locked(entry[0], error, failed)
+        self._settle_all([], failed)
 
     def _fail_all(self, error: BaseException) -> None:
         """Fail every send not settled yet (written or not): the producer ended."""
+        failed: list[tuple[Any, BaseException]] = []
         with self._lock:
-            entries = list(self._unconfirmed.items())
+            for pid, (token, _, _) in self._unconfirmed.items():
+                self._refuse_locked(token, StreamPublishFailed(pid, self.stream, error), failed)
             self._unconfirmed.clear()
-            pending = list(zip(self._pending_ids, self._pending_tokens))
+            for pid, token in zip(self._pending_ids, self._pending_tokens):
+                self._refuse_locked(token, StreamPublishFailed(pid, self.stream, error), failed)
             self._pending_ids, self._pending, self._pending_tokens = [], [], []
-        for pid, (token, _) in entries:
-            self._fail_token(token, StreamPublishFailed(pid, self.stream, error))
-        for pid, token in pending:
-            self._fail_token(token, StreamPublishFailed(pid, self.stream, error))
-        self._waits.notify_progress()
+        self._settle_all([], failed)
 
     def _link_lost(self, error: BaseException, recovering: bool) -> bool:
         """Its link is gone (or its stream moved): returns True when a relocation should
         declare it again.  Without a reference, what was written and not confirmed fails
         (it may or may not be stored); with one it is resent after the relocation, and the
         broker drops what it stored already."""
+        failed: list[tuple[Any, BaseException]] = []
         with self._lock:
             state = self._machine.state
             if recovering and state in (ProducerPhase.OPEN, ProducerPhase.DECLARING):
@@ -624,29 +664,25 @@ class ProducerBase:
                 relocate = state is ProducerPhase.OPEN
                 self._machine.fire(ProducerSignal.LOST)
                 self._link = None
-                lost: list[tuple[int, Any]] = []
                 if self.reference is None:
-                    lost = [(pid, entry[0]) for pid, entry in self._unconfirmed.items()]
+                    for pid, (token, _, _) in self._unconfirmed.items():
+                        self._refuse_locked(token, StreamPublishFailed(pid, self.stream, error), failed)
                     self._unconfirmed.clear()
             else:
                 self._machine.fire(ProducerSignal.FAIL if state is not ProducerPhase.CLOSING else ProducerSignal.LOST,
                                    error)
                 self._link = None
-                lost = []
-                recovering = False
-        for pid, token in lost:
-            self._fail_token(token, StreamPublishFailed(pid, self.stream, error))
+                recovering = relocate = False
+        self._settle_all([], failed)
         if not recovering:
             self._fail_all(error)
-            relocate = False
-        self._waits.notify_progress()
         return relocate
 
     def _declared(self, link: Any, publisher_id: int, sequence: Optional[int]) -> bool:
         """Declared on ``link`` (the first time or after a relocation): settle what the
         broker has stored already (ids up to ``sequence``), write the rest again, then
         the batch being filled.  False when the link was lost meanwhile."""
-        stored = []
+        stored: list[tuple[Any, int]] = []
         with self._lock:
             if self._machine.state is not ProducerPhase.DECLARING:
                 return False
@@ -657,8 +693,9 @@ class ProducerBase:
                 if sequence >= self._next_id:
                     self._next_id = sequence + 1
                 for pid in [pid for pid in self._unconfirmed if pid <= sequence]:
-                    stored.append((self._unconfirmed.pop(pid)[0], pid))
-            resend = sorted((pid, token, message) for pid, (token, message) in self._unconfirmed.items())
+                    # stored before the loss: their confirms were lost with it
+                    self._confirm_locked(self._unconfirmed.pop(pid)[0], pid, stored)
+            resend = sorted(((pid, *entry) for pid, entry in self._unconfirmed.items()), key=lambda e: e[0])
             self._unconfirmed.clear()
             self._machine.fire(ProducerSignal.DECLARED)
             if resend:
@@ -666,10 +703,8 @@ class ProducerBase:
                 self.resent += len(resend)
                 self._write_resends_locked(resend)
             self._write_pending_locked()
-        for token, pid in stored:  # stored before the loss: their confirms were lost with it
-            self._settle_token(token, pid)
         link._flush_quietly()
-        self._waits.notify_progress()
+        self._settle_all(stored, [])
         return True
 
 
@@ -754,7 +789,15 @@ class StreamConsumerBase:
         if self._machine.state not in CONSUMER_LIVE_PHASES or link is not self._link:
             return
         next_offset = self._next_offset
-        first, timestamp, records = chunk_messages(chunk, next_offset or 0, False)
+        try:
+            first, timestamp, records = chunk_messages(chunk, next_offset or 0, False)
+        except CodecError as exc:
+            # A chunk that cannot be read (its CRC, a compression this Python cannot undo):
+            # the consumer ends with why; the link and its other users go on.
+            log.error("%r: a chunk cannot be read: %s", self, exc)
+            self._fail(exc)
+            self._env._unsubscribe_soon(self)
+            return
         start = first if next_offset is None or next_offset < first else next_offset
         end = self.end
         if end is not None and records and start + len(records) - 1 > end:
@@ -840,14 +883,13 @@ class StreamConnectionBase:
     __slots__ = (
         "_parameters", "params", "_ssl_context", "_client_properties", "exception_handler", "recovery",
         "rpc_timeout", "_lifecycle", "_waiting", "_lock", "_links", "_locator", "_producers", "_consumers",
-        "_recovered", "_locator_mutex", "_known_nodes", "_io_factory", "__weakref__",
+        "_recovered", "_locator_mutex", "_known_nodes", "__weakref__",
     )
 
     def __init__(
         self,
         parameters: list[StreamParameters],
         waiting: Any,
-        io_factory: Callable[[Any], Any],
         *,
         ssl_context: Any = None,
         client_properties: Optional[dict[str, str]] = None,
@@ -870,7 +912,6 @@ class StreamConnectionBase:
         self.rpc_timeout = rpc_timeout
         self._lifecycle = Lifecycle(f"stream connection to {parameters[0]}")
         self._waiting = waiting
-        self._io_factory = io_factory
         self._lock = self._new_lock()
         self._links: dict[Node, Any] = {}  # the open links, by the node each advertises
         self._locator: Any = None  # the link for requests about streams (create, metadata, ...)

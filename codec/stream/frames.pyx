@@ -43,7 +43,7 @@ import zlib
 from collections import namedtuple
 
 from amqwire.codec.errors import CodecError, StreamFrameError
-from amqwire.codec.errors import STREAM_FRAME_TOO_LARGE
+from amqwire.codec.errors import STREAM_FRAME_TOO_LARGE as _FRAME_TOO_LARGE
 
 cdef extern from "Python.h":
     bint PyUnicode_Check(object o)
@@ -2293,11 +2293,13 @@ cdef class StreamParser:
     """Bytes in, commands out: feed any chunk (one byte or many MiB), get the commands it
     completes.
 
-    ``max_frame_size``: frames whose size field is larger raise StreamFrameError (response
-    code 0x0e) before anything is allocated for them; 0 for no limit.  Set it after Tune
-    (RabbitMQ's default frame_max is 1 MiB; it compares the size field, which leaves the
-    4 bytes of the size out).  ``sender``: who sends what this parser reads: ``"server"``
-    (a client's parser: the default), ``"client"``, or ``"any"``.  A frame the sender never
+    ``max_frame_size``: frames whose size field (which leaves out its own 4 bytes) is
+    larger raise StreamFrameError (response code 0x0e) before anything is allocated for
+    them; 0 for no limit.  It is a memory bound, not the frame_max of Tune: RabbitMQ holds
+    what it receives to frame_max, not the Deliver frames it sends (a chunk gathers what
+    the publishers wrote meanwhile: 3.10.8 sent 10 MB frames with frame_max 1 MiB).
+    ``sender``: who sends what this parser reads: ``"server"`` (a client's parser: the
+    default), ``"client"``, or ``"any"``.  A frame the sender never
     sends is an error; from a server, Route and Partitions without the response bit are
     RabbitMQ 3.10's responses.
 
@@ -2394,7 +2396,7 @@ cdef class StreamParser:
                                    offset=at)
         if self._max_frame_size and size > self._max_frame_size:
             raise StreamFrameError(f"frame of {size} bytes at offset {at} exceeds max_frame_size {self._max_frame_size}",
-                                   offset=at, response_code=STREAM_FRAME_TOO_LARGE)
+                                   offset=at, response_code=_FRAME_TOO_LARGE)
         return 0
 
     cdef Py_ssize_t _continue(self, const char *p, Py_ssize_t n, list out) except -1:
