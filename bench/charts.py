@@ -9,7 +9,7 @@ repository: a run given ``--chart`` or ``--results DIR`` keeps its JSON in DIR, 
 it to PATH.
 
 One panel per case, one horizontal bar per library: the bar is the best run, the black tick
-the median; amqwire's bars are coloured, the raw-socket limits grey, the compiled clients
+the median; amqwire's bars are coloured, the raw-socket and bare-protocol limits grey, the compiled clients
 (rabbitmq-c, amqp091-go) green, the other libraries neutral.  The subtitle carries what makes the numbers comparable: the date, the load
 average at the start and at the end, the repeats.  Needs matplotlib (the bench extra).
 """
@@ -40,7 +40,7 @@ class Bar(NamedTuple):
 def _kind(lib: str | None, label: str) -> str:
     if lib == "amqwire" or label.startswith("amqwire"):
         return "amqwire"
-    if lib == "raw" or "raw socket" in label or label.startswith("raw"):
+    if lib in ("raw", "bare") or "raw socket" in label or label.startswith("raw"):
         return "limit"
     if lib in COMPILED_LIBS:
         return "compiled"
@@ -135,7 +135,7 @@ def write(panels: list[tuple[str, list[Bar]]], prefix: str | Path, *, title: str
 
 
 def chart(kind: str, doc: dict[str, Any], prefix: str | Path) -> list[Path]:
-    """The charts of one bench script's JSON document (``kind``: codec, client or spark)."""
+    """The charts of one bench script's JSON document (``kind``: codec, client, spark or stream)."""
     if kind == "codec":
         return write(codec_panels(doc), prefix, title="amqwire codec: ns per operation (lower is faster)",
                      subtitle=subtitle(doc, f"{doc.get('repeats')} repeats per row"), unit="ns per operation",
@@ -150,7 +150,13 @@ def chart(kind: str, doc: dict[str, Any], prefix: str | Path) -> list[Path]:
                      title="amqwire.spark: rows per second (higher is faster)",
                      subtitle=subtitle(doc, f"{doc.get('rows'):,} rows x {doc.get('repeats')} runs per row"),
                      unit="rows per second", log=False)
-    raise ValueError(f"unknown benchmark kind {kind!r}: codec, client or spark")
+    if kind == "stream":
+        return write(rate_panels(doc, "case", "best_msg_s", "median_msg_s"), prefix,
+                     title="amqwire's stream client against the stream protocol's limits, rstream and rbfly: "
+                     "messages per second (higher is faster)",
+                     subtitle=subtitle(doc, f"{doc.get('count'):,} messages x {doc.get('repeats')} runs per row"),
+                     unit="messages per second, log scale (the bare reader decodes nothing)", log=True)
+    raise ValueError(f"unknown benchmark kind {kind!r}: codec, client, spark or stream")
 
 
 def results_dir(explicit: str | Path | None = None) -> Path:
@@ -198,7 +204,7 @@ def report(paths: list[Path]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.charts", description=__doc__.splitlines()[0])
-    ap.add_argument("kind", choices=["codec", "client", "spark"])
+    ap.add_argument("kind", choices=["codec", "client", "spark", "stream"])
     ap.add_argument("json", help="a results file a bench script wrote (--json, --results)")
     ap.add_argument("prefix", help="write PREFIX.svg")
     args = ap.parse_args(argv)

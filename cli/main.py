@@ -25,7 +25,7 @@ _QUIET_UNLESS_VERBOSE = ("amqwire.client", "amqwire.bridge")
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog=PROG,
-        description="Publish, read and measure with RabbitMQ (AMQP 0-9-1) from a shell.",
+        description="Publish, read and measure with RabbitMQ (AMQP 0-9-1; perf also the stream protocol) from a shell.",
         epilog="exit codes: 0 done, 1 failed while running, 2 bad arguments or configuration. "
         f"The URL comes from --url or ${ENV_URL}, a password alone from --password-file or ${ENV_PASSWORD}.",
     )
@@ -58,6 +58,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         settings = connection_settings(args)
+        if settings.stream_protocol and args.command != "perf":
+            raise UsageError(f"{args.command} speaks AMQP 0-9-1 (an amqp:// URL): only perf takes a "
+                             "rabbitmq-stream:// URL")
         handler: Handler = args.handler
         return handler(args, settings)
     except UsageError as exc:

@@ -1,4 +1,5 @@
-"""``amqwire perf``: a load generator with RabbitMQ PerfTest's main flags.
+"""``amqwire perf``: a load generator with RabbitMQ PerfTest's main flags (AMQP 0-9-1), and
+stream-perf-test's for a ``rabbitmq-stream://`` URL (``perf_stream.py``).
 
 Producers and consumers each have their own connection, all on one asyncio loop.  Every
 body starts with the time it was published (8 bytes, the loop's monotonic clock in
@@ -33,6 +34,7 @@ from typing import Any, Optional, Sequence, TextIO
 
 from amqwire.client import AmqwireError, BasicProperties, NotFound, OperationTimeout, PublishError, aio
 
+from . import perf_stream
 from .settings import PROG, Settings, UsageError, non_negative_int, positive_float, positive_int
 
 log = logging.getLogger("amqwire.cli.perf")
@@ -51,22 +53,26 @@ TAKE_BACK_IDLE_SECONDS = 2.0  # a queue that held messages and sends none for th
 def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
     # -h is the URL, as in PerfTest (-h/--uri); help is --help only
     perf = commands.add_parser(
-        "perf", parents=[common], help="measure a broker: PerfTest's main flags", add_help=False,
+        "perf", parents=[common], help="measure a broker: PerfTest's main flags (stream-perf-test's for streams)",
+        add_help=False,
         description="Publish and consume as fast as allowed and print the rates each second, then a summary. "
-        "Runs until -z seconds, -C messages per producer (all received), or Ctrl-C.",
+        "Runs until -z seconds, -C messages per producer (all received), or Ctrl-C. With a rabbitmq-stream:// URL "
+        "it speaks RabbitMQ's stream protocol, with the flags of stream-perf-test below.",
     )
     perf.add_argument("--help", action="help", help="show this help message and exit")
     perf.add_argument("-h", dest="url", metavar="URI", help="the URL, as PerfTest's -h (the same as --url/--uri)")
     perf.add_argument("-x", "--producers", type=non_negative_int, default=1, help="producer connections (default: 1)")
     perf.add_argument("-y", "--consumers", type=non_negative_int, default=1, help="consumer connections (default: 1)")
-    perf.add_argument("-s", "--size", type=non_negative_int, default=12,
-                      help=f"body size in bytes (default: 12; at least {STAMP.size}, the timestamp)")
+    perf.add_argument("-s", "--size", type=non_negative_int, default=None,
+                      help=f"body size in bytes (default: 12, with a stream URL {perf_stream.DEFAULT_SIZE}; at least "
+                      f"{STAMP.size}, the timestamp)")
     perf.add_argument("-u", "--queue", help="queue to use, declared if missing and kept; the run takes back "
                       "the messages it published and did not consume (default: a new queue, deleted at the end)")
     perf.add_argument("--keep-messages", action="store_true",
                       help="with -u: leave what the run published and did not consume in the queue")
-    perf.add_argument("-c", "--confirm", type=positive_int, metavar="WINDOW",
-                      help="publisher confirms, with at most this many unconfirmed per producer")
+    perf.add_argument("-c", "--confirm", "--confirms", type=positive_int, metavar="WINDOW",
+                      help="publisher confirms, with at most this many unconfirmed per producer (a stream URL: "
+                      f"always confirmed, default {perf_stream.DEFAULT_CONFIRMS:,})")
     perf.add_argument("-q", "--qos", "--prefetch", dest="prefetch", type=non_negative_int, default=0,
                       help="consumer prefetch (default: 0, no limit)")
     perf.add_argument("-A", "--multi-ack-every", type=positive_int, default=1, metavar="N",
@@ -81,6 +87,7 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
     perf.add_argument("-i", "--interval", type=positive_float, default=1.0, metavar="SECONDS",
                       help="between two rate lines (default: 1)")
     perf.add_argument("--json", dest="json_path", metavar="PATH", help="write the samples and the summary as JSON here")
+    perf_stream.add_arguments(perf)
     perf.set_defaults(handler=run_perf)
 
 
@@ -478,6 +485,14 @@ def run_perf(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("nothing to run: -x and -y are both 0")
     if args.keep_messages and not args.queue:
         raise UsageError("--keep-messages needs -u QUEUE (without it the run's queue is deleted at the end)")
+    if not settings.stream_protocol:
+        given = perf_stream.stream_flags_given(args)
+        if given:
+            raise UsageError(f"{', '.join(given)}: stream protocol flags, for a rabbitmq-stream:// URL")
+        if args.size is None:
+            args.size = 12
+    else:
+        perf_stream.check_arguments(args)
     if args.size < STAMP.size:
         log.info("bodies are %d bytes, the timestamp's size, not %d", STAMP.size, args.size)
     if args.json_path:
@@ -485,7 +500,10 @@ def run_perf(args: argparse.Namespace, settings: Settings) -> int:
             open(args.json_path, "a").close()  # fail now, not after the run
         except OSError as exc:
             raise UsageError(f"cannot write {args.json_path}: {exc.strerror}") from None
-    result = asyncio.run(perf(args, settings, sys.stdout))
+    if settings.stream_protocol:
+        result = asyncio.run(perf_stream.perf(args, settings, sys.stdout))
+    else:
+        result = asyncio.run(perf(args, settings, sys.stdout))
     sys.stdout.write("\n".join(summary_lines(result)) + "\n")
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as file:

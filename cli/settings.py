@@ -21,11 +21,32 @@ class UsageError(Exception):
     """Arguments or configuration that cannot work: exit code 2."""
 
 
+STREAM_SCHEMES = ("rabbitmq-stream://", "rabbitmq-stream+tls://")
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Where to connect."""
+    """Where to connect.  ``parameters`` are a ``StreamParameters`` (a subclass) for a
+    ``rabbitmq-stream://`` URL."""
 
     parameters: ConnectionParameters
+
+    @property
+    def stream_protocol(self) -> bool:
+        """Whether the URL names RabbitMQ's stream protocol (``rabbitmq-stream://``), not AMQP 0-9-1."""
+        return is_stream_url(self.parameters.display_url)
+
+
+def is_stream_url(url: str) -> bool:
+    return url.strip().lower().startswith(STREAM_SCHEMES)
+
+
+def _parse(url: str) -> ConnectionParameters:
+    if is_stream_url(url):
+        from amqwire.client.stream import parse_stream_url  # only the perf command speaks it
+
+        return parse_stream_url(url)
+    return parse_url(url)
 
 
 def connection_settings(args: argparse.Namespace) -> Settings:
@@ -35,7 +56,7 @@ def connection_settings(args: argparse.Namespace) -> Settings:
     given: Optional[str] = args.url or os.environ.get(ENV_URL)
     url = given or DEFAULT_URL
     try:
-        parameters = parse_url(url.strip())
+        parameters = _parse(url.strip())
     except ValueError as exc:
         raise UsageError(f"bad URL: {exc}") from None
     password: Optional[str] = None
@@ -126,7 +147,7 @@ def connection_options() -> argparse.ArgumentParser:
     group = common.add_argument_group("connection")
     group.add_argument("--url", "--uri", metavar="URL",
                        help=f"amqp://user:pass@host:port/vhost (default: ${ENV_URL}, else {DEFAULT_URL.replace(':guest@', ':****@')}; "
-                       "a password here is visible in ps)")
+                       "perf also takes rabbitmq-stream://user:pass@host:5552/vhost; a password here is visible in ps)")
     group.add_argument("--password-file", metavar="PATH",
                        help=f"read the password from this file's first line (default: ${ENV_PASSWORD}, else the URL's)")
     group.add_argument("--connect-timeout", type=positive_float, metavar="SECONDS",

@@ -34,9 +34,21 @@ CLIENT_DOC = {
         {"case": "publish", "row": "pika", "lib": "pika", "best_msg_s": None, "median_msg_s": None, "na": "absent"},
     ],
 }
+STREAM_DOC = {
+    "timestamp": "2026-11-22T21:00:00", "loadavg_start": [0.1, 0.1, 0.1], "cpus": 2, "count": 20000, "repeats": 1,
+    "results": [
+        {"case": "read", "row": "bare stream reader (limit)", "lib": "bare", "best_msg_s": 410000.0,
+         "median_msg_s": 400000.0},
+        {"case": "read", "row": "amqwire blocking", "lib": "amqwire", "best_msg_s": 330000.0, "median_msg_s": 320000.0},
+        {"case": "publish", "row": "rbfly", "lib": "rbfly", "best_msg_s": None, "median_msg_s": None,
+         "na": "n/a: rbfly is not installed"},
+        {"case": "publish", "row": "amqwire asyncio", "lib": "amqwire", "best_msg_s": 300000.0,
+         "median_msg_s": 290000.0},
+    ],
+}
 
 
-@pytest.mark.parametrize("kind, doc", [("codec", CODEC_DOC), ("client", CLIENT_DOC)])
+@pytest.mark.parametrize("kind, doc", [("codec", CODEC_DOC), ("client", CLIENT_DOC), ("stream", STREAM_DOC)])
 def test_one_svg_is_written(tmp_path, kind, doc):
     paths = charts.chart(kind, doc, tmp_path / "sub" / kind)
     assert [p.name for p in paths] == [f"{kind}.svg"]
