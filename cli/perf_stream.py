@@ -30,11 +30,14 @@ import re
 import signal
 import time
 import uuid
-from typing import Any, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Optional, Sequence, TextIO
 
 from amqwire.client import AmqwireError, OperationTimeout
 
 from .settings import Settings, UsageError
+
+if TYPE_CHECKING:
+    from amqwire.client.stream import StreamParameters
 
 log = logging.getLogger("amqwire.cli.perf")
 
@@ -227,7 +230,7 @@ async def produce(run: Any, stream: str, index: int) -> None:
         else:
             counters.nacked += n
 
-    async with aio.connect(run.settings.parameters) as connection:
+    async with aio.connect(stream_parameters(run.settings)) as connection:
         subentries = args.sub_entry_size if (args.sub_entry_size or 1) > 1 else 0
         compression = args.compression if args.compression not in (None, "none") else None
         producer = await connection.producer(stream, reference, batch_size=args.batch_size, max_in_flight=args.confirm,
@@ -278,7 +281,7 @@ async def consume(run: Any, stream: str, index: int, ready: "Ready", expected: O
     name = None
     if args.store_every:
         name = _name(args.consumer_names or "%s-%d", stream, index)
-    async with aio.connect(run.settings.parameters) as connection:
+    async with aio.connect(stream_parameters(run.settings)) as connection:
         try:
             consumer = await connection.consumer(stream, args.offset_spec, name=name)
         finally:
@@ -337,7 +340,8 @@ async def perf(args: argparse.Namespace, settings: Settings, out: TextIO) -> dic
     streams, own = stream_names(args)
     run = Run(args, settings, ",".join(streams), out)
     arguments = retention(args)
-    async with aio.connect(settings.parameters) as admin:
+    parameters = stream_parameters(settings)
+    async with aio.connect(parameters) as admin:
         for stream in streams:
             await admin.create_stream(stream, exist_ok=True, **arguments)
     loop = asyncio.get_running_loop()
@@ -375,7 +379,7 @@ async def perf(args: argparse.Namespace, settings: Settings, out: TextIO) -> dic
             loop.remove_signal_handler(signum)
         if own or args.delete_streams:
             with contextlib.suppress(AmqwireError, OSError):
-                async with aio.connect(settings.parameters) as admin:
+                async with aio.connect(parameters) as admin:
                     for stream in streams:
                         await admin.delete_stream(stream, missing_ok=True)
     counters = run.counters
@@ -390,11 +394,22 @@ async def perf(args: argparse.Namespace, settings: Settings, out: TextIO) -> dic
 
 async def _ready_or_failed(ready: Ready, consumers: Sequence[asyncio.Future[None]]) -> None:
     """Until every consumer subscribed, or one of them ended (its error comes out of supervise)."""
-    waiter = asyncio.ensure_future(ready.event.wait())
+    waiter: asyncio.Future[Any] = asyncio.ensure_future(ready.event.wait())
+    waits: list[asyncio.Future[Any]] = [waiter, *consumers]
     try:
-        await asyncio.wait([waiter, *consumers], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         waiter.cancel()
+
+
+def stream_parameters(settings: Settings) -> "StreamParameters":
+    """The stream URL's parameters (settings.py parses a rabbitmq-stream:// URL into them)."""
+    from amqwire.client.stream import StreamParameters
+
+    parameters = settings.parameters
+    if not isinstance(parameters, StreamParameters):
+        raise UsageError("perf over the stream protocol needs a rabbitmq-stream:// URL")
+    return parameters
 
 
 def settings_record(args: argparse.Namespace, streams: list[str]) -> dict[str, Any]:
