@@ -165,8 +165,7 @@ def connection_options(options: dict[str, Any], **overrides: Any) -> tuple[tuple
     ConnectionParameters to try in order (``url``, a list, or ``path`` as in
     ``save(url)``/``load(url)``, with the ``amqp.*`` URL options and ``overrides`` applied)
     and the (name, value) pairs for connect().  ValueError naming the option."""
-    urls = options.get("url") or options.get("path") or DEFAULT_URL
-    url_list = [part.strip() for part in urls.replace(",", " ").split()] if isinstance(urls, str) else list(urls)
+    url_list = _url_list(options)
     url_overrides: dict[str, Any] = {}
     connect_kwargs: dict[str, Any] = {}
     for key, value in options.items():
@@ -185,6 +184,47 @@ def connection_options(options: dict[str, Any], **overrides: Any) -> tuple[tuple
                 raise ValueError(f"option {key}: {exc}") from None
     url_overrides.update((name, value) for name, value in overrides.items() if value is not None)
     return tuple(parameters_list(url_list, **url_overrides)), tuple(sorted(connect_kwargs.items()))
+
+
+STREAM_SCHEMES = ("rabbitmq-stream://", "rabbitmq-stream+tls://")
+
+
+def _url_list(options: dict[str, Any]) -> list[str]:
+    urls = options.get("url") or options.get("path") or DEFAULT_URL
+    return [part.strip() for part in urls.replace(",", " ").split()] if isinstance(urls, str) else list(urls)
+
+
+def uses_stream_protocol(options: dict[str, Any]) -> bool:
+    """Whether the ``url`` option names the stream protocol (``rabbitmq-stream://``) rather
+    than AMQP 0-9-1; ValueError for a list that mixes the two."""
+    urls = _url_list(options)
+    stream = [str(url).lower().startswith(STREAM_SCHEMES) for url in urls]
+    if any(stream) and not all(stream):
+        raise ValueError("the url list mixes rabbitmq-stream:// and amqp:// URLs: give one protocol")
+    return bool(stream) and all(stream)
+
+
+def stream_connection_options(options: dict[str, Any]) -> tuple[Any, ...]:
+    """The StreamParameters of a read or a write over the stream protocol, from its canonical
+    options: the ``url`` list, with the ``amqp.*`` connection options (``amqp.heartbeat``,
+    ``amqp.frame_max``, ``amqp.connection_timeout``, TLS's ``amqp.cafile`` ...) applied.
+    ValueError naming the option."""
+    from amqwire.client.stream.url import _QUERY_OPTIONS, stream_parameters_list
+
+    overrides: dict[str, Any] = {}
+    for key, value in options.items():
+        if not key.startswith("amqp."):
+            continue
+        name = key[len("amqp."):]
+        parser = _QUERY_OPTIONS.get(name)
+        if parser is None:
+            raise ValueError(f"option {key}: not a stream-protocol connection option (known: "
+                             f"{', '.join('amqp.' + known for known in _QUERY_OPTIONS)})")
+        try:
+            overrides[name] = parser(name, str(value))
+        except ValueError as exc:
+            raise ValueError(f"option {key}: {exc}") from None
+    return tuple(stream_parameters_list(_url_list(options), **overrides))
 
 
 def _canonical(options: Any, aliases: Optional[dict[str, str]] = None) -> dict[str, Any]:
