@@ -158,6 +158,79 @@ def content_header(data: bytes) -> None:
         raise Finding(f"{props!r} re-encodes to {encoded.hex()}, decoded from {data.hex()}")
 
 
+def _stream_parser_target(data: bytes) -> None:
+    from amqwire.codec import stream as S
+
+    config, stream = _config(data)
+    sender = ("server", "client", "any")[config % 3]
+    max_frame_size = (0, 4096, 1 << 20)[config >> 2 & 3 if config >> 2 & 3 < 3 else 0]
+
+    def make() -> Any:
+        return S.StreamParser(max_frame_size, sender=sender)
+
+    whole_parser = make()
+    whole = _feed(whole_parser, [stream])
+    pieces_parser = make()
+    pieces = _feed(pieces_parser, chunked(stream, config >> 4))
+    if whole != pieces:
+        raise Finding(f"fed whole: {whole!r}\nfed in chunks: {pieces!r}")
+    if whole[1] is None and whole_parser.buffered != pieces_parser.buffered:
+        raise Finding(f"buffered {whole_parser.buffered} whole, {pieces_parser.buffered} in chunks")
+    for item in whole[0]:
+        _check_stream_command(item)
+
+
+def _check_stream_command(command: Any) -> None:
+    from amqwire.codec import stream as S
+
+    encoded = command.encode()
+    again, error = _typed(lambda: S.decode_frame(encoded, sender="any"), len(encoded))
+    if error is not None or again != command:
+        raise Finding(f"{command!r} does not survive encode/decode: {error or again!r}")
+
+
+def stream_frame(data: bytes) -> None:
+    """One whole frame: what decodes re-encodes to the same bytes, but for an empty
+    optional map (Subscribe, OpenResponse, ResolveOffsetSpec) which is written without its
+    count, and 3.10's Route/Partitions responses, which come back with the response bit."""
+    from amqwire.codec import stream as S
+
+    command, error = _typed(lambda: S.decode_frame(data), len(data))
+    if error is not None:
+        command, error = _typed(lambda: S.decode_frame(data, sender="any"), len(data))
+    if error is not None:
+        return
+    _check_stream_command(command)
+    encoded = command.encode()
+    if encoded == data:
+        return
+    optional_map = isinstance(command, (S.Subscribe, S.OpenResponse, S.ResolveOffsetSpec)) and data.endswith(b"\0" * 4)
+    legacy = isinstance(command, (S.RouteResponse, S.PartitionsResponse)) and data[4] & 0x80 == 0
+    if not (optional_map and encoded == data[:-4] or legacy and encoded[5:] == data[5:]):
+        raise Finding(f"{command!r} re-encodes to {encoded.hex()}, decoded from {data.hex()}")
+
+
+def stream_chunk(data: bytes) -> None:
+    from amqwire.codec import stream as S
+
+    chunk, error = _typed(lambda: S.decode_chunk(data), len(data))
+    if error is not None:
+        chunk, error = _typed(lambda: S.decode_chunk(data, check_crc=False), len(data))
+        if error is not None:
+            return
+    records, error = _typed(chunk.offsets_and_messages, len(data))
+    if error is not None:
+        return
+    if [offset for offset, _ in records] != list(range(chunk.first_offset, chunk.first_offset + len(records))):
+        raise Finding(f"offsets not consecutive from {chunk.first_offset}: {[o for o, _ in records]}")
+    if chunk.chunk_type == 0 and len(records) != chunk.num_records:
+        raise Finding(f"{len(records)} records from a chunk announcing {chunk.num_records}")
+    skip = data[-1] % (len(records) + 1) if data else 0
+    first, _, tail = S.chunk_messages(data, chunk.first_offset + skip, decode=False, check_crc=False)
+    if tail != [record for _, record in records[skip:]] or (tail and first != chunk.first_offset + skip):
+        raise Finding(f"chunk_messages from +{skip} gives {first}, {len(tail)} records; offsets_and_messages disagrees")
+
+
 def spark_decoder(data: bytes) -> None:
     from amqwire.spark.decode import decode_one
 
@@ -168,6 +241,35 @@ def spark_decoder(data: bytes) -> None:
         raise Finding(f"decode_one returned {row!r}")
 
 
+def _amqp10_fixed_point(decode: Callable[[bytes], Any], encode: Callable[[Any], bytes], data: bytes) -> None:
+    """What decodes encodes, and that encoding decodes and encodes to itself (it is the
+    input itself where the input was written the way the encoder writes)."""
+    value, error = _typed(lambda: decode(data), len(data))
+    if error is not None:
+        return
+    try:
+        encoded = encode(value)
+    except CodecError as exc:
+        raise Finding(f"{value!r:.300} decodes but does not encode: {exc}") from exc
+    again, error = _typed(lambda: decode(encoded), len(encoded))
+    if error is not None:
+        raise Finding(f"the encoding of {value!r:.300} does not decode: {error}")
+    if encode(again) != encoded:   # bytes, so that NaN compares equal
+        raise Finding(f"decode/encode is not a fixed point for {data.hex()}")
+
+
+def amqp10_message(data: bytes) -> None:
+    from amqwire.codec.stream.amqp10 import decode_message
+
+    _amqp10_fixed_point(decode_message, lambda message: message.encode(), data)
+
+
+def amqp10_value(data: bytes) -> None:
+    from amqwire.codec.stream.amqp10 import decode_value, encode_value
+
+    _amqp10_fixed_point(decode_value, encode_value, data)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "frame_parser": frame_parser,
     "command_parser": command_parser,
@@ -175,4 +277,9 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "decode_table": decode_table,
     "content_header": content_header,
     "spark_decoder": spark_decoder,
+    "amqp10_message": amqp10_message,
+    "amqp10_value": amqp10_value,
+    "stream_parser": _stream_parser_target,
+    "stream_frame": stream_frame,
+    "stream_chunk": stream_chunk,
 }

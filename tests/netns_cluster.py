@@ -52,7 +52,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Iterable, Optional, Union
+from typing import Callable, Iterable, Optional, Union
 
 from broker_node import BrokerNode, BrokerNodeError, _pid_alive
 from delay_proxy import DelayProxy
@@ -179,7 +179,10 @@ def _free_subnet() -> ipaddress.IPv4Network:
 class NetnsCluster:
     """See the module docstring.  Not started on creation: :meth:`start`."""
 
-    def __init__(self, size: int = 3, *, node_config: Optional[dict] = None, start_timeout: float = 120):
+    def __init__(self, size: int = 3, *, node_config: Optional[dict] = None, start_timeout: float = 120,
+                 plugins: Iterable[str] = (), node_config_of: Optional[Callable[[str], dict]] = None):
+        """``plugins``: enabled on every node; ``node_config_of(address)``: settings of one
+        node, given its address (e.g. ``stream.advertised_host``), after ``node_config``."""
         if size < 1:
             raise ValueError(f"size must be at least 1, got {size}")
         reason = netns_unsupported()
@@ -203,6 +206,8 @@ class NetnsCluster:
             **(node_config or {}),
         }
         self.start_timeout = start_timeout
+        self.plugins = tuple(plugins)
+        self.node_config_of = node_config_of
         self.nodes: dict[int, BrokerNode] = {}
         self._epmds: dict[int, subprocess.Popen] = {}
         self._proxies: list[DelayProxy] = []
@@ -245,9 +250,10 @@ class NetnsCluster:
             self._make_network()
             for i in self.namespaces:
                 self._start_epmd(i)
+                own = self.node_config_of(self.addresses[i]) if self.node_config_of else {}
                 self.nodes[i] = BrokerNode(
-                    config={**self.node_config}, start_timeout=self.start_timeout, netns=self.namespaces[i],
-                    host=self.addresses[i], name=self.name(i), cookie=self.cookie,
+                    config={**self.node_config, **own}, start_timeout=self.start_timeout, netns=self.namespaces[i],
+                    host=self.addresses[i], name=self.name(i), cookie=self.cookie, plugins=self.plugins,
                 )
             self._parallel(lambda i: self.nodes[i].start(), self.nodes)
             for i in sorted(self.nodes)[1:]:

@@ -77,6 +77,12 @@ SAMPLES = {
     "first_offset": 5000,
     "index": 3,
     "stream": "orders",
+    # the stream-protocol client (amqwire.client.stream.errors)
+    "code": 0x02,
+    "request": "declare_publisher",
+    "subject": "orders",
+    "broker": "rabbitmq-stream://guest@localhost:5552",
+    "publishing_id": 17,
 }
 
 

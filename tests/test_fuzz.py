@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import amqwire.codec as codec
+import amqwire.codec.stream.amqp10 as amqp10
 from amqwire.codec import AMQPSyntaxError, CodecError
 
 import amqp_reference as R
@@ -238,6 +239,8 @@ def test_valid_inputs_reencode_to_the_same_bytes():
     inputs = [(codec.decode_method, lambda m: m.encode_payload(), p) for p in SEEDS["decode_method"]]
     inputs += [(codec.decode_table, codec.encode_table, t) for t in SEEDS["decode_table"]]
     inputs += [(codec.BasicProperties.decode, lambda p: p.encode(), h) for h in SEEDS["content_header"]]
+    inputs += [(amqp10.decode_message, lambda m: m.encode(), m) for m in SEEDS["amqp10_message"]]
+    inputs += [(amqp10.decode_value, amqp10.encode_value, v) for v in SEEDS["amqp10_value"]]
     differ = [data.hex() for decode, encode, data in inputs if encode(decode(data)) != data]
     assert not differ, differ[:3]
 
@@ -269,6 +272,8 @@ GUARDED = textwrap.dedent(r"""
     import ctypes, faulthandler, mmap, sys
     sys.path.insert(0, sys.argv[1])
     import amqwire.codec as codec
+    import amqwire.codec.stream.amqp10 as amqp10
+    import amqwire.codec.stream as S
     import make_corpus
     from amqwire.codec import CodecError
 
@@ -292,6 +297,11 @@ GUARDED = textwrap.dedent(r"""
         "content_header": codec.BasicProperties.decode,
         "frame_parser": lambda view: codec.FrameParser(131072).feed(view[1:]),
         "command_parser": lambda view: codec.CommandParser(131072).feed(view[1:]),
+        "amqp10_message": amqp10.decode_message,
+        "amqp10_value": amqp10.decode_value,
+        "stream_parser": lambda view: S.StreamParser(sender="any").feed(view[1:]),
+        "stream_frame": lambda view: S.decode_frame(view, sender="any"),
+        "stream_chunk": lambda view: S.decode_chunk(view).offsets_and_messages(),
     }
     count = 0
     for name, decode in decoders.items():

@@ -48,7 +48,7 @@ def test_the_sdist_ships_every_source_a_build_needs():
     needed = ["setup.py", "pyproject.toml", "LICENSE", "README.md", "MANIFEST.in",
               "codec/method_base.pxi", "codec/amqp-rabbitmq-0.9.1.json", "codec/codegen.py",
               "client/make_sync.py"]
-    for folder in ("codec", "spark"):
+    for folder in ("codec", "codec/stream", "spark"):
         for pattern in ("*.pyx", "*.pxd", "*.pxi", "*.h", "*.pyi", "*.py", "py.typed"):
             needed += [str(p.relative_to(REPO)) for p in (REPO / folder).glob(pattern)]
     needed += [str(p.relative_to(REPO)) for p in (REPO / "client").rglob("*.py") if "__pycache__" not in p.parts]
@@ -74,6 +74,9 @@ def test_the_wheel_carries_the_product_and_not_the_tools():
         assert f"amqwire/codec/{module}.pyi" in names
     for module in ("arrow_view", "arrow_columns", "encode", "stream_batch"):
         assert any(re.fullmatch(rf"amqwire/spark/{module}\..*\.so", n) for n in names), module
+    for module in ("amqp10",):
+        assert any(re.fullmatch(rf"amqwire/codec/stream/{module}\..*\.so", n) for n in names), module
+        assert f"amqwire/codec/stream/{module}.pyi" in names and f"amqwire/codec/stream/{module}.pxd" in names
     # every Python module of the client, its subpackages' too, but the generator
     client = sorted(p.relative_to(REPO / "client").as_posix() for p in (REPO / "client").rglob("*.py")
                     if "__pycache__" not in p.parts and p.name != "make_sync.py")

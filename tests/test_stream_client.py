@@ -37,15 +37,27 @@ class StreamApi(Api):
         self.streams.append(name)
         return name
 
-    async def send_many(self, producer, bodies, **kwargs):
+    async def send_many(self, producer, bodies, at=None, **kwargs):
         """Send every body (one call of send each), in one thread on the blocking transport;
-        returns the futures."""
+        returns the futures.  ``at``: {index: action}, each action called (no argument) just
+        before the send of that index (e.g. a proxy's kill, mid-publish)."""
+        actions = at or {}
         if self.name == "aio":
-            return [await producer.send(body, **kwargs) for body in bodies]
+            futures = []
+            for index, body in enumerate(bodies):
+                if index in actions:
+                    actions[index]()
+                futures.append(await producer.send(body, **kwargs))
+            return futures
         raw = producer._obj
 
         def loop():
-            return [raw.send(body, **kwargs) for body in bodies]
+            futures = []
+            for index, body in enumerate(bodies):
+                if index in actions:
+                    actions[index]()
+                futures.append(raw.send(body, **kwargs))
+            return futures
 
         return [self.wrap(f) for f in await in_thread(loop)]
 
@@ -103,6 +115,20 @@ class StreamApi(Api):
                 except BaseException:  # noqa: BLE001 - clean-up, best effort
                     pass
         await super().aclose()
+
+
+async def _equals(awaitable, expected) -> bool:
+    return await awaitable == expected
+
+
+async def until(check, timeout: float = 10.0) -> bool:
+    """Polls ``await check()`` (for what has no event to wait on, e.g. an offset stored with
+    StoreOffset, which has no response) until it is true or ``timeout`` passes."""
+    for _ in range(int(timeout / 0.05)):
+        if await check():
+            return True
+        await asyncio.sleep(0.05)
+    return bool(await check())
 
 
 @pytest.fixture(params=TRANSPORTS)
@@ -317,16 +343,11 @@ def test_store_and_query_offset(srun):
         taken = await api.read(consumer, 20)
         assert taken[-1].offset == 19
         await consumer.store_offset()
-        deadline = time.monotonic() + 10
-        while await consumer.query_offset() != 19 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)  # StoreOffset has no response: the broker writes it soon after
+        assert await until(lambda: _equals(consumer.query_offset(), 19))  # StoreOffset has no response
         assert await consumer.query_offset() == 19
         assert await conn.query_offset(name, "reader-1") == 19
         await conn.store_offset(name, "reader-1", 42)
-        deadline = time.monotonic() + 10
-        while await conn.query_offset(name, "reader-1") != 42 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert await conn.query_offset(name, "reader-1") == 42
+        assert await until(lambda: _equals(conn.query_offset(name, "reader-1"), 42))
         assert await conn.query_offset(name, "nobody") is None
 
     srun(scenario)
@@ -431,3 +452,322 @@ def test_several_urls_fail_over_in_order(stream_url):
     with pytest.raises(stream.StreamClientError.__mro__[1]) as none:  # AMQPError: both dead
         stream.connect([dead, dead])
     assert "could not connect" in str(none.value)
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+def test_a_consumer_goes_on_across_a_connection_loss(srun, stream_node):
+    """The broker closes every connection while a consumer reads: it resumes after the last
+    offset it received; none twice, none skipped."""
+    total = 6000
+
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.settle(await api.send_many(producer, [b"c-%d" % i for i in range(total // 2)]))
+        consumer = await conn.consumer(name, offset="first", credit=2)
+        seen = [m.offset for m in await api.read(consumer, 1000)]
+        await in_thread(stream_node.close_all_connections, "a test closes every connection")
+        seen += [m.offset for m in await api.read(consumer, total // 2 - 1000)]
+        assert seen == list(range(total // 2))
+        # the producer came back too: what it sends now reaches the consumer
+        await api.settle(await api.send_many(producer, [b"c-%d" % i for i in range(total // 2, total)]))
+        rest = await api.read(consumer, total // 2)
+        assert [m.offset for m in rest] == list(range(total // 2, total))
+        assert [m.body for m in rest[-3:]] == [b"c-%d" % i for i in range(total - 3, total)]
+        assert consumer.last_offset == total - 1
+        assert conn.is_open
+
+    srun(scenario)
+
+
+def test_a_producer_with_a_reference_loses_nothing_and_stores_nothing_twice(srun):
+    """The connection is cut (a proxy drops it) while sends are in flight: each future
+    settles once, confirmed (resent after the reconnection when it was unconfirmed: the
+    broker drops what it had stored already), and the stream holds each message once."""
+
+    async def scenario(api):
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy))
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name, reference="resilient", max_in_flight=20_000)
+        futures = await api.send_many(producer, [b"p-%d" % i for i in range(20_000)], at={10_000: proxy.kill})
+        outcomes = await api.settle(futures, timeout=60)
+        assert outcomes == list(range(1, 20_001))
+        consumer = await conn.consumer(name, offset="first")
+        bodies = [m.body for m in await api.read(consumer, 20_000, timeout=20)]
+        assert bodies == [b"p-%d" % i for i in range(20_000)]
+        assert await consumer.get(0.5) is None  # and nothing after: no message twice
+        assert proxy.accepted >= 2  # it did reconnect
+        print(f"{producer.resent} unconfirmed at the loss and sent again")
+
+    srun(scenario, timeout=100)
+
+
+def test_a_producer_without_reference_fails_what_it_cannot_know_stored(srun):
+    """Without a reference nothing deduplicates a resend: a send in flight at the loss fails
+    (StreamPublishFailed naming the loss), every other one is confirmed; none is left
+    pending, and the producer goes on."""
+
+    async def scenario(api):
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy))
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name, max_in_flight=20_000)
+        futures = await api.send_many(producer, [b"n-%d" % i for i in range(10_000)], at={9_000: proxy.kill})
+        await asyncio.sleep(0.5)  # the loss is noticed: what is sent from now on is not in flight at it
+        futures += await api.send_many(producer, [b"n-%d" % i for i in range(10_000, 20_000)])
+        outcomes = await api.settle(futures, timeout=60)
+        failed = [o for o in outcomes if isinstance(o, Exception)]
+        confirmed = [o for o in outcomes if not isinstance(o, Exception)]
+        assert all(isinstance(o, api.errors.StreamPublishFailed) and "lost" in str(o) for o in failed), failed[:3]
+        assert len(confirmed) + len(failed) == 20_000 and len(confirmed) >= 10_000
+        consumer = await conn.consumer(name, offset="first")
+        stored = [m.body for m in await api.read(consumer, len(confirmed), timeout=20)]
+        assert len(set(stored)) == len(stored)  # confirmed ones stored, each once
+        after = await producer.send(b"after")
+        assert isinstance(await api.wait(after), int)
+        print(f"{len(failed)} failed (in flight at the loss), {len(confirmed)} confirmed")
+
+    srun(scenario, timeout=100)
+
+
+# --------------------------------------------------------------------------- metadata updates
+
+
+def test_deleting_the_stream_ends_its_producer_and_consumer(srun):
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.wait(await producer.send(b"one"))
+        consumer = await conn.consumer(name, offset="first")
+        assert [m.body for m in await api.read(consumer, 1)] == [b"one"]
+        other = await api.connect()
+        await other.delete_stream(name)
+        with pytest.raises(api.errors.StreamDeleted):
+            await api.read(consumer, 1, timeout=20) and None
+            await consumer.get(20)
+        assert await until(lambda: _equals(asyncio.sleep(0, producer.state.value), "failed"), 20)
+        with pytest.raises(api.errors.StreamDeleted):
+            await producer.send(b"two")
+
+    srun(scenario)
+
+
+# --------------------------------------------------------------------------- a producer process killed
+
+
+_PRODUCER_JOB = r"""
+import sys
+from amqwire.client import stream
+
+url, name, reference, total, resume_margin = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+with stream.connect(url) as conn:
+    with conn.producer(name, reference=reference, max_in_flight=5000) as producer:
+        start = max(1, producer.last_publishing_id - resume_margin)  # again from a little before: the broker drops those
+        print("start", start, producer.last_publishing_id, flush=True)
+        for pid in range(start, total + 1):
+            producer.send(b"k-%d" % pid, publishing_id=pid)
+            if pid % 5000 == 0:
+                print("sent", pid, flush=True)
+        producer.flush(60)
+print("done", flush=True)
+"""
+
+
+def test_a_producer_process_killed_mid_publish_and_restarted_stores_each_message_once(stream_url):
+    """SIGKILL a producer process mid-publish (messages in flight, some stored and never
+    confirmed to it), restart it with the same reference: it resumes from the broker's last
+    stored id (and resends 2,000 before it, which the broker drops): 0 duplicates, 0 lost."""
+    import signal
+    import subprocess
+    import sys
+
+    from amqwire.client import stream
+
+    total = 60_000
+    name = f"killed-{uuid.uuid4().hex[:8]}"
+    with stream.connect(stream_url) as conn:
+        conn.create_stream(name)
+        try:
+            job = subprocess.Popen([sys.executable, "-c", _PRODUCER_JOB, stream_url, name, "job-1", str(total), "2000"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for line in job.stdout:
+                if line.startswith("sent") and int(line.split()[1]) >= 20_000:
+                    break
+            job.send_signal(signal.SIGKILL)
+            job.communicate(timeout=30)
+            assert job.returncode == -signal.SIGKILL
+            stored_at_kill = conn.query_publisher_sequence(name, "job-1")
+            assert 0 < stored_at_kill < total
+
+            again = subprocess.run([sys.executable, "-c", _PRODUCER_JOB, stream_url, name, "job-1", str(total), "2000"],
+                                   capture_output=True, text=True, timeout=120)
+            assert again.returncode == 0, again.stderr[-2000:]
+            start = int(again.stdout.split()[1])
+            assert start == max(1, stored_at_kill - 2000)
+
+            with conn.consumer(name, offset="first") as consumer:
+                bodies = []
+                while len(bodies) < total + 1:
+                    message = consumer.get(2.0)
+                    if message is None:
+                        break
+                    bodies.append(message.body)
+            duplicates = len(bodies) - len(set(bodies))
+            lost = total - len(set(bodies))
+            print(f"killed after {stored_at_kill} stored; restarted from {start}: "
+                  f"{len(bodies)} stored, {duplicates} duplicates, {lost} lost")
+            assert (duplicates, lost) == (0, 0)
+            assert bodies == [b"k-%d" % i for i in range(1, total + 1)]
+            assert conn.query_publisher_sequence(name, "job-1") == total
+        finally:
+            conn.delete_stream(name, missing_ok=True)
+
+
+# --------------------------------------------------------------------------- interop with AMQP 0-9-1
+
+
+def test_published_over_the_stream_protocol_read_over_0_9_1_and_the_reverse(srun, stream_node):
+    """The same stream over both protocols, as RabbitMQ 3.10 maps the messages: AMQP 1.0
+    properties <-> basic properties, application properties <-> headers; 0-9-1's type and
+    app_id become application properties (x-basic-type, x-basic-app-id), its priority,
+    delivery mode, expiration, exchange and routing key message annotations."""
+    from amqwire.client import BasicProperties
+    from amqwire.client import connect as amqp_connect
+
+    def over_0_9_1(name):
+        with amqp_connect(stream_node.url) as conn, conn.channel() as ch:
+            with ch.consume_stream(name, offset="first", end=0) as reader:
+                (first,) = list(reader)
+            ch.confirm_select()
+            ch.basic_publish("", name, b"from-0-9-1", BasicProperties(
+                message_id="m-2", content_type="application/json", correlation_id="c-2", type="order",
+                app_id="shop", priority=3, delivery_mode=2, expiration="60000",
+                timestamp=datetime.datetime(2024, 1, 1), headers={"tenant": "acme", "n": 7, "flag": True}))
+        return first
+
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name("interop")
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.wait(await producer.send(
+            b"from-stream", properties={"message_id": "m-1", "content_type": "text/plain", "correlation_id": "c-9",
+                                        "reply_to": "replies", "user_id": b"guest"},
+            application_properties={"tenant": "acme", "n": 7, "f": 1.5, "yes": True}))
+        first = await in_thread(over_0_9_1, name)
+        assert (first.body, first.stream_offset) == (b"from-stream", 0)
+        p = first.properties
+        assert (p.message_id, p.content_type, p.correlation_id, p.reply_to, p.user_id) == (
+            "m-1", "text/plain", "c-9", "replies", "guest")
+        assert {k: v for k, v in p.headers.items() if k != "x-stream-offset"} == {
+            "tenant": "acme", "n": 7, "f": 1.5, "yes": True}
+
+        consumer = await conn.consumer(name, offset=1, end=1)
+        (second,) = await api.read_all(consumer)
+        assert (second.offset, second.body) == (1, b"from-0-9-1")
+        props = second.properties
+        assert (props.message_id, props.content_type, props.correlation_id) == ("m-2", "application/json", "c-2")
+        assert props.creation_time == datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)
+        assert second.application_properties == {"x-basic-type": "order", "x-basic-app-id": "shop", "tenant": "acme",
+                                                 "n": 7, "flag": True}
+        annotations = {str(k): v for k, v in second.message_annotations.items()}
+        assert annotations == {"x-routing-key": name, "x-exchange": "", "x-basic-priority": 3,
+                               "x-basic-delivery-mode": 2, "x-basic-expiration": "60000"}
+
+    srun(scenario)
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zstd"])
+def test_sub_entry_batching_with_compression(srun, compression):
+    """subentry_size messages stored as one entry under one publishing id (one confirm for
+    all), compressed: a consumer reads every message with its own offset."""
+
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name, subentry_size=100, compression=compression, reference="batcher")
+        futures = await api.send_many(producer, [b"s-%d" % i for i in range(1050)])
+        ids = await api.settle(futures)
+        # one publishing id a sub-entry, at most 100 messages each (fewer when a batch was
+        # written before it filled up), in order
+        assert ids == sorted(ids) and ids[0] == 1 and set(ids) == set(range(1, ids[-1] + 1))
+        assert max(ids.count(i) for i in set(ids)) <= 100 and len(set(ids)) >= 11
+        batch = await producer.send_batch([b"t-%d" % i for i in range(150)])
+        last = await api.wait(batch)
+        assert last >= ids[-1] + 2
+        with pytest.raises(ValueError, match="sub-entry"):
+            await producer.send(b"x", publishing_id=99)
+        consumer = await conn.consumer(name, offset="first")
+        messages = await api.read(consumer, 1200)
+        assert [m.offset for m in messages] == list(range(1200))
+        assert [m.body for m in messages] == [b"s-%d" % i for i in range(1050)] + [b"t-%d" % i for i in range(150)]
+        assert await conn.query_publisher_sequence(name, "batcher") == last
+
+    srun(scenario)
+
+
+def test_a_silent_broker_is_found_out_by_heartbeats_and_the_consumer_resumes(srun):
+    """The proxy goes silent (a frozen connection, no FIN): two heartbeat intervals later
+    the link counts as lost (HeartbeatTimeout, from the 0-9-1 client's I/O), the
+    connection recovers through a new one, and the consumer resumes where it was."""
+
+    async def scenario(api):
+        proxy = api.proxy()
+        conn = await api.connect(api.proxy_url(proxy), heartbeat=1)
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.settle(await api.send_many(producer, [b"h-%d" % i for i in range(100)]))
+        consumer = await conn.consumer(name, offset="first")
+        assert [m.offset for m in await api.read(consumer, 50)] == list(range(50))
+        proxy.freeze()
+        started = time.monotonic()
+        assert await until(lambda: _equals(asyncio.sleep(0, conn.is_open), False), 10)
+        assert 1.5 <= time.monotonic() - started <= 8
+        assert await conn.wait_recovered(20)
+        await api.settle(await api.send_many(producer, [b"h-%d" % i for i in range(100, 200)]))
+        assert [m.offset for m in await api.read(consumer, 150, timeout=20)] == list(range(50, 200))
+        assert conn.is_open and proxy.accepted >= 2
+
+    srun(scenario)
+
+
+def test_a_chunk_that_cannot_be_read_ends_its_consumer_not_the_connection(srun):
+    """A chunk whose bytes are not an Osiris chunk (here a bad CRC, fed as the broker would
+    deliver it): that consumer ends with the codec's error; the link and its other users
+    go on."""
+
+    async def scenario(api):
+        from amqwire.codec import CodecError
+
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.wait(await producer.send(b"fine"))
+        broken = await conn.consumer(name, offset="first")
+        other = await conn.consumer(name, offset="first")
+        raw = broken if api.name == "aio" else broken._obj
+        not_a_chunk = bytes(64)  # zeros: no chunk magic, no CRC that matches
+        if api.name == "aio":
+            raw._on_chunk(not_a_chunk, raw._link)
+        else:
+            await in_thread(raw._on_chunk, not_a_chunk, raw._link)
+        with pytest.raises(CodecError):
+            while True:
+                if await broken.get(5) is None:
+                    break
+        assert (await api.read(other, 1))[0].body == b"fine"
+        assert await api.wait(await producer.send(b"still")) == 2
+
+    srun(scenario)

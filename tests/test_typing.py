@@ -252,3 +252,68 @@ def test_the_stubs_require_what_the_method_classes_require(tmp_path):
     result = _mypy(tmp_path, METHOD_ARGUMENTS)
     lines = [line for line in result.stdout.splitlines() if ": error:" in line]
     assert [line.split(":")[1] for line in lines] == ["7", "8"], result.stdout  # the last two lines
+
+
+STREAM_USER = textwrap.dedent(
+    """
+    import datetime
+    from typing import Optional
+
+    from amqwire.client import stream
+    from amqwire.client.stream import aio
+
+    def blocking_user() -> None:
+        with stream.connect("rabbitmq-stream://guest:guest@127.0.0.1:5552/", heartbeat=10) as conn:
+            conn.create_stream("s", max_age="7D", exist_ok=True)
+            exists: bool = conn.stream_exists("s")
+            first: Optional[int] = conn.stream_stats("s").first_offset
+            with conn.producer("s", reference="r") as producer:
+                future: stream.StreamFuture = producer.send(b"x", properties={"message_id": "m"})
+                publishing_id: int = future.result(timeout=1.0)
+                producer.flush()
+                last: int = producer.last_publishing_id
+            with conn.consumer("s", offset=datetime.datetime(2024, 1, 1), end=9, name="c") as consumer:
+                for message in consumer:
+                    offset: int = message.offset
+                    when: datetime.datetime = message.chunk_timestamp
+                consumer.store_offset()
+                stored: Optional[int] = consumer.query_offset()
+
+    async def aio_user() -> None:
+        async with aio.connect("rabbitmq-stream://guest:guest@127.0.0.1:5552/") as conn:
+            await conn.create_stream("s")
+            async with conn.producer("s") as producer:
+                future = await producer.send(b"x")
+                publishing_id: int = await future
+            async with conn.consumer("s", offset="first") as consumer:
+                async for message in consumer:
+                    offset: int = message.offset
+                got: Optional[aio.StreamMessage] = await consumer.get(1.0)
+    """
+)
+
+STREAM_MISTAKES = textwrap.dedent(
+    """
+    from amqwire.client import stream
+    from amqwire.client.stream import aio
+
+    def blocking_user() -> None:
+        with stream.connect() as conn, conn.producer("s") as producer:
+            publishing_id: str = producer.send(b"x").result()
+
+    async def aio_user() -> None:
+        async with aio.connect() as conn:
+            exists: bool = conn.stream_exists("s")
+            producer = await conn.producer("s")
+            publishing_id: str = await (await producer.send(b"x"))
+    """
+)
+
+
+def test_the_stream_client_is_typed_for_users(tmp_path):
+    result = _mypy(tmp_path, STREAM_USER)
+    assert result.returncode == 0, result.stdout + result.stderr
+    wrong = _mypy(tmp_path, STREAM_MISTAKES)
+    assert wrong.returncode == 1, wrong.stdout
+    # each wrong annotation is caught (the results are not Any), and a missing await too
+    assert wrong.stdout.count("[assignment]") == 3 and "Coroutine" in wrong.stdout, wrong.stdout

@@ -35,7 +35,6 @@ from .errors import (
     StreamConnectionClosed,
     StreamDeleted,
     StreamDoesNotExist,
-    StreamFeatureNotSupported,
     StreamInternalError,
     StreamNotAvailable,
     StreamPreconditionFailed,
@@ -63,7 +62,7 @@ __all__ = [
     "SaslMechanismNotSupported", "StreamAuthenticationFailure", "SaslError", "SaslChallenge",
     "AuthenticationFailureLoopback", "VirtualHostAccessFailure", "UnknownFrame", "FrameTooLarge",
     "StreamInternalError", "StreamAccessRefused", "StreamPreconditionFailed", "PublisherDoesNotExist", "NoOffset",
-    "StreamConnectionClosed", "StreamPublishFailed", "StreamFeatureNotSupported", "StreamDeleted",
+    "StreamConnectionClosed", "StreamPublishFailed", "StreamDeleted",
 ]
 
 Target = Union[str, StreamParameters, Sequence[Union[str, StreamParameters]], None]

@@ -20,7 +20,7 @@ __all__ = [
     "SaslMechanismNotSupported", "StreamAuthenticationFailure", "SaslError", "SaslChallenge",
     "AuthenticationFailureLoopback", "VirtualHostAccessFailure", "UnknownFrame", "FrameTooLarge",
     "StreamInternalError", "StreamAccessRefused", "StreamPreconditionFailed", "PublisherDoesNotExist", "NoOffset",
-    "StreamConnectionClosed", "StreamPublishFailed", "StreamFeatureNotSupported", "StreamDeleted",
+    "StreamConnectionClosed", "StreamPublishFailed", "StreamDeleted",
     "RESPONSE_CODE_NAMES", "response_error",
 ]
 
@@ -221,7 +221,8 @@ class StreamPublishFailed(StreamClientError):
         if self.code:
             why = f"the broker answered {code_text(self.code)}"
         else:
-            why = f"unconfirmed when {self.error}" if self.error is not None else "not confirmed"
+            why = (f"unconfirmed when the connection was lost or closed ({self.error}): it may or may not be stored"
+                   if self.error is not None else "not confirmed")
         return f"message {self.publishing_id} to stream {self.stream!r} failed: {why}"
 
 
@@ -235,22 +236,3 @@ class StreamDeleted(StreamClientError):
 
     def __str__(self) -> str:
         return f"stream {self.stream!r} was deleted"
-
-
-class StreamFeatureNotSupported(StreamClientError):
-    """The broker's version has no command for this (``feature``): RabbitMQ closes the
-    connection of a client that sends a command it does not know, so the client refuses
-    it before sending."""
-
-    def __init__(self, feature: str, detail: str = "") -> None:
-        self.feature = feature
-        self.detail = detail
-        super().__init__(feature, detail)
-
-    def __str__(self) -> str:
-        return f"{self.feature} is not supported by this broker" + (f": {self.detail}" if self.detail else "")
-
-
-def describe(error: BaseException) -> str:
-    """A one-line text of any error, for logs."""
-    return f"{type(error).__name__}: {error}"

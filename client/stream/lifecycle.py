@@ -71,9 +71,10 @@ PRODUCER_PHASES: dict[tuple[ProducerPhase, ProducerSignal], ProducerPhase] = {
     (P.FAILED, PE.CLOSE): P.CLOSED,
 }
 # Late news of a producer that ended changes nothing.
-for _event in (PE.LOST, PE.FAIL, PE.CLOSED, PE.DECLARED):
-    PRODUCER_PHASES.setdefault((P.CLOSED, _event), P.CLOSED)
-    PRODUCER_PHASES.setdefault((P.FAILED, _event), P.FAILED)
+for _signal in (PE.LOST, PE.FAIL, PE.CLOSED, PE.DECLARED):
+    PRODUCER_PHASES.setdefault((P.CLOSED, _signal), P.CLOSED)
+    PRODUCER_PHASES.setdefault((P.FAILED, _signal), P.FAILED)
+del _signal
 
 
 class ConsumerPhase(enum.Enum):

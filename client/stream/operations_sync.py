@@ -41,7 +41,6 @@ from .errors import (
     StreamAlreadyExists,
     StreamDoesNotExist,
     StreamNotAvailable,
-    StreamPublishFailed,
     StreamResponseError,
     response_error,
 )
@@ -49,6 +48,7 @@ from .lifecycle import ConsumerPhase, ConsumerSignal, ProducerPhase, ProducerSig
 from .message import StreamMessage
 from .options import (
     FIRST,
+    compression_option,
     LAST,
     StreamOffset,
     check_name,
@@ -64,6 +64,10 @@ from .waiting_threads import StreamFuture, StreamThreadWaiting
 
 log = logging.getLogger("amqwire.client.stream")
 
+# The hot section of a send runs in the blocking twin under the producer's lock (make_sync.py
+# turns ``if _LOCKED_SECTION:`` into an acquire of ``connection._lock`` and a try/finally); on
+# asyncio nothing can interleave with a section without an await: it takes no lock.
+_LOCKED_SECTION = True
 _Self = TypeVar("_Self")
 #: Metadata's leader reference when a stream has no leader.
 _NO_NODE = 0xFFFF
@@ -134,11 +138,11 @@ class SyncLink(LinkBase):
                        timeout: Optional[float] = None) -> Any:
         """Send a request, wait for its response; the response command, or the error of
         its code (as its class)."""
-        waiter = self._io.new_waiter()
-        with self._lock:
-            self._check()
-            correlation = build(self._core)
-            self._waiters[correlation] = (waiter, what, subject)
+        waiter, correlation = self._queue_request(build, what, subject)
+        return self._reply(waiter, correlation, what, subject, timeout)
+
+    def _reply(self, waiter: Any, correlation: int, what: str, subject: str, timeout: Optional[float]) -> Any:
+        """Write what is queued, then wait for the response to request ``correlation``."""
         self._io.flush()
         limit = self._env.rpc_timeout if timeout is None else timeout
         try:
@@ -184,9 +188,11 @@ class SyncStreamConnection(StreamConnectionBase):
     __slots__ = ()
 
     _waiting: StreamThreadWaiting
+    _links: dict[Node, SyncLink]
+    _locator: Optional[SyncLink]
 
     def __init__(self, parameters: list[StreamParameters], **options: Any) -> None:
-        super().__init__(parameters, StreamThreadWaiting(), lambda link: ThreadIO(link, 0), **options)
+        super().__init__(parameters, StreamThreadWaiting(), **options)
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -277,7 +283,7 @@ class SyncStreamConnection(StreamConnectionBase):
             attempt += 1
             log.info("stream recovery: reconnecting in %.1f s (attempt %d)", delay, attempt)
             self._waiting.sleep(delay)
-            if lifecycle.state is not ConnectionStatus.DOWN:
+            if self.state is not ConnectionStatus.DOWN:
                 break
             try:
                 self._open_locator()
@@ -288,11 +294,10 @@ class SyncStreamConnection(StreamConnectionBase):
                     self._give_up(ConnectionLost(f"recovery gave up after {attempt} attempts: {exc}"))
                     return
                 continue
-            with self._lock:
-                if lifecycle.state is ConnectionStatus.RESTORING:
-                    lifecycle.fire(ConnectionSignal.RESTORED)
-            self._recovered.set()
-            log.info("stream recovery: connected again to %s", self._locator.params if self._locator else "?")
+            if self._restored():
+                log.info("stream recovery: connected again")
+            else:
+                self._recovered.set()
             return
 
     def _link_for_node(self, node: Node) -> SyncLink:
@@ -478,23 +483,29 @@ class SyncStreamConnection(StreamConnectionBase):
     # producers and consumers ---------------------------------------------------------------
 
     def producer(self, stream: str, reference: Optional[str] = None, *, batch_size: int = 200,
-                 max_in_flight: int = 10_000, timeout: Optional[float] = None) -> SyncStreamProducer:
+                 max_in_flight: int = 10_000, subentry_size: int = 0, compression: Optional[str] = None,
+                 timeout: Optional[float] = None) -> SyncStreamProducer:
         """A producer on ``stream`` (declared on its leader).  With a ``reference``, the
         broker deduplicates: it stores a message only if its publishing id is above the last
         it stored for that reference, so a producer restarted with the same reference (or
         one that resends after a loss) never stores a message twice.  ``batch_size``:
         messages per Publish frame; ``max_in_flight``: sends not yet confirmed before send()
-        waits.  asyncio: ``p = await conn.producer(...)`` or ``async with conn.producer(...) as p``."""
+        waits.  ``subentry_size``: sub-entry batching, that many messages stored as one
+        entry under one publishing id (one confirm, settling each of their futures with it),
+        compressed with ``compression`` ("gzip", or "zstd" with the zstandard package).
+        asyncio: ``p = await conn.producer(...)`` or ``async with conn.producer(...) as p``."""
         check_name(stream)
         ref = check_reference(reference, "reference")
         size = positive("batch_size", batch_size, 65535)
         window = positive("max_in_flight", max_in_flight, 2**31 - 1)
-        return (self._open_producer(stream, ref, size, window, timeout))
+        subentries = 0 if subentry_size in (0, 1) else positive("subentry_size", subentry_size, 65535)
+        codec = compression_option(compression, subentries)
+        return (self._open_producer(stream, ref, size, window, subentries, codec, timeout))
 
     def _open_producer(self, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int,
-                             timeout: Optional[float]) -> SyncStreamProducer:
+                             subentry_size: int, compression: int, timeout: Optional[float]) -> SyncStreamProducer:
         self._check()
-        producer = SyncStreamProducer(self, stream, reference, batch_size, max_in_flight)
+        producer = SyncStreamProducer(self, stream, reference, batch_size, max_in_flight, subentry_size, compression)
         with self._lock:
             self._producers.append(producer)
         try:
@@ -564,8 +575,9 @@ class SyncStreamConnection(StreamConnectionBase):
                 log.info("%r placed again (attempt %d)", member, attempt)
                 return
             except StreamDoesNotExist:
-                log.warning("stream %r was deleted: %r ends", member.stream, member)
-                self._member_deleted(member)
+                if member._machine.state is down:  # else closed meanwhile: nothing to say
+                    log.warning("stream %r was deleted: %r ends", member.stream, member)
+                    self._member_deleted(member)
                 return
             except (AMQPConnectionError, StreamResponseError, OperationTimeout, TimeoutError, OSError) as exc:
                 log.info("relocating %r failed (attempt %d): %r", member, attempt, exc)
@@ -635,6 +647,8 @@ class SyncStreamProducer(ProducerBase):
     __slots__ = ()
 
     _env: SyncStreamConnection
+    _waiting: StreamThreadWaiting
+    _new_future: Callable[[], StreamFuture]
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -680,14 +694,32 @@ class SyncStreamProducer(ProducerBase):
         ``application_properties``: a dict.  ``publishing_id``: this message's id (strictly
         above the last one sent; default: the next one).  Waits (up to ``timeout``) while
         ``max_in_flight`` sends are unconfirmed; asyncio: ``future = await p.send(...)``."""
-        if len(self._unconfirmed) + len(self._pending) >= self.max_in_flight or \
-                self._machine.state not in _ACCEPTING:
+        # the hot path: identity checks (an enum's hash is a Python call), the id inline; a
+        # bytes body alone is kept as it is and encoded with its batch, in C, into the frame
+        if self._machine.state is not _OPEN or len(self._unconfirmed) + len(self._pending) >= self.max_in_flight:
             self._wait_room(timeout)
-        message = encode_message(body, properties=properties, application_properties=application_properties)
-        future = self._waiting.new_future(self)
+        if properties is None and application_properties is None and type(body) is bytes:
+            message = body
+            raw = True
+        else:
+            message = encode_message(body, properties=properties, application_properties=application_properties)
+            raw = False
+        future = self._new_future()
+        future._producer = self  # its result() writes the batch it is in, then waits
         written = schedule = False
-        with self._lock:
-            pid = self._take_id(publishing_id)
+        connection = self  # the locked section below takes connection._lock (make_sync.py): this producer's
+        connection._lock.acquire()
+        try:
+            if raw is not self._pending_raw:
+                message = self._same_kind(message, raw)
+            if publishing_id is None and self._next_id > self._last_id:
+                if self.subentry_size:  # the sub-entry's id, taken when it is written
+                    pid = 0
+                else:
+                    pid = self._last_id = self._next_id
+                    self._next_id = pid + 1
+            else:
+                pid = self._take_id(publishing_id)
             self._pending_ids.append(pid)
             self._pending.append(message)
             self._pending_tokens.append(future)
@@ -695,9 +727,11 @@ class SyncStreamProducer(ProducerBase):
                 written = self._write_pending_locked()
             elif not self._write_scheduled:
                 self._write_scheduled = schedule = True
-            link = self._link
+            link = connection._link
+        finally:
+            connection._lock.release()
         if written:
-            link._io.flush()
+            link._flush_quietly()
         elif schedule:
             self._waiting.write_soon(self._write_pending)
         return future
@@ -706,8 +740,12 @@ class SyncStreamProducer(ProducerBase):
         """Send several messages (bodies: bytes or amqp10 body wrappers) with consecutive
         publishing ids; returns one future, settled with the last id once all are
         confirmed, or with the first failure."""
-        messages = [encode_message(body) for body in bodies]
-        future = self._waiting.new_future(self)
+        messages = list(bodies)
+        raw = all(type(body) is bytes for body in messages)
+        if not raw:
+            messages = [encode_message(body) for body in messages]
+        future = self._new_future()
+        future._producer = self
         if not messages:
             self._waiting.settle(future, self.last_publishing_id)
             return future
@@ -716,12 +754,24 @@ class SyncStreamProducer(ProducerBase):
             self._wait_room(timeout, len(messages))
         link = None
         with self._lock:
-            first = self._take_id(None)
-            last = first + len(messages) - 1
-            self._last_id = last
-            self._next_id = last + 1
-            token = _Batch(future, len(messages), last)
-            self._pending_ids.extend(range(first, last + 1))
+            if raw is not self._pending_raw:
+                if not self._pending:
+                    self._pending_raw = raw
+                elif raw:
+                    messages = [encode_message(body) for body in messages]
+                else:
+                    self._pending = [encode_message(body) for body in self._pending]
+                    self._pending_raw = False
+            if self.subentry_size:  # the ids are the sub-entries'
+                token = _Batch(future, len(messages), -1)
+                self._pending_ids.extend([0] * len(messages))
+            else:
+                first = self._take_id(None)
+                last = first + len(messages) - 1
+                self._last_id = last
+                self._next_id = last + 1
+                token = _Batch(future, len(messages), last)
+                self._pending_ids.extend(range(first, last + 1))
             self._pending.extend(messages)
             self._pending_tokens.extend([token] * len(messages))
             written = False
@@ -734,19 +784,24 @@ class SyncStreamProducer(ProducerBase):
                 self._write_scheduled = True
             link = self._link
         if written:
-            link._io.flush()
+            link._flush_quietly()
         if schedule:
             self._waiting.write_soon(self._write_pending)
         return future
 
     def _wait_room(self, timeout: Optional[float], count: int = 1) -> None:
-        """Until the producer takes sends and has room for ``count`` more."""
+        """Until the producer takes sends and has room for ``count`` more.  A full window
+        waits until a quarter of it is confirmed, not for the first confirm: the sends
+        then go on in batches, not one frame's worth at a time (a wake-up each)."""
         self._check_sending()
         window = max(self.max_in_flight, count)
+        low = max(window - max(window // 4, count), 0)
 
         def ready() -> bool:
-            return self._machine.state not in _ACCEPTING or \
-                len(self._unconfirmed) + len(self._pending) + count <= window
+            if self._machine.state not in _ACCEPTING:
+                return True
+            in_flight = len(self._unconfirmed) + len(self._pending)
+            return in_flight + count <= window and in_flight <= low
 
         self._flush_batch()
         self._waits.wait_progress(ready, timeout, "room for a send (max_in_flight)")
@@ -800,6 +855,7 @@ class SyncStreamProducer(ProducerBase):
 
 
 _ACCEPTING = frozenset({ProducerPhase.OPEN, ProducerPhase.DOWN, ProducerPhase.DECLARING})
+_OPEN = ProducerPhase.OPEN
 _ENDED = frozenset({ProducerPhase.CLOSED, ProducerPhase.FAILED})
 
 
@@ -850,7 +906,8 @@ class SyncStreamConsumer(StreamConsumerBase):
         link = env._link_to(self.stream, False, timeout)
         if self._inbox is None:
             self._inbox = env._waiting.new_inbox(self)
-        with self._lock:
+        properties = self._properties
+        with self._lock:  # the credit granted for chunks taken meanwhile goes after the Subscribe
             if not first:
                 if self._machine.state is not ConsumerPhase.DOWN:
                     return
@@ -860,10 +917,18 @@ class SyncStreamConsumer(StreamConsumerBase):
             self._subscription_id = subscription_id
             spec = self._subscribe_spec()
             credit = self._subscribe_credit()
-        properties = self._properties
+            try:
+                waiter, correlation = link._queue_request(
+                    lambda core: core.subscribe(subscription_id, self.stream, spec.kind, spec.value, credit, properties),
+                    "subscribe", self.stream)
+            except BaseException:
+                link._unregister(subscription_id, False)
+                self._link = None
+                if not first:
+                    self._machine.fire(ConsumerSignal.LOST)
+                raise
         try:
-            link._request(lambda core: core.subscribe(subscription_id, self.stream, spec.kind, spec.value, credit,
-                                                            properties), "subscribe", self.stream, timeout)
+            link._reply(waiter, correlation, "subscribe", self.stream, timeout)
         except BaseException:
             link._unregister(subscription_id, False)
             with self._lock:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 from ..errors import StreamOptionError
 
@@ -115,7 +115,7 @@ def _max_age(value: Any) -> str:
 
 
 #: keyword of create_stream -> (the Create command's argument, its check)
-_RETENTION = {
+_RETENTION: dict[str, tuple[str, Callable[[Any], str]]] = {
     "max_length_bytes": ("max-length-bytes", lambda v: _positive_int("max_length_bytes", v)),
     "max_age": ("max-age", _max_age),
     "max_segment_size_bytes": ("stream-max-segment-size-bytes",
@@ -152,3 +152,24 @@ def positive(option: str, value: Any, high: int) -> int:
     """An option that is an integer 1 .. high."""
     _positive_int(option, value, 1, high)
     return int(value)
+
+
+#: Sub-entry compressions the codec writes (and reads back): name -> COMPRESSION_* code.
+COMPRESSIONS = {"none": 0, "gzip": 1, "zstd": 4}
+
+
+def compression_option(compression: Any, subentry_size: int) -> int:
+    """The COMPRESSION_* code of a producer's ``compression`` (None: none)."""
+    if compression is None:
+        return 0
+    if not isinstance(compression, str) or compression.lower() not in COMPRESSIONS:
+        raise StreamOptionError("compression", f"expected one of {', '.join(COMPRESSIONS)} or None, got {compression!r}")
+    code = COMPRESSIONS[compression.lower()]
+    if code and not subentry_size:
+        raise StreamOptionError("compression", "compresses sub-entries: give subentry_size= too (e.g. 100)")
+    if code == 4:
+        try:
+            import zstandard  # noqa: F401
+        except ImportError:
+            raise StreamOptionError("compression", "zstd needs the zstandard package (pip install zstandard)") from None
+    return code

@@ -20,13 +20,12 @@ from typing import Any, Optional
 
 from amqwire.codec.stream import frames as F
 
-from ..protocol import HeartbeatMonitor
-from .errors import StreamConnectionClosed, response_error
-from ..errors import InvalidStateError, ConnectionLost
+from ..errors import InvalidStateError
+from .errors import response_error
 
 __all__ = [
     "StreamProtocol", "LinkState", "Reply", "HandshakeDone", "HandshakeFailed", "Confirmed", "PublishErrors",
-    "Delivered", "MetadataChanged", "CreditRefused", "BrokerClosed", "HeartbeatMonitor", "OK", "negotiate",
+    "Delivered", "MetadataChanged", "CreditRefused", "BrokerClosed", "OK", "negotiate",
     "PUBLISHER_IDS", "SUBSCRIPTION_IDS",
 ]
 
@@ -312,7 +311,7 @@ class StreamProtocol:
         codec's ``StreamFrameError`` for bytes that are not the stream protocol."""
         if self.state is LinkState.CLOSED:
             return []
-        commands = self._parser.feed(data)
+        commands: list[Any] = self._parser.feed(data)
         if not commands:
             return commands
         events: list[Any] = []
@@ -419,6 +418,25 @@ class StreamProtocol:
         self._out.append(frame)
         self.pending_output += len(frame)
 
+    def publish_bodies(self, publisher_id: int, first_id: int, bodies: list[Any]) -> None:
+        """One Publish frame of bare bodies (each one AMQP 1.0 data section, encoded by the
+        codec straight into the frame) with ids ``first_id``, +1, ..."""
+        if self.state is not LinkState.OPEN:
+            raise InvalidStateError(f"publish: the connection is {self.state}")
+        frame = F.encode_publish_values(publisher_id, first_id, bodies)
+        self._out.append(frame)
+        self.pending_output += len(frame)
+
+    def publish_subentries(self, publisher_id: int, entries: list[tuple[int, list[Any]]], compression: int) -> None:
+        """One Publish frame of sub-entries: each (publishing id, its messages, AMQP 1.0
+        encoded), compressed with ``compression`` (a COMPRESSION_* code)."""
+        if self.state is not LinkState.OPEN:
+            raise InvalidStateError(f"publish: the connection is {self.state}")
+        frame = F.Publish(publisher_id, [(pid, F.encode_subentry(messages, compression))
+                                         for pid, messages in entries]).encode()
+        self._out.append(frame)
+        self.pending_output += len(frame)
+
     # ids -----------------------------------------------------------------------------------------
 
     def new_publisher_id(self) -> int:
@@ -432,11 +450,3 @@ class StreamProtocol:
 
     def release_subscription_id(self, subscription_id: int) -> None:
         self._subscriptions.release(subscription_id)
-
-
-def closed_error(event: BrokerClosed, broker: str) -> StreamConnectionClosed:
-    return StreamConnectionClosed(event.code, event.reason, broker)
-
-
-def lost_error(text: str) -> ConnectionLost:
-    return ConnectionLost(text)

@@ -30,7 +30,10 @@ import inspect
 import logging
 from typing import Any, Callable, Optional
 
+from itertools import repeat
+
 from amqwire.codec import CodecError
+from amqwire.codec.stream.amqp10 import encode_message
 from amqwire.codec.stream.chunk import chunk_messages
 
 from ..errors import AMQPConnectionError, AuthenticationError, ConnectionLost, InvalidStateError
@@ -46,7 +49,6 @@ from .errors import (
 )
 from .lifecycle import (
     CONSUMER_LIVE_PHASES,
-    PRODUCER_SENDING_PHASES,
     ConsumerPhase,
     ConsumerSignal,
     ProducerPhase,
@@ -350,6 +352,16 @@ class LinkBase:
             self._core.credit(subscription_id, credit)
         self._flush_quietly()
 
+    def _queue_request(self, build: Callable[[proto.StreamProtocol], int], what: str, subject: str) -> tuple[Any, int]:
+        """Queue a request in the core (written by the next flush): its waiter and
+        correlation id."""
+        waiter = self._io.new_waiter()
+        with self._lock:
+            self._check()
+            correlation = build(self._core)
+            self._waiters[correlation] = (waiter, what, subject)
+        return waiter, correlation
+
     def _send_no_reply(self, build: Callable[[proto.StreamProtocol], Any]) -> None:
         """A command without a response (StoreOffset): written now."""
         with self._lock:
@@ -373,6 +385,15 @@ class _Batch:
         self.last_id = last_id
 
 
+class _Group:
+    """The sends of one sub-entry: one publishing id, one confirm for all of them."""
+
+    __slots__ = ("tokens",)
+
+    def __init__(self, tokens: list[Any]) -> None:
+        self.tokens = tokens
+
+
 class ProducerBase:
     """A producer's bookkeeping (see the module's text); the sending flows are in
     ``operations_async.py``."""
@@ -380,10 +401,12 @@ class ProducerBase:
     __slots__ = (
         "_env", "stream", "reference", "_machine", "_lock", "_waiting", "_waits", "_link", "_publisher_id",
         "_next_id", "_last_id", "_unconfirmed", "_pending_ids", "_pending", "_pending_tokens", "batch_size",
-        "max_in_flight", "_write_scheduled", "_sequence", "__weakref__",
+        "max_in_flight", "_write_scheduled", "_sequence", "resent", "_new_future", "subentry_size", "compression",
+        "_pending_raw", "__weakref__",
     )
 
-    def __init__(self, env: Any, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int) -> None:
+    def __init__(self, env: Any, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int,
+                 subentry_size: int = 0, compression: int = 0) -> None:
         self._env = env
         self.stream = stream
         self.reference = reference
@@ -391,20 +414,30 @@ class ProducerBase:
         self._waiting = env._waiting
         self._lock = env._waiting.new_lock()
         self._waits = self._waiting.producer_waits(self)
+        self._new_future = self._waiting.new_future  # bound once: one call less a send
         self._link: Any = None
         self._publisher_id = -1
         self._next_id = 1  # automatic publishing ids: with a reference, after what the broker has
         self._last_id = 0  # the highest id sent so far: explicit ids must go above it
-        # publishing id -> (future or _Batch, encoded message): written, not confirmed yet
-        self._unconfirmed: dict[int, tuple[Any, Any]] = {}
-        # the batch being filled: written as one Publish frame
+        # publishing id -> (future, _Batch or _Group; its message; whether that is a bare body,
+        # not yet AMQP 1.0 encoded): written, not confirmed yet
+        self._unconfirmed: dict[int, tuple[Any, Any, bool]] = {}
+        # the batch being filled: written as one Publish frame.  Either every message in it is
+        # a bare bytes body (``_pending_raw``: encoded with the frame, by the codec), or every
+        # one is encoded already (a send with properties).
         self._pending_ids: list[int] = []
         self._pending: list[Any] = []
         self._pending_tokens: list[Any] = []
+        self._pending_raw = True
         self.batch_size = batch_size
         self.max_in_flight = max_in_flight
         self._write_scheduled = False  # a write of the batch is scheduled (linger / end of the loop's pass)
         self._sequence: Optional[int] = None  # the broker's last stored id for the reference, at the last declare
+        #: Messages written again after a relocation (unconfirmed at a loss; with a reference).
+        self.resent = 0
+        #: Sub-entry batching: this many messages under one publishing id (0: off), and their compression.
+        self.subentry_size = subentry_size
+        self.compression = compression
 
     @property
     def state(self) -> ProducerPhase:
@@ -441,6 +474,10 @@ class ProducerBase:
 
     def _take_id(self, publishing_id: Optional[int]) -> int:
         """The id of the next message (under ``_lock``)."""
+        if self.subentry_size:
+            if publishing_id is not None:
+                raise ValueError("publishing_id: a producer with sub-entry batching gives each sub-entry its id")
+            return 0  # the sub-entry's, taken when it is written
         if publishing_id is None:
             pid = self._next_id
             if pid <= self._last_id:
@@ -461,19 +498,56 @@ class ProducerBase:
     def _write_pending_locked(self) -> bool:
         """Write the batch being filled as one Publish frame, if the producer is declared;
         returns whether something was queued on the link (flush it then)."""
-        if not self._pending or self._machine.state not in PRODUCER_SENDING_PHASES:
+        state = self._machine.state
+        if not self._pending or (state is not ProducerPhase.OPEN and state is not ProducerPhase.CLOSING):
             return False
         link = self._link
-        ids, messages, tokens = self._pending_ids, self._pending, self._pending_tokens
-        self._pending_ids, self._pending, self._pending_tokens = [], [], []
-        unconfirmed = self._unconfirmed
-        for pid, message, token in zip(ids, messages, tokens):
-            unconfirmed[pid] = (token, message)
         with link._lock:
             if not link._lifecycle.usable:
-                return False  # lost meanwhile: its loss moves them back (see _link_lost)
+                return False  # lost meanwhile: the batch waits for the relocation
+            ids, messages, tokens = self._pending_ids, self._pending, self._pending_tokens
+            self._pending_ids, self._pending, self._pending_tokens = [], [], []
+            raw = self._pending_raw
+            if self.subentry_size > 1:
+                if raw:
+                    messages = [encode_message(body) for body in messages]
+                self._write_subentries_locked(link, messages, tokens)
+                return True
+            if raw and ids[-1] - ids[0] == len(ids) - 1:  # consecutive ids: encoded into the frame
+                self._unconfirmed.update(zip(ids, zip(tokens, messages, repeat(True))))
+                link._core.publish_bodies(self._publisher_id, ids[0], messages)
+                return True
+            if raw:
+                messages = [encode_message(body) for body in messages]
+            self._unconfirmed.update(zip(ids, zip(tokens, messages, repeat(False))))
             link._core.publish(self._publisher_id, ids, messages)
         return True
+
+    def _same_kind(self, message: Any, raw: bool) -> Any:
+        """A send whose message is not of the kind of the batch being filled (under
+        ``_lock``): encode it, or the batch, so that the batch is of one kind."""
+        if not self._pending:
+            self._pending_raw = raw
+            return message
+        if raw:
+            return encode_message(message)
+        self._pending = [encode_message(body) for body in self._pending]
+        self._pending_raw = False
+        return message
+
+    def _write_subentries_locked(self, link: Any, messages: list[Any], tokens: list[Any]) -> None:
+        """Sub-entry batching: every ``subentry_size`` messages one sub-entry (compressed
+        with ``compression``) under one publishing id, one confirm; the frame holds them all."""
+        size = self.subentry_size
+        entries = []
+        for start in range(0, len(messages), size):
+            group = messages[start:start + size]
+            pid = self._next_id
+            self._last_id = pid
+            self._next_id = pid + 1
+            self._unconfirmed[pid] = (_Group(tokens[start:start + size]), group, False)
+            entries.append((pid, group))
+        link._core.publish_subentries(self._publisher_id, entries, self.compression)
 
     def _write_pending(self) -> None:
         """The scheduled write of a batch that did not fill up (linger, the loop's pass)."""
@@ -484,75 +558,105 @@ class ProducerBase:
         if written:
             link._flush_quietly()
 
-    def _write_resends_locked(self, messages: list[tuple[int, Any, Any]]) -> None:
-        """After a (re)declare: write ``messages`` ((id, token, encoded), by id) in batches."""
+    def _write_resends_locked(self, messages: list[tuple[int, Any, Any, bool]]) -> None:
+        """After a (re)declare: write ``messages`` ((id, token, message, bare), by id) in batches."""
         link = self._link
         unconfirmed = self._unconfirmed
         size = self.batch_size
+        messages = [(pid, token, encode_message(message) if raw else message, False)
+                    for pid, token, message, raw in messages]
         with link._lock:
             for start in range(0, len(messages), size):
                 part = messages[start:start + size]
-                for pid, token, message in part:
-                    unconfirmed[pid] = (token, message)
-                link._core.publish(self._publisher_id, [m[0] for m in part], [m[2] for m in part])
+                for pid, token, message, raw in part:
+                    unconfirmed[pid] = (token, message, raw)
+                if self.subentry_size > 1:  # each a sub-entry: (id, group, its messages)
+                    link._core.publish_subentries(self._publisher_id, [(m[0], m[2]) for m in part], self.compression)
+                else:
+                    link._core.publish(self._publisher_id, [m[0] for m in part], [m[2] for m in part])
 
     # settling (the reading thread) -------------------------------------------------------------
 
     def _on_confirmed(self, publishing_ids: list[int]) -> None:
-        settled = []
+        settled: list[tuple[Any, int]] = []
         with self._lock:
             pop = self._unconfirmed.pop
             for pid in publishing_ids:
                 entry = pop(pid, None)
                 if entry is not None:
-                    settled.append((entry[0], pid))
-        waiting = self._waiting
-        for token, pid in settled:
-            if type(token) is _Batch:
-                token.pending -= 1
-                if token.pending == 0:
-                    waiting.settle(token.future, token.last_id)
-            else:
-                waiting.settle(token, pid)
+                    token = entry[0]
+                    if type(token) is _Batch or type(token) is _Group:
+                        self._confirm_locked(token, pid, settled)
+                    else:
+                        settled.append((token, pid))
+        settle = self._waiting.settle
+        for future, pid in settled:  # outside the lock: a future's callbacks run here
+            settle(future, pid)
+        self._waits.notify_progress()
+
+    def _confirm_locked(self, token: Any, pid: int, settled: list[tuple[Any, int]]) -> None:
+        """A confirm for ``token`` (a future, a send_batch's _Batch, a sub-entry's _Group),
+        under ``_lock``: the futures it settles go to ``settled``."""
+        kind = type(token)
+        if kind is _Batch:
+            token.pending -= 1
+            if token.pending == 0:
+                settled.append((token.future, token.last_id if token.last_id >= 0 else pid))
+        elif kind is _Group:
+            for member in token.tokens:
+                self._confirm_locked(member, pid, settled)
+        else:
+            settled.append((token, pid))
+
+    def _refuse_locked(self, token: Any, error: BaseException, failed: list[tuple[Any, BaseException]]) -> None:
+        """A failure of ``token``, under ``_lock``: the futures it fails go to ``failed``."""
+        kind = type(token)
+        if kind is _Batch:
+            if token.pending >= 0:
+                token.pending = -1  # failed once: later confirms of the batch change nothing
+                failed.append((token.future, error))
+        elif kind is _Group:
+            for member in token.tokens:
+                self._refuse_locked(member, error, failed)
+        else:
+            failed.append((token, error))
+
+    def _settle_all(self, settled: list[tuple[Any, int]], failed: list[tuple[Any, BaseException]]) -> None:
+        """Settle what ``_confirm_locked`` and ``_refuse_locked`` collected (outside the lock)."""
+        for future, pid in settled:
+            self._waiting.settle(future, pid)
+        for future, error in failed:
+            self._waiting.fail(future, error)
         self._waits.notify_progress()
 
     def _on_publish_errors(self, errors: list[tuple[int, int]]) -> None:
-        failed = []
+        failed: list[tuple[Any, BaseException]] = []
         with self._lock:
             for pid, code in errors:
                 entry = self._unconfirmed.pop(pid, None)
                 if entry is not None:
                     error = StreamPublishFailed(pid, self.stream, response_error(code, "publish", self.stream), code)
-                    failed.append((entry[0], error))
-        for token, error in failed:
-            self._fail_token(token, error)
-        self._waits.notify_progress()
-
-    def _fail_token(self, token: Any, error: BaseException) -> None:
-        if type(token) is _Batch:
-            token.pending = -1  # failed once: later confirms of the batch change nothing
-            self._waiting.fail(token.future, error)
-        else:
-            self._waiting.fail(token, error)
+                    self._refuse_locked(entry[0], error, failed)
+        self._settle_all([], failed)
 
     def _fail_all(self, error: BaseException) -> None:
         """Fail every send not settled yet (written or not): the producer ended."""
+        failed: list[tuple[Any, BaseException]] = []
         with self._lock:
-            entries = list(self._unconfirmed.items())
+            for pid, (token, _, _) in self._unconfirmed.items():
+                self._refuse_locked(token, StreamPublishFailed(pid, self.stream, error), failed)
             self._unconfirmed.clear()
-            pending = list(zip(self._pending_ids, self._pending_tokens))
+            for pid, token in zip(self._pending_ids, self._pending_tokens):
+                self._refuse_locked(token, StreamPublishFailed(pid, self.stream, error), failed)
             self._pending_ids, self._pending, self._pending_tokens = [], [], []
-        for pid, (token, _) in entries:
-            self._fail_token(token, StreamPublishFailed(pid, self.stream, error))
-        for pid, token in pending:
-            self._fail_token(token, StreamPublishFailed(pid, self.stream, error))
-        self._waits.notify_progress()
+        self._settle_all([], failed)
 
     def _link_lost(self, error: BaseException, recovering: bool) -> bool:
         """Its link is gone (or its stream moved): returns True when a relocation should
         declare it again.  Without a reference, what was written and not confirmed fails
         (it may or may not be stored); with one it is resent after the relocation, and the
         broker drops what it stored already."""
+        failed: list[tuple[Any, BaseException]] = []
         with self._lock:
             state = self._machine.state
             if recovering and state in (ProducerPhase.OPEN, ProducerPhase.DECLARING):
@@ -560,29 +664,25 @@ class ProducerBase:
                 relocate = state is ProducerPhase.OPEN
                 self._machine.fire(ProducerSignal.LOST)
                 self._link = None
-                lost: list[tuple[int, Any]] = []
                 if self.reference is None:
-                    lost = [(pid, entry[0]) for pid, entry in self._unconfirmed.items()]
+                    for pid, (token, _, _) in self._unconfirmed.items():
+                        self._refuse_locked(token, StreamPublishFailed(pid, self.stream, error), failed)
                     self._unconfirmed.clear()
             else:
                 self._machine.fire(ProducerSignal.FAIL if state is not ProducerPhase.CLOSING else ProducerSignal.LOST,
                                    error)
                 self._link = None
-                lost = []
-                recovering = False
-        for pid, token in lost:
-            self._fail_token(token, StreamPublishFailed(pid, self.stream, error))
+                recovering = relocate = False
+        self._settle_all([], failed)
         if not recovering:
             self._fail_all(error)
-            relocate = False
-        self._waits.notify_progress()
         return relocate
 
     def _declared(self, link: Any, publisher_id: int, sequence: Optional[int]) -> bool:
         """Declared on ``link`` (the first time or after a relocation): settle what the
         broker has stored already (ids up to ``sequence``), write the rest again, then
         the batch being filled.  False when the link was lost meanwhile."""
-        stored = []
+        stored: list[tuple[Any, int]] = []
         with self._lock:
             if self._machine.state is not ProducerPhase.DECLARING:
                 return False
@@ -593,24 +693,18 @@ class ProducerBase:
                 if sequence >= self._next_id:
                     self._next_id = sequence + 1
                 for pid in [pid for pid in self._unconfirmed if pid <= sequence]:
-                    stored.append((self._unconfirmed.pop(pid)[0], pid))
-            resend = sorted((pid, token, message) for pid, (token, message) in self._unconfirmed.items())
+                    # stored before the loss: their confirms were lost with it
+                    self._confirm_locked(self._unconfirmed.pop(pid)[0], pid, stored)
+            resend = sorted(((pid, *entry) for pid, entry in self._unconfirmed.items()), key=lambda e: e[0])
             self._unconfirmed.clear()
             self._machine.fire(ProducerSignal.DECLARED)
             if resend:
                 log.info("producer of stream %r: sending %d unconfirmed messages again", self.stream, len(resend))
+                self.resent += len(resend)
                 self._write_resends_locked(resend)
             self._write_pending_locked()
-        waiting = self._waiting
-        for token, pid in stored:  # stored before the loss: their confirms were lost with it
-            if type(token) is _Batch:
-                token.pending -= 1
-                if token.pending == 0:
-                    waiting.settle(token.future, token.last_id)
-            else:
-                waiting.settle(token, pid)
         link._flush_quietly()
-        self._waits.notify_progress()
+        self._settle_all(stored, [])
         return True
 
 
@@ -695,7 +789,15 @@ class StreamConsumerBase:
         if self._machine.state not in CONSUMER_LIVE_PHASES or link is not self._link:
             return
         next_offset = self._next_offset
-        first, timestamp, records = chunk_messages(chunk, next_offset or 0, False)
+        try:
+            first, timestamp, records = chunk_messages(chunk, next_offset or 0, False)
+        except CodecError as exc:
+            # A chunk that cannot be read (its CRC, a compression this Python cannot undo):
+            # the consumer ends with why; the link and its other users go on.
+            log.error("%r: a chunk cannot be read: %s", self, exc)
+            self._fail(exc)
+            self._env._unsubscribe_soon(self)
+            return
         start = first if next_offset is None or next_offset < first else next_offset
         end = self.end
         if end is not None and records and start + len(records) - 1 > end:
@@ -735,10 +837,11 @@ class StreamConsumerBase:
         self.last_offset = offset
         ends = self._chunk_ends
         if ends and offset >= ends[0]:
-            ends.popleft()
-            link = self._link
-            if link is not None and self._machine.state is ConsumerPhase.ACTIVE:
-                link._credit(self._subscription_id, 1)
+            with self._lock:
+                ends.popleft()
+                link = self._link
+                if link is not None and self._machine.state in _SUBSCRIBED:
+                    link._credit(self._subscription_id, 1)
 
     # losses --------------------------------------------------------------------------------
 
@@ -768,6 +871,9 @@ class StreamConsumerBase:
             self._inbox.wake()
 
 
+_SUBSCRIBED = frozenset({ConsumerPhase.SUBSCRIBING, ConsumerPhase.ACTIVE})
+
+
 # --------------------------------------------------------------------------- the connection
 
 
@@ -777,14 +883,13 @@ class StreamConnectionBase:
     __slots__ = (
         "_parameters", "params", "_ssl_context", "_client_properties", "exception_handler", "recovery",
         "rpc_timeout", "_lifecycle", "_waiting", "_lock", "_links", "_locator", "_producers", "_consumers",
-        "_recovered", "_locator_mutex", "_known_nodes", "_io_factory", "__weakref__",
+        "_recovered", "_locator_mutex", "_known_nodes", "__weakref__",
     )
 
     def __init__(
         self,
         parameters: list[StreamParameters],
         waiting: Any,
-        io_factory: Callable[[Any], Any],
         *,
         ssl_context: Any = None,
         client_properties: Optional[dict[str, str]] = None,
@@ -807,7 +912,6 @@ class StreamConnectionBase:
         self.rpc_timeout = rpc_timeout
         self._lifecycle = Lifecycle(f"stream connection to {parameters[0]}")
         self._waiting = waiting
-        self._io_factory = io_factory
         self._lock = self._new_lock()
         self._links: dict[Node, Any] = {}  # the open links, by the node each advertises
         self._locator: Any = None  # the link for requests about streams (create, metadata, ...)
@@ -857,9 +961,10 @@ class StreamConnectionBase:
 
     def _on_link_lost(self, link: Any, error: BaseException, producers: list[Any], consumers: list[Any],
                       closing: bool) -> None:
+        node = link.node
         with self._lock:
-            if self._links.get(link.node) is link:
-                del self._links[link.node]
+            if self._links.get(node) is link:
+                del self._links[node]
             was_locator = link is self._locator
             if was_locator:
                 self._locator = None
@@ -931,6 +1036,15 @@ class StreamConnectionBase:
         for link in links:
             link._on_lost(error)
         self._waiting.stop()
+
+    def _restored(self) -> bool:
+        """A recovery's new locator is up: the connection is OPEN again (False: closed meanwhile)."""
+        with self._lock:
+            if self._lifecycle.state is not ConnectionStatus.RESTORING:
+                return False
+            self._lifecycle.fire(ConnectionSignal.RESTORED)
+        self._recovered.set()
+        return True
 
     def _unsubscribe_soon(self, consumer: Any) -> None:
         """A consumer reached its end offset: unsubscribe it in the background."""

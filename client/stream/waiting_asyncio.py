@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import time
 from typing import Any, Callable, Coroutine, Optional
 
@@ -92,8 +93,11 @@ class StreamAsyncioWaiting:
 
     # producers ------------------------------------------------------------------------------
 
-    def new_future(self, producer: Any) -> AsyncioStreamFuture:
-        return self.loop.create_future()
+    @property
+    def new_future(self) -> Callable[[], AsyncioStreamFuture]:
+        """Makes a send's future: the loop's Future type, called in C (loop.create_future
+        is a Python call more)."""
+        return functools.partial(asyncio.Future, loop=self.loop)
 
     @staticmethod
     def settle(future: AsyncioStreamFuture, publishing_id: int) -> None:

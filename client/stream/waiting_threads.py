@@ -37,8 +37,8 @@ class StreamFuture:
 
     __slots__ = ("_producer", "_state", "_value", "_error", "_callbacks")
 
-    def __init__(self, producer: Any) -> None:
-        self._producer = producer
+    def __init__(self) -> None:
+        self._producer: Any = None  # set by the send that made it
         self._state = 0  # 0 pending, 1 confirmed, 2 failed
         self._value = 0
         self._error: Optional[BaseException] = None
@@ -155,9 +155,8 @@ class StreamThreadWaiting:
 
     # producers ------------------------------------------------------------------------------
 
-    @staticmethod
-    def new_future(producer: Any) -> StreamFuture:
-        return StreamFuture(producer)
+    #: Makes a send's future (its producer set by the send).
+    new_future = StreamFuture
 
     @staticmethod
     def settle(future: StreamFuture, publishing_id: int) -> None:

@@ -54,7 +54,7 @@ distinct in AMQP 1.0 but equal in Python (the symbol ``a`` and the string ``a``;
 and ``1``) cannot be a dict: decoding it raises AMQP10DecodeError.  Map keys that Python
 cannot hash (lists, maps, arrays) are refused the same way.
 
-Message sections (section 3.2), in the order they must appear::
+Message sections (section 3.2), in the order the encoder writes them (the spec's)::
 
     header 0x70                 Header (durable, priority, ttl, first_acquirer, delivery_count)
     delivery-annotations 0x71   dict, keys: str -> symbol, int -> ulong
@@ -65,6 +65,11 @@ Message sections (section 3.2), in the order they must appear::
                                 AmqpSequence([list1, ...]): amqp-sequence sections (0x76);
                                 AmqpValue(v): one amqp-value section (0x77); None: no body
     footer 0x78                 dict, keys as for annotations
+
+The decoder reads sections in any order, as RabbitMQ does (Azure's AMQP 1.0 encoder writes
+delivery-annotations last); a section that comes twice, a second kind of body, or a second
+amqp-value is an error.  An annotation key that is neither a str nor a plain int is written
+as its own type.
 
 Descriptors are written as smallulong codes and read as any ulong or as their symbolic
 names (``amqp:data:binary`` ...).  Fields of Properties and Header whose type the spec
@@ -93,10 +98,10 @@ from cpython.datetime cimport (
 )
 from cpython.object cimport PyObject
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcmp, memcpy, memmove, memset
 
 from amqwire.codec.buffer cimport (
-    MAX_NESTING, WriteBuffer, amqw_pack_u32, amqw_pack_u64, amqw_unpack_f32, amqw_unpack_f64,
+    MAX_NESTING, WriteBuffer, amqw_pack_u32, amqw_unpack_f32, amqw_unpack_f64,
     amqw_unpack_u16, amqw_unpack_u32, amqw_unpack_u64, decode_utf8_or_null, utf8_of,
 )
 from amqwire.codec.table cimport civil_from_days
@@ -115,10 +120,8 @@ cdef extern from "Python.h":
     bint PyObject_CheckBuffer(object o)
     long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
     unsigned long long PyLong_AsUnsignedLongLong(object o) except? -1
-    object PyLong_FromLongLong(long long v)
     object PyLong_FromUnsignedLongLong(unsigned long long v)
     double PyFloat_AsDouble(object o) except? -1.0
-    object PyFloat_FromDouble(double v)
     object PyUnicode_DecodeASCII(const char *s, Py_ssize_t size, const char *errors)
     bint PyUnicode_IS_ASCII(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
@@ -130,11 +133,29 @@ cdef extern from "Python.h":
     PyObject *PyTuple_GET_ITEM(object o, Py_ssize_t i)
     bint PyList_CheckExact(object o)
     bint PyTuple_CheckExact(object o)
-    bint PyDict_CheckExact(object o)
     void Py_XDECREF(PyObject *o)
+    void Py_XINCREF(PyObject *o)
 
 cdef extern from "_compat.h":
     dict amqw_dict_presized(Py_ssize_t n)
+
+# A wrapper built from a value known to fit it, skipping its Python-level __new__ (the
+# base type's constructor makes the subclass instance).
+cdef extern from *:
+    """
+    static PyObject *amqw_new_int(PyObject *cls, PyObject *args) {
+        return PyLong_Type.tp_new((PyTypeObject *)cls, args, NULL);
+    }
+    static PyObject *amqw_new_float(PyObject *cls, PyObject *args) {
+        return PyFloat_Type.tp_new((PyTypeObject *)cls, args, NULL);
+    }
+    static PyObject *amqw_new_str(PyObject *cls, PyObject *args) {
+        return PyUnicode_Type.tp_new((PyTypeObject *)cls, args, NULL);
+    }
+    """
+    object amqw_new_int(object cls, tuple args)
+    object amqw_new_float(object cls, tuple args)
+    object amqw_new_str(object cls, tuple args)
 
 import_datetime()
 
@@ -541,12 +562,50 @@ cdef object _utf8(const char *p, Py_ssize_t n, Py_ssize_t at):
     return result
 
 
-cdef object _symbol(const char *p, Py_ssize_t n, Py_ssize_t at):
+cdef inline int _check_ascii(const char *p, Py_ssize_t n, Py_ssize_t at) except -1:
     cdef Py_ssize_t i
     for i in range(n):
         if <uint8_t>p[i] >= 0x80:
             _bad(at, f"symbol: byte 0x{<uint8_t>p[i]:02x} is not ASCII (at {at + i})")
-    return Symbol(PyUnicode_DecodeASCII(p, n, NULL))
+    return 0
+
+
+# Symbols repeat (annotation keys such as x-exchange, content types, descriptors): a small
+# direct-mapped cache of the short ones turns most into a hash and a memcmp.  Each entry
+# owns a reference to its Symbol; the GIL guards the table.
+cdef enum:
+    _SYMBOL_SLOTS = 256                 # a power of two
+    _SYMBOL_MAX_LEN = 48
+
+cdef struct _CachedSymbol:
+    PyObject *obj
+    Py_ssize_t len
+    char data[_SYMBOL_MAX_LEN]
+
+cdef _CachedSymbol _symbol_cache[_SYMBOL_SLOTS]
+memset(_symbol_cache, 0, sizeof(_symbol_cache))
+
+
+cdef object _symbol(const char *p, Py_ssize_t n, Py_ssize_t at):
+    cdef _CachedSymbol *slot
+    cdef uint32_t h = 2166136261u
+    cdef Py_ssize_t i
+    if n > _SYMBOL_MAX_LEN:
+        _check_ascii(p, n, at)
+        return amqw_new_str(Symbol, (PyUnicode_DecodeASCII(p, n, NULL),))
+    for i in range(n):                  # FNV-1a
+        h = (h ^ <uint8_t>p[i]) * 16777619u
+    slot = &_symbol_cache[(h ^ (h >> 16)) & (_SYMBOL_SLOTS - 1)]
+    if slot.obj is not NULL and slot.len == n and memcmp(slot.data, p, <size_t>n) == 0:
+        return <object>slot.obj
+    _check_ascii(p, n, at)
+    symbol = amqw_new_str(Symbol, (PyUnicode_DecodeASCII(p, n, NULL),))
+    Py_XDECREF(slot.obj)
+    Py_XINCREF(<PyObject *>symbol)
+    slot.obj = <PyObject *>symbol
+    slot.len = n
+    memcpy(slot.data, p, <size_t>n)
+    return symbol
 
 
 # Milliseconds from 0001-01-01T00:00:00Z and to 9999-12-31T23:59:59.999Z: what a datetime holds.
@@ -558,7 +617,7 @@ cdef object _timestamp(int64_t ms):
     cdef int64_t days, rest, y
     cdef int m = 0, d = 0
     if ms < _MIN_DATETIME_MS or ms > _MAX_DATETIME_MS:
-        return Timestamp(ms)
+        return amqw_new_int(Timestamp, (ms,))
     days = ms // 86400000
     rest = ms - days * 86400000
     if rest < 0:                      # C division truncates: floor it
@@ -567,6 +626,25 @@ cdef object _timestamp(int64_t ms):
     civil_from_days(days, &y, &m, &d)
     return datetime_new(<int>y, m, d, <int>(rest // 3600000), <int>(rest // 60000 % 60),
                         <int>(rest // 1000 % 60), <int>(rest % 1000) * 1000, _UTC)
+
+
+cdef inline bint _is_ulong(uint8_t code) noexcept:
+    return code == C_ULONG0 or code == C_SMALLULONG or code == C_ULONG
+
+
+cdef inline bint _is_uint(uint8_t code) noexcept:
+    return code == C_UINT0 or code == C_SMALLUINT or code == C_UINT
+
+
+cdef object _read_unsigned(Src *s, uint8_t code, Py_ssize_t at):
+    """A plain int of a ubyte, uint or ulong after its constructor ``code``."""
+    if code == C_SMALLULONG or code == C_SMALLUINT or code == C_UBYTE:
+        return _u8(s, at, "smallulong" if code == C_SMALLULONG else "smalluint" if code == C_SMALLUINT else "ubyte")
+    if code == C_UINT:
+        return amqw_unpack_u32(_take(s, 4, at, "uint"))
+    if code == C_ULONG:
+        return PyLong_FromUnsignedLongLong(amqw_unpack_u64(_take(s, 8, at, "ulong")))
+    return 0
 
 
 cdef object _read_value(Src *s, int depth):
@@ -583,10 +661,10 @@ cdef object _read_value(Src *s, int depth):
 cdef object _read_descriptor(Src *s, int depth):
     """A descriptor (or an annotation key): a ulong is a plain int, a symbol a Symbol."""
     cdef uint8_t code = <uint8_t>s.buf[s.pos] if s.pos < s.end else 0
-    value = _read_value(s, depth)
-    if code == C_ULONG0 or code == C_SMALLULONG or code == C_ULONG:
-        return int(value)
-    return _exact_code(value, code)
+    if _is_ulong(code):
+        s.pos += 1
+        return _read_unsigned(s, code, s.pos - 1)
+    return _exact_code(_read_value(s, depth), code)
 
 
 cdef object _read_payload(Src *s, uint8_t code, int depth, Py_ssize_t at):
@@ -625,6 +703,8 @@ cdef object _read_payload(Src *s, uint8_t code, int depth, Py_ssize_t at):
         p = _take(s, n, at, "symbol")
         return _symbol(p, n, at)
     if code == C_LIST0:
+        if depth >= MAX_NESTING:
+            _bad(at, f"list nested deeper than {MAX_NESTING}")
         return []
     if code == C_LIST8 or code == C_LIST32 or code == C_MAP8 or code == C_MAP32:
         return _read_compound(s, code, depth, at)
@@ -635,35 +715,35 @@ cdef object _read_payload(Src *s, uint8_t code, int depth, Py_ssize_t at):
     if code == C_LONG:
         i64 = <int64_t>amqw_unpack_u64(_take(s, 8, at, "long"))
         if -0x80000000 <= i64 <= 0x7FFFFFFF:
-            return Long(i64)
+            return amqw_new_int(Long, (i64,))
         return i64
     if code == C_SMALLLONG:
-        return Long(<int8_t>_u8(s, at, "smalllong"))
+        return amqw_new_int(Long, (<int8_t>_u8(s, at, "smalllong"),))
     if code == C_ULONG:
         u64 = amqw_unpack_u64(_take(s, 8, at, "ulong"))
         if u64 > 0x7FFFFFFFFFFFFFFF:
             return PyLong_FromUnsignedLongLong(u64)
-        return ULong(u64)
+        return amqw_new_int(ULong, (u64,))
     if code == C_SMALLULONG:
-        return ULong(_u8(s, at, "smallulong"))
+        return amqw_new_int(ULong, (_u8(s, at, "smallulong"),))
     if code == C_ULONG0:
-        return ULong(0)
+        return amqw_new_int(ULong, (0,))
     if code == C_UINT:
-        return UInt(amqw_unpack_u32(_take(s, 4, at, "uint")))
+        return amqw_new_int(UInt, (amqw_unpack_u32(_take(s, 4, at, "uint")),))
     if code == C_SMALLUINT:
-        return UInt(_u8(s, at, "smalluint"))
+        return amqw_new_int(UInt, (_u8(s, at, "smalluint"),))
     if code == C_UINT0:
-        return UInt(0)
+        return amqw_new_int(UInt, (0,))
     if code == C_UBYTE:
-        return UByte(_u8(s, at, "ubyte"))
+        return amqw_new_int(UByte, (_u8(s, at, "ubyte"),))
     if code == C_BYTE:
-        return Byte(<int8_t>_u8(s, at, "byte"))
+        return amqw_new_int(Byte, (<int8_t>_u8(s, at, "byte"),))
     if code == C_USHORT:
-        return UShort(amqw_unpack_u16(_take(s, 2, at, "ushort")))
+        return amqw_new_int(UShort, (amqw_unpack_u16(_take(s, 2, at, "ushort")),))
     if code == C_SHORT:
-        return Short(<int16_t>amqw_unpack_u16(_take(s, 2, at, "short")))
+        return amqw_new_int(Short, (<int16_t>amqw_unpack_u16(_take(s, 2, at, "short")),))
     if code == C_FLOAT:
-        return Float(amqw_unpack_f32(_take(s, 4, at, "float")))
+        return amqw_new_float(Float, (<double>amqw_unpack_f32(_take(s, 4, at, "float")),))
     if code == C_TIMESTAMP:
         return _timestamp(<int64_t>amqw_unpack_u64(_take(s, 8, at, "timestamp")))
     if code == C_UUID:
@@ -672,7 +752,7 @@ cdef object _read_payload(Src *s, uint8_t code, int depth, Py_ssize_t at):
         n = amqw_unpack_u32(_take(s, 4, at, "char"))
         if n > 0x10FFFF:
             _bad(at, f"char: U+{n:X} is not a Unicode code point")
-        return Char(PyUnicode_FromOrdinal(<int>n))
+        return amqw_new_str(Char, (PyUnicode_FromOrdinal(<int>n),))
     if code == C_DECIMAL32:
         return Decimal32(PyBytes_FromStringAndSize(_take(s, 4, at, "decimal32"), 4))
     if code == C_DECIMAL64:
@@ -682,34 +762,28 @@ cdef object _read_payload(Src *s, uint8_t code, int depth, Py_ssize_t at):
     _bad(at, f"unknown constructor 0x{code:02x}")
 
 
-cdef object _read_compound(Src *s, uint8_t code, int depth, Py_ssize_t at):
-    """A list or a map (its size and count fields next)."""
+cdef object _read_compound(Src *s, uint8_t code, int depth, Py_ssize_t at, bint annotation_keys=False):
+    """A list or a map (its size and count fields next); ``annotation_keys``: a map whose
+    ulong keys are plain ints (annotations)."""
     cdef bint wide = code == C_LIST32 or code == C_MAP32
     cdef bint is_map = code == C_MAP8 or code == C_MAP32
     cdef str what = "map" if is_map else "list"
     cdef uint32_t size, count, i
-    cdef Py_ssize_t outer_end = s.end, element_at
+    cdef Py_ssize_t outer_end = s.end
     cdef list items
-    cdef dict mapping
     if depth >= MAX_NESTING:
         _bad(at, f"{what} nested deeper than {MAX_NESTING}")
-    size = _size(s, wide, at, what + " size")
+    size = _size(s, wide, at, "map size" if is_map else "list size")
     if size > <uint64_t>(s.end - s.pos):
         _bad(at, f"{what}: size {size} is over the {s.end - s.pos} bytes left")
     s.end = s.pos + size
-    count = _size(s, wide, at, what + " count")
+    count = _size(s, wide, at, "map count" if is_map else "list count")
     if count > <uint64_t>(s.end - s.pos):    # every element takes at least one byte
         _bad(at, f"{what}: {count} elements cannot fit in {s.end - s.pos} bytes")
     if is_map:
         if count & 1:
             _bad(at, f"map: odd element count {count}")
-        mapping = amqw_dict_presized(count // 2)
-        for i in range(count // 2):
-            element_at = s.pos
-            key = _read_value(s, depth + 1)
-            value = _read_value(s, depth + 1)
-            _map_set(mapping, key, value, element_at)
-        result = mapping
+        result = _read_pairs(s, count // 2, depth + 1, annotation_keys)
     else:
         items = [None] * count
         for i in range(count):
@@ -719,6 +793,17 @@ cdef object _read_compound(Src *s, uint8_t code, int depth, Py_ssize_t at):
         _bad(at, f"{what}: {count} elements end {s.end - s.pos} bytes before its size")
     s.end = outer_end
     return result
+
+
+cdef dict _read_pairs(Src *s, uint32_t pairs, int depth, bint annotation_keys):
+    cdef uint32_t _pair
+    cdef Py_ssize_t key_at
+    cdef dict mapping = amqw_dict_presized(pairs)
+    for _pair in range(pairs):
+        key_at = s.pos
+        key = _read_descriptor(s, depth) if annotation_keys else _read_value(s, depth)
+        _map_set(mapping, key, _read_value(s, depth), key_at)
+    return mapping
 
 
 cdef int _map_set(dict mapping, object key, object value, Py_ssize_t at) except -1:
@@ -1132,23 +1217,9 @@ cdef int write_value(WriteBuffer buf, object value, int depth) except -1:
         buf.write_u8(C_DOUBLE)
         return buf.write_f64(PyFloat_AsDouble(value))
     if kind == K_UINT:
-        u64 = _unsigned(value, 0xFFFFFFFF, "uint")
-        if u64 == 0:
-            return buf.write_u8(C_UINT0)
-        if u64 <= 0xFF:
-            buf.write_u8(C_SMALLUINT)
-            return buf.write_u8(<uint8_t>u64)
-        buf.write_u8(C_UINT)
-        return buf.write_u32(<uint32_t>u64)
+        return _write_ulong(buf, _unsigned(value, 0xFFFFFFFF, "uint"), True)
     if kind == K_ULONG:
-        u64 = _unsigned(value, 0xFFFFFFFFFFFFFFFF, "ulong")
-        if u64 == 0:
-            return buf.write_u8(C_ULONG0)
-        if u64 <= 0xFF:
-            buf.write_u8(C_SMALLULONG)
-            return buf.write_u8(<uint8_t>u64)
-        buf.write_u8(C_ULONG)
-        return buf.write_u64(u64)
+        return _write_ulong(buf, _unsigned(value, 0xFFFFFFFFFFFFFFFF, "ulong"))
     if kind == K_XINT:
         i64 = _signed(value, -0x80000000, 0x7FFFFFFF, "int")
         if -0x80 <= i64 <= 0x7F:
@@ -1173,12 +1244,29 @@ cdef int write_value(WriteBuffer buf, object value, int depth) except -1:
     return _write_fixed(buf, kind, value, True)
 
 
+cdef int _write_ulong(WriteBuffer buf, uint64_t v, bint uint=False) except -1:
+    """A ulong (or, with ``uint``, a uint) in its smallest encoding."""
+    if v == 0:
+        return buf.write_u8(C_UINT0 if uint else C_ULONG0)
+    if v <= 0xFF:
+        buf.ensure(2)
+        buf._buf[buf._len] = <char>(C_SMALLUINT if uint else C_SMALLULONG)
+        buf._buf[buf._len + 1] = <char><uint8_t>v
+        buf._len += 2
+        return 0
+    if uint:
+        buf.write_u8(C_UINT)
+        return buf.write_u32(<uint32_t>v)
+    buf.write_u8(C_ULONG)
+    return buf.write_u64(v)
+
+
 cdef int _write_descriptor(WriteBuffer buf, object descriptor, int depth) except -1:
     """A plain int is a ulong code, a str a symbol; anything else as itself."""
     cdef Py_ssize_t n = 0
     cdef const char *p
     if type(descriptor) is int:
-        return write_value(buf, ULong(descriptor), depth)
+        return _write_ulong(buf, _unsigned(descriptor, 0xFFFFFFFFFFFFFFFF, "ulong"))
     if type(descriptor) is str:
         p = _symbol_ascii(descriptor, &n)
         return _write_sized(buf, C_SYM8, p, n, "symbol")
@@ -1537,7 +1625,6 @@ cdef inline int _section(WriteBuffer buf, uint8_t code) except -1:
 cdef int _write_field(WriteBuffer buf, object value, int kind) except -1:
     cdef Py_ssize_t n = 0
     cdef const char *p
-    cdef uint64_t u64
     if value is None:
         return buf.write_u8(C_NULL)
     if kind == F_ANY:
@@ -1548,11 +1635,10 @@ cdef int _write_field(WriteBuffer buf, object value, int kind) except -1:
             return _write_sized(buf, C_SYM8, p, n, "symbol")
     elif kind == F_MESSAGE_ID:
         if type(value) is int:
-            return write_value(buf, ULong(value), 1)
+            return _write_ulong(buf, _unsigned(value, 0xFFFFFFFFFFFFFFFF, "ulong"))
     elif kind == F_UINT:
         if type(value) is int:
-            u64 = _unsigned(value, 0xFFFFFFFF, "uint")
-            return write_value(buf, UInt(u64), 1)
+            return _write_ulong(buf, _unsigned(value, 0xFFFFFFFF, "uint"), True)
     elif kind == F_UBYTE:
         if type(value) is int:
             buf.write_u8(C_UBYTE)
@@ -1586,7 +1672,8 @@ cdef int _write_composite(WriteBuffer buf, uint8_t code, tuple values, const int
 
 
 cdef int _write_annotations(WriteBuffer buf, uint8_t code, object mapping, str what) except -1:
-    """Annotations: a map whose keys are symbols (a str) or ulongs (an int)."""
+    """Annotations: a map whose keys are symbols (a str) or ulongs (a plain int); other
+    keys (wrappers, decoded from a peer that wrote them) as themselves."""
     cdef Py_ssize_t start, count = 0, n = 0
     cdef const char *p
     if not isinstance(mapping, dict):
@@ -1598,11 +1685,10 @@ cdef int _write_annotations(WriteBuffer buf, uint8_t code, object mapping, str w
             if PyUnicode_Check(key):
                 p = _symbol_ascii(key, &n)
                 _write_sized(buf, C_SYM8, p, n, "symbol")
-            elif PyLong_Check(key) and not PyBool_Check(key):
-                write_value(buf, ULong(_unsigned(key, 0xFFFFFFFFFFFFFFFF, "ulong")), 1)
+            elif type(key) is int:
+                _write_ulong(buf, _unsigned(key, 0xFFFFFFFFFFFFFFFF, "ulong"))
             else:
-                raise AMQP10UnsupportedValueError(
-                    f"keys are symbols (str) or ulongs (int), got {type(key).__name__}")
+                write_value(buf, key, 1)
             write_value(buf, value, 1)
         except CodecError as exc:
             exc.args = (f"{what}[{key!r}]: {exc.args[0] if exc.args else ''}",)
@@ -1697,6 +1783,8 @@ cdef int _write_sections(WriteBuffer buf, object header, object delivery_annotat
         _write_body(buf, body)
         if footer is not None:
             _write_annotations(buf, S_FOOTER, footer, "footer")
+        if buf._len == start:
+            _encode_error("message: no sections (no body and nothing else); an AMQP 1.0 message has at least one")
     except BaseException:
         buf._len = start                 # nothing of a message that could not be written
         raise
@@ -1705,6 +1793,8 @@ cdef int _write_sections(WriteBuffer buf, object header, object delivery_annotat
 
 cdef int write_message(WriteBuffer buf, object body, object properties,
                        object application_properties) except -1:
+    if PyBytes_CheckExact(body) and properties is None and application_properties is None:
+        return _write_data(buf, body)      # the common case: nothing to undo on an error
     return _write_sections(buf, None, None, None, properties, application_properties, body, None)
 
 
@@ -1768,48 +1858,50 @@ cdef object _exact_code(object value, uint8_t code):
     if type(value) is not int:
         return value
     if code == C_LONG or code == C_SMALLLONG:
-        return Long(value)
+        return amqw_new_int(Long, (value,))
     if code == C_ULONG:
-        return ULong(value) if value <= ULong.MAX else value
-    return Int(value)
+        return amqw_new_int(ULong, (value,)) if value <= Long.MAX else value
+    return amqw_new_int(Int, (value,))
 
 
 cdef object _field(Src *s, int kind):
     """One field of the header or properties list: plain Python when its type is the
     field's own (see _write_field), else as it came."""
     cdef uint8_t code = <uint8_t>s.buf[s.pos] if s.pos < s.end else 0
+    cdef uint32_t n
+    cdef const char *p
+    cdef Py_ssize_t at = s.pos
+    if kind == F_SYMBOL and (code == C_SYM8 or code == C_SYM32):    # a str, no Symbol
+        s.pos += 1
+        n = _size(s, code == C_SYM32, at, "symbol size")
+        p = _take(s, n, at, "symbol")
+        _check_ascii(p, n, at)
+        return _utf8(p, n, at)              # ASCII is UTF-8; short ones come from a cache
+    if (kind == F_MESSAGE_ID and _is_ulong(code) or kind == F_UINT and _is_uint(code)
+            or kind == F_UBYTE and code == C_UBYTE):                   # a plain int
+        s.pos += 1
+        return _read_unsigned(s, code, at)
     value = _read_value(s, 1)
-    if value is None or kind == F_ANY or kind == F_BINARY:
+    if kind == F_ANY or kind == F_BINARY or kind == F_SYMBOL:
         return value
-    if kind == F_SYMBOL:
-        return str(value) if code == C_SYM8 or code == C_SYM32 else value
-    if kind == F_MESSAGE_ID:
-        if code == C_ULONG0 or code == C_SMALLULONG or code == C_ULONG:
-            return int(value)
-    elif kind == F_UINT:
-        if code == C_UINT0 or code == C_SMALLUINT or code == C_UINT:
-            return int(value)
-    elif kind == F_UBYTE:
-        if code == C_UBYTE:
-            return int(value)
     return _exact_code(value, code)
 
 
-cdef tuple _read_composite(Src *s, Py_ssize_t at, int nfields, const int *kinds, str what):
+cdef list _read_composite(Src *s, Py_ssize_t at, int nfields, const int *kinds, str what):
     """The fields of a header or properties list, nfields of them (absent ones None)."""
     cdef uint8_t code = _u8(s, s.pos, what)
     cdef uint32_t size, count, i
     cdef Py_ssize_t outer_end = s.end
     cdef list values = [None] * nfields
     if code == C_LIST0:
-        return tuple(values)
+        return values
     if code != C_LIST8 and code != C_LIST32:
         _bad(s.pos - 1, f"{what}: expected a list, found constructor 0x{code:02x}")
-    size = _size(s, code == C_LIST32, at, what + " size")
+    size = _size(s, code == C_LIST32, at, "list size")
     if size > <uint64_t>(s.end - s.pos):
         _bad(at, f"{what}: size {size} is over the {s.end - s.pos} bytes left")
     s.end = s.pos + size
-    count = _size(s, code == C_LIST32, at, what + " count")
+    count = _size(s, code == C_LIST32, at, "list count")
     if count > <uint32_t>nfields:
         _bad(at, f"{what}: {count} fields, the spec defines {nfields}")
     for i in range(count):
@@ -1817,39 +1909,20 @@ cdef tuple _read_composite(Src *s, Py_ssize_t at, int nfields, const int *kinds,
     if s.pos != s.end:
         _bad(at, f"{what}: {count} fields end {s.end - s.pos} bytes before its size")
     s.end = outer_end
-    return tuple(values)
+    return values
 
 
 cdef dict _read_map_section(Src *s, Py_ssize_t at, bint annotations, str what):
     """An annotations or application-properties map; annotation keys that are ulongs are
     plain ints."""
     cdef uint8_t code = _u8(s, s.pos, what)
-    cdef uint32_t size, count, i
-    cdef Py_ssize_t outer_end = s.end, key_at
-    cdef dict mapping
     if code != C_MAP8 and code != C_MAP32:
         _bad(s.pos - 1, f"{what}: expected a map, found constructor 0x{code:02x}")
-    size = _size(s, code == C_MAP32, at, what + " size")
-    if size > <uint64_t>(s.end - s.pos):
-        _bad(at, f"{what}: size {size} is over the {s.end - s.pos} bytes left")
-    s.end = s.pos + size
-    count = _size(s, code == C_MAP32, at, what + " count")
-    if count > <uint64_t>(s.end - s.pos):
-        _bad(at, f"{what}: {count} elements cannot fit in {s.end - s.pos} bytes")
-    if count & 1:
-        _bad(at, f"{what}: odd element count {count}")
-    mapping = amqw_dict_presized(count // 2)
-    for i in range(count // 2):
-        key_at = s.pos
-        if annotations:
-            key = _read_descriptor(s, 1)
-        else:
-            key = _read_value(s, 1)
-        _map_set(mapping, key, _read_value(s, 1), key_at)
-    if s.pos != s.end:
-        _bad(at, f"{what}: {count} elements end {s.end - s.pos} bytes before its size")
-    s.end = outer_end
-    return mapping
+    try:
+        return _read_compound(s, code, 1, s.pos - 1, annotations)
+    except AMQP10DecodeError as exc:
+        exc.args = (f"{what}: {exc.args[0]}",)
+        raise
 
 
 cdef int _section_code(Src *s, Py_ssize_t at) except -1:
@@ -1878,20 +1951,16 @@ cdef int _section_code(Src *s, Py_ssize_t at) except -1:
     return <int>value
 
 
-cdef inline int _rank(int code) noexcept:
-    """The place of a section in a message (the three bodies share one)."""
-    if code >= S_DATA and code <= S_AMQP_VALUE:
-        return S_DATA
-    return code if code < S_DATA else code - 2
-
-
 cdef Message _read_sections(const char *data, Py_ssize_t size):
     cdef Src s
     cdef Message m = Message.__new__(Message)
     cdef Py_ssize_t at
     cdef uint8_t code
-    cdef int section, last = 0, body_kind = 0
+    cdef int section, seen = 0, body_kind = 0
     cdef list parts = None
+    cdef Properties props
+    cdef Header header
+    cdef list values
     s.buf = data
     s.pos = 0
     s.end = size
@@ -1904,10 +1973,13 @@ cdef Message _read_sections(const char *data, Py_ssize_t size):
         if code != C_DESCRIBED:
             _bad(at, f"message: expected a section (a described value, 0x00), found constructor 0x{code:02x}")
         section = _section_code(&s, at)
-        if _rank(section) < _rank(last) or (_rank(section) == _rank(last) and (
-                section != body_kind or section == S_AMQP_VALUE)):
-            _bad(at, f"message: {_SECTION_NAMES[section]} section after {_SECTION_NAMES[last]}")
-        last = section
+        if S_DATA <= section <= S_AMQP_VALUE:
+            if body_kind and (section != body_kind or section == S_AMQP_VALUE):
+                _bad(at, f"message: {_SECTION_NAMES[section]} section after the "
+                         f"{_SECTION_NAMES[body_kind]} body")
+        elif seen & (1 << (section - S_HEADER)):
+            _bad(at, f"message: a second {_SECTION_NAMES[section]} section")
+        seen |= 1 << (section - S_HEADER)
         if section == S_DATA:
             code = _u8(&s, s.pos, "data")
             if code != C_VBIN8 and code != C_VBIN32:
@@ -1921,10 +1993,19 @@ cdef Message _read_sections(const char *data, Py_ssize_t size):
         elif section == S_PROPERTIES:
             values = _read_composite(&s, at, 13, _PROPERTIES_KINDS, "properties")
             props = Properties.__new__(Properties)
-            (props.message_id, props.user_id, props.to, props.subject, props.reply_to,
-             props.correlation_id, props.content_type, props.content_encoding,
-             props.absolute_expiry_time, props.creation_time, props.group_id,
-             props.group_sequence, props.reply_to_group_id) = values
+            props.message_id = values[0]
+            props.user_id = values[1]
+            props.to = values[2]
+            props.subject = values[3]
+            props.reply_to = values[4]
+            props.correlation_id = values[5]
+            props.content_type = values[6]
+            props.content_encoding = values[7]
+            props.absolute_expiry_time = values[8]
+            props.creation_time = values[9]
+            props.group_id = values[10]
+            props.group_sequence = values[11]
+            props.reply_to_group_id = values[12]
             m.properties = props
         elif section == S_APPLICATION_PROPERTIES:
             m.application_properties = _read_map_section(&s, at, False, "application-properties")
@@ -1933,8 +2014,11 @@ cdef Message _read_sections(const char *data, Py_ssize_t size):
         elif section == S_HEADER:
             values = _read_composite(&s, at, 5, _HEADER_KINDS, "header")
             header = Header.__new__(Header)
-            (header.durable, header.priority, header.ttl, header.first_acquirer,
-             header.delivery_count) = values
+            header.durable = values[0]
+            header.priority = values[1]
+            header.ttl = values[2]
+            header.first_acquirer = values[3]
+            header.delivery_count = values[4]
             m.header = header
         elif section == S_DELIVERY_ANNOTATIONS:
             m.delivery_annotations = _read_map_section(&s, at, True, "delivery-annotations")

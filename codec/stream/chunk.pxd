@@ -32,10 +32,10 @@ cdef class Chunk:
 cdef int read_header(object obj, const char *data, Py_ssize_t size, ChunkHeader *h, bint check_crc) except -1
 
 # The records of a checked chunk from from_offset on, appended to out: (offset, bytes)
-# pairs (mode 0), bytes (mode 1), or what decoder (a callable) makes of each record's
-# bytes (mode 2).  Returns the offset of the first record appended.
+# pairs (mode 0), bytes (mode 1), or amqp10 Messages (mode 2).  Returns the offset of the
+# first record appended (with none, the offset after the chunk).
 cdef uint64_t append_records(const char *data, ChunkHeader *h, uint64_t from_offset, int mode,
-                             list out, object decoder) except? 0
+                             list out) except? 0
 
 
 # The records of one chunk one at a time, in C, with no Python object per record (the

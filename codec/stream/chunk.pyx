@@ -26,10 +26,12 @@ from cpython.list cimport PyList_Append
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from amqwire.codec.buffer cimport amqw_unpack_u16, amqw_unpack_u32, amqw_unpack_u64
+from amqwire.codec.stream.amqp10 cimport message_from
 
+import importlib
 import zlib
 
-from amqwire.codec.errors import ChunkError
+from amqwire.codec.errors import ChunkError, CodecError
 
 cdef enum:
     _MAGIC = 5
@@ -88,6 +90,14 @@ cdef int read_header(object obj, const char *p, Py_ssize_t n, ChunkHeader *h, bi
     return 0
 
 
+cdef object _zstandard():
+    """The zstandard module, or None when it is not installed."""
+    try:
+        return importlib.import_module("zstandard")
+    except ImportError:
+        return None
+
+
 cdef bytes _decompress(int compression, const char *p, Py_ssize_t size, uint32_t expected, ChunkHeader *h,
                        Py_ssize_t at):
     cdef bytes packed = PyBytes_FromStringAndSize(p, size)
@@ -106,13 +116,18 @@ cdef bytes _decompress(int compression, const char *p, Py_ssize_t size, uint32_t
                              f"gzip stream", offset=at, first_offset=h.first_offset)
         return out
     if compression == 4:
-        try:
-            import zstandard
-        except ImportError:
+        zstandard = _zstandard()
+        if zstandard is None:
             raise ChunkError(f"chunk {h.first_offset}: the sub-entry at offset {at} is compressed with zstd, "
                              f"which needs the zstandard package (pip install amqwire[zstd])",
-                             offset=at, first_offset=h.first_offset) from None
+                             offset=at, first_offset=h.first_offset)
         try:
+            # a frame that declares its size is decompressed into a buffer of that size:
+            # check it first, so a corrupt header cannot make it allocate gigabytes
+            declared = zstandard.frame_content_size(packed)
+            if declared != -1 and declared != expected:
+                raise ChunkError(f"chunk {h.first_offset}: the zstd sub-entry at offset {at} declares {declared} "
+                                 f"bytes, it announces {expected}", offset=at, first_offset=h.first_offset)
             return zstandard.ZstdDecompressor().decompress(packed, max_output_size=expected + 1)
         except zstandard.ZstdError as exc:
             raise ChunkError(f"chunk {h.first_offset}: the zstd sub-entry at offset {at} does not "
@@ -123,20 +138,22 @@ cdef bytes _decompress(int compression, const char *p, Py_ssize_t size, uint32_t
 
 
 cdef inline int _append(list out, int mode, uint64_t offset, const char *p, Py_ssize_t size,
-                        object decoder) except -1:
-    record = PyBytes_FromStringAndSize(p, size)
-    if mode == _MODE_PAIRS:
-        PyList_Append(out, (offset, record))
-    elif mode == _MODE_BYTES:
-        PyList_Append(out, record)
+                        ChunkHeader *h, Py_ssize_t at) except -1:
+    if mode == _MODE_BYTES:
+        PyList_Append(out, PyBytes_FromStringAndSize(p, size))
+    elif mode == _MODE_PAIRS:
+        PyList_Append(out, (offset, PyBytes_FromStringAndSize(p, size)))
     else:
-        PyList_Append(out, decoder(record))
+        try:
+            PyList_Append(out, message_from(p, size))
+        except CodecError as exc:
+            raise ChunkError(f"chunk {h.first_offset}: the message at offset {offset} (entry at byte {at}) is not "
+                             f"an AMQP 1.0 message: {exc}", offset=at, first_offset=h.first_offset) from exc
     return 0
 
 
 cdef int _subentry_records(const char *p, Py_ssize_t size, uint16_t count, uint64_t offset,
-                           uint64_t from_offset, int mode, list out, object decoder, ChunkHeader *h,
-                           Py_ssize_t at) except -1:
+                           uint64_t from_offset, int mode, list out, ChunkHeader *h, Py_ssize_t at) except -1:
     """The records of an uncompressed sub-entry: ``count`` (uint32 size, bytes)."""
     cdef Py_ssize_t pos = 0
     cdef uint32_t record_size
@@ -150,7 +167,7 @@ cdef int _subentry_records(const char *p, Py_ssize_t size, uint16_t count, uint6
             raise ChunkError(f"chunk {h.first_offset}: record {i} of the sub-entry at offset {at} announces "
                              f"{record_size} bytes, {size - pos - 4} are left", offset=at, first_offset=h.first_offset)
         if offset + i >= from_offset:
-            _append(out, mode, offset + i, p + pos + 4, record_size, decoder)
+            _append(out, mode, offset + i, p + pos + 4, record_size, h, at)
         pos += 4 + record_size
     if pos != size:
         raise ChunkError(f"chunk {h.first_offset}: {size - pos} bytes after the {count} records of the "
@@ -159,7 +176,7 @@ cdef int _subentry_records(const char *p, Py_ssize_t size, uint16_t count, uint6
 
 
 cdef uint64_t append_records(const char *data, ChunkHeader *h, uint64_t from_offset, int mode,
-                             list out, object decoder) except? 0:
+                             list out) except? 0:
     cdef const char *p = data + CHUNK_HEADER_SIZE
     cdef Py_ssize_t n = h.data_size, pos = 0, at
     cdef uint64_t offset = h.first_offset, first_kept = 0
@@ -189,7 +206,7 @@ cdef uint64_t append_records(const char *data, ChunkHeader *h, uint64_t from_off
             if offset >= from_offset:
                 if not kept:
                     kept, first_kept = True, offset
-                _append(out, mode, offset, p + pos + 4, head, decoder)
+                _append(out, mode, offset, p + pos + 4, head, h, at)
             offset += 1
             records += 1
             pos += 4 + head
@@ -210,7 +227,7 @@ cdef uint64_t append_records(const char *data, ChunkHeader *h, uint64_t from_off
                 if size != uncompressed:
                     raise ChunkError(f"chunk {h.first_offset}: the uncompressed sub-entry at offset {at} has "
                                      f"{size} bytes but announces {uncompressed}", offset=at, first_offset=h.first_offset)
-                _subentry_records(p + pos + _SUBENTRY_HEAD, size, count, offset, from_offset, mode, out, decoder, h, at)
+                _subentry_records(p + pos + _SUBENTRY_HEAD, size, count, offset, from_offset, mode, out, h, at)
             else:
                 raw = _decompress((b >> 4) & 0x07, p + pos + _SUBENTRY_HEAD, size, uncompressed, h, at)
                 if PyBytes_GET_SIZE(raw) != uncompressed:
@@ -218,8 +235,7 @@ cdef uint64_t append_records(const char *data, ChunkHeader *h, uint64_t from_off
                                      f"{'more than ' if PyBytes_GET_SIZE(raw) > uncompressed else ''}"
                                      f"{min(PyBytes_GET_SIZE(raw), uncompressed)} bytes, it announces {uncompressed}",
                                      offset=at, first_offset=h.first_offset)
-                _subentry_records(PyBytes_AS_STRING(raw), uncompressed, count, offset, from_offset, mode, out,
-                                  decoder, h, at)
+                _subentry_records(PyBytes_AS_STRING(raw), uncompressed, count, offset, from_offset, mode, out, h, at)
         offset += count
         records += count
         pos += _SUBENTRY_HEAD + size
@@ -294,7 +310,7 @@ cdef class Chunk:
         cdef list out = []
         PyObject_GetBuffer(self.data, &view, PyBUF_SIMPLE)
         try:
-            append_records(<const char *>view.buf, &self.header, 0, _MODE_PAIRS, out, None)
+            append_records(<const char *>view.buf, &self.header, 0, _MODE_PAIRS, out)
         finally:
             PyBuffer_Release(&view)
         return out
@@ -320,17 +336,6 @@ def decode_chunk(data, *, check_crc=True):
     return c
 
 
-cdef object _decoder = None
-
-
-cdef object _message_decoder():
-    global _decoder
-    if _decoder is None:
-        from amqwire.codec.stream.amqp10 import decode_message
-        _decoder = decode_message
-    return _decoder
-
-
 def chunk_messages(data, from_offset=0, decode=True, *, check_crc=True):
     """``(first_offset, timestamp, messages)`` of the chunk in ``data``: its records from
     ``from_offset`` on (a subscription at an offset inside a chunk gets the whole chunk),
@@ -345,12 +350,10 @@ def chunk_messages(data, from_offset=0, decode=True, *, check_crc=True):
     cdef uint64_t start = 0
     if from_offset is not None and from_offset > 0:
         start = from_offset
-    decoder = _message_decoder() if decode else None
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         read_header(data, <const char *>view.buf, view.len, &h, check_crc)
-        first = append_records(<const char *>view.buf, &h, start, _MODE_DECODED if decode else _MODE_BYTES,
-                               out, decoder)
+        first = append_records(<const char *>view.buf, &h, start, _MODE_DECODED if decode else _MODE_BYTES, out)
     finally:
         PyBuffer_Release(&view)
     return first, h.timestamp, out

@@ -100,7 +100,7 @@ class StreamCommand:
     def encode(self) -> bytes: ...
     @property
     def version(self) -> int: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     __hash__: ClassVar[None]  # type: ignore[assignment]
 
 class SimpleResponse(StreamCommand):
@@ -120,7 +120,7 @@ class SubEntry:
     uncompressed_size: int
     data: bytes
     def __init__(self, compression: int, record_count: int, uncompressed_size: int, data: _Buffer) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     __hash__: ClassVar[None]  # type: ignore[assignment]
 
 class Publish(StreamCommand):
@@ -349,7 +349,14 @@ class CreateSuperStream(StreamCommand):
     partitions: list[str]
     binding_keys: list[str]
     arguments: dict[str, str]
-    def __init__(self, correlation_id: int, name: str, partitions: Iterable[str], binding_keys: Iterable[str], arguments: Mapping[str, str] | None = ...) -> None: ...
+    def __init__(
+        self,
+        correlation_id: int,
+        name: str,
+        partitions: Iterable[str],
+        binding_keys: Iterable[str],
+        arguments: Mapping[str, str] | None = ...,
+    ) -> None: ...
 
 class CreateSuperStreamResponse(SimpleResponse):
     ...
@@ -397,7 +404,14 @@ class ResolveOffsetSpec(StreamCommand):
     offset_type: int
     offset: int
     properties: dict[str, str]
-    def __init__(self, correlation_id: int, stream: str, offset_type: int, offset: int = ..., properties: Mapping[str, str] | None = ...) -> None: ...
+    def __init__(
+        self,
+        correlation_id: int,
+        stream: str,
+        offset_type: int,
+        offset: int = ...,
+        properties: Mapping[str, str] | None = ...,
+    ) -> None: ...
 
 class ResolveOffsetSpecResponse(SimpleResponse):
     offset_type: int
