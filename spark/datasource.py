@@ -481,14 +481,108 @@ class AMQPDataSource(DataSource):
         check_schema(schema)
         return AMQPStreamReader(SourceSettings.from_options(self.options, streaming=True))
 
-    def writer(self, schema: StructType, overwrite: bool) -> AMQPBatchWriter:
+    #: spark.speculation is on in the session it was registered in (see register())
+    speculation = False
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
         if overwrite:
             raise ValueError("the amqp data source only appends (a queue cannot be overwritten): "
                              "use .mode('append')")
+        if self._stream_protocol():
+            from amqwire.spark.stream_sink import StreamSinkSettings
+
+            return StreamBatchWriter(StreamSinkSettings.from_options(self.options, schema))
         return AMQPBatchWriter(SinkSettings.from_options(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        if self._stream_protocol():
+            from amqwire.spark.stream_sink import StreamSinkSettings
+
+            return StreamStreamWriter(StreamSinkSettings.from_options(self.options, schema), schema)
         return AMQPStreamWriter(SinkSettings.from_options(self.options, schema), schema)
+
+    def _stream_protocol(self) -> bool:
+        """A write over the stream protocol (a rabbitmq-stream:// url); refused when
+        speculative execution could run a task twice at once."""
+        if not uses_stream_protocol(_canonical(self.options)):
+            return False
+        if self.speculation:
+            raise ValueError("the amqp sink over the stream protocol stores each row once by deduplication, which "
+                             "needs every task of a partition to write the same rows: spark.speculation is on in "
+                             "this session, and a speculative copy of a task may read other rows (a "
+                             "non-deterministic plan); turn spark.speculation off, or write over amqp://")
+        return True
+
+
+class AMQPDataSourceWithSpeculation(AMQPDataSource):
+    """The data source as registered in a session with spark.speculation on (register()):
+    writes over the stream protocol are refused there."""
+
+    speculation = True
+
+
+class StreamBatchWriter(DataSourceArrowWriter):
+    """``df.write`` over the stream protocol (amqwire.spark.stream_sink)."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+
+    def write(self, iterator: Iterator[Any]) -> Any:
+        from amqwire.spark.stream_sink import publish_stream_batches
+
+        return publish_stream_batches(self.settings, iterator, streaming=False)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        from amqwire.spark.stream_sink import summary
+
+        rows, stored, skipped, tasks = summary(messages)
+        log.info("amqp sink: %d rows to %s from %d tasks: %d stored and confirmed, %d stored before (skipped)",
+                 rows, self.settings.describe(), tasks, stored, skipped)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        from amqwire.spark.stream_sink import summary
+
+        rows, _, _, tasks = summary(messages)
+        log.warning("amqp sink: write failed; %d rows of %d finished tasks stay stored in the stream: the same "
+                    "write run again with the same producerName stores only the others", rows, tasks)
+
+
+class _StreamProtocolStreamWriter:
+    def __init__(self, settings: Any, schema: StructType) -> None:
+        self.settings = settings
+        self.schema = schema
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        from amqwire.spark.stream_sink import summary
+
+        rows, stored, skipped, tasks = summary(messages)
+        log.info("amqp sink: micro-batch %d: %d rows from %d tasks: %d stored and confirmed, %d stored before "
+                 "(skipped)", batchId, rows, tasks, stored, skipped)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        log.warning("amqp sink: micro-batch %d failed; when it runs again, the rows already stored are skipped",
+                    batchId)
+
+
+if _StreamArrowWriter is not None:
+
+    class StreamStreamWriter(_StreamProtocolStreamWriter, _StreamArrowWriter):  # type: ignore[valid-type,misc]
+        """``writeStream`` over the stream protocol, Spark 4.1+: Arrow batches."""
+
+        def write(self, iterator: Iterator[Any]) -> Any:
+            from amqwire.spark.stream_sink import publish_stream_batches
+
+            return publish_stream_batches(self.settings, iterator, streaming=True)
+
+else:
+
+    class StreamStreamWriter(_StreamProtocolStreamWriter, DataSourceStreamWriter):  # type: ignore[no-redef]
+        """``writeStream`` over the stream protocol on Spark 4.0: rows regrouped into Arrow batches."""
+
+        def write(self, iterator: Iterator[Any]) -> Any:
+            from amqwire.spark.stream_sink import publish_stream_batches
+
+            return publish_stream_batches(self.settings, _rows_to_batches(iterator, self.schema), streaming=True)
 
 
 def register(spark: Any = None) -> None:
@@ -507,5 +601,15 @@ def register(spark: Any = None) -> None:
     if getattr(spark, "_amqwire_amqp_registered", False):
         return
     workers_run_this_python(spark)
-    spark.dataSource.register(AMQPDataSource)
+    spark.dataSource.register(AMQPDataSourceWithSpeculation if _speculation(spark) else AMQPDataSource)
     spark._amqwire_amqp_registered = True
+
+
+def _speculation(spark: Any) -> bool:
+    """Whether spark.speculation is on (a setting of the SparkContext: it cannot change
+    while the session lives)."""
+    try:
+        value = spark.conf.get("spark.speculation", "false")
+    except Exception:  # a Spark Connect server that does not show it: off, Spark's default
+        value = "false"
+    return str(value).strip().lower() == "true"

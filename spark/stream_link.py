@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import logging
 import random
+import select
 import socket
+import ssl
 import time
 from collections import deque
 from typing import Any, Callable, Optional, Sequence
@@ -169,9 +171,42 @@ class TaskLink:
         self._flush()
 
     def send(self, data: Any) -> None:
-        """Frames encoded elsewhere (Publish), written as they are."""
+        """Frames encoded elsewhere (Publish), written as they are.  While the socket takes
+        no more, what the broker sends (confirms) is read and kept for :meth:`poll`: a
+        broker blocked on writing confirms to a client that does not read could otherwise
+        stop reading, and both would wait for ever."""
         self._flush()  # what the core holds goes first
-        self._write(data)
+        sock = self._sock
+        if sock is None:
+            raise ConnectionLost(f"{self.params}: the connection is closed")
+        view = memoryview(data).cast("B")
+        deadline = time.monotonic() + self.timeout
+        sock.settimeout(0.0)
+        try:
+            while view:
+                try:
+                    sent = sock.send(view)
+                except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                    sent = 0
+                except OSError as exc:
+                    self._abort()
+                    raise ConnectionLost(f"writing to {self.params}: {exc}") from exc
+                view = view[sent:]
+                if not view:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._abort()
+                    raise ConnectionLost(f"writing to {self.params}: the broker took no data for {self.timeout} s")
+                readable, _, _ = select.select([sock], [sock], [], min(left, 1.0))
+                if readable:
+                    for event in self._read(time.monotonic(), "confirms"):
+                        self._keep(event)
+                    sock.settimeout(0.0)
+        finally:
+            if self._sock is not None:
+                self._sock.settimeout(self.timeout)
+        self._last_write = time.monotonic()
 
     # ------------------------------------------------------------------------ events
 
