@@ -46,8 +46,7 @@ _OPTIONS = {"url", "stream", "producer_name", "body_format", "confirm_window", "
 _ALIASES = {"producername": "producer_name", "bodyformat": "body_format", "confirmwindow": "confirm_window",
             "confirmtimeout": "confirm_timeout"}
 #: Options of the 0-9-1 sink that mean nothing over the stream protocol.
-_AMQP_ONLY = {"exchange", "routing_key", "routingkey", "mandatory", "frame_max", "framemax", "traceparent_column",
-              "traceparentcolumn"}
+_AMQP_ONLY = {"exchange", "routing_key", "mandatory", "frame_max", "traceparent_column"}
 _PUBLISHER = 0
 _EPOCH_ROWS = 2**32  # rows a task may write in one epoch: the low 32 bits of a publishing id
 _MAX_EPOCH = 2**31 - 1
@@ -81,14 +80,15 @@ class StreamSinkSettings:
 
     @classmethod
     def from_options(cls, options: Any, schema: StructType) -> "StreamSinkSettings":
+        from amqwire.spark.datasource import _ALIASES as _AMQP_ALIASES
         from amqwire.spark.datasource import _SPARK_OPTIONS, _canonical, _float_option, _int_option
         from amqwire.spark.datasource import stream_connection_options
         from amqwire.spark.stream_encode import StreamPublishEncoder
 
         options = _canonical(options, _ALIASES)
         for key in options:
-            if key in _AMQP_ONLY:
-                raise ValueError(f"option {key}: an AMQP 0-9-1 option; over the stream protocol the stream option "
+            if _AMQP_ALIASES.get(key, key) in _AMQP_ONLY:
+                raise ValueError(f"option {_AMQP_ALIASES.get(key, key)}: an AMQP 0-9-1 option; over the stream protocol the stream option "
                                  "names where rows go (and amqp.frame_max the frame size)")
             if key not in _OPTIONS and key not in _SPARK_OPTIONS and not key.startswith("amqp."):
                 raise ValueError(f"unknown option {key!r} for the amqp data source over the stream protocol (known: "
