@@ -26,9 +26,13 @@ def _run(*args, cwd):
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     """A CA, and a server certificate for localhost / 127.0.0.1 signed by it."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def make_pki(d):
+    """In folder ``d``: ca.pem (a CA), server.pem and server.key (localhost, 127.0.0.1)."""
     if openssl is None:
         pytest.fail("openssl is needed to make test certificates (Debian package openssl)")
-    d = tmp_path_factory.mktemp("pki")
     _run(openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=amqwire test CA",
          "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
     _run(openssl, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",

@@ -69,6 +69,7 @@ SAMPLES = {
     "error": ConnectionResetError(104, "reset by peer"),
     "attempts": "ATTEMPTS",  # built in _make: the Producer's Attempt records
     "size": 4096,
+    "frame_max": 1048576,
     "buffered": 33_000_000,
     "limit": 33_554_432,
     "option": "offset",

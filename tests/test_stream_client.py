@@ -771,3 +771,88 @@ def test_a_chunk_that_cannot_be_read_ends_its_consumer_not_the_connection(srun):
         assert await api.wait(await producer.send(b"still")) == 2
 
     srun(scenario)
+
+
+def test_large_messages_go_in_frames_within_the_brokers_frame_max(srun):
+    """A batch over frame_max (1 MiB here) is written as several Publish frames (RabbitMQ
+    closes the connection of a client that sends a larger one); a message that no frame
+    can hold is refused at the send (MessageTooLarge), and the connection goes on."""
+
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name, batch_size=100)
+        bodies = [bytes([i]) * 300_000 for i in range(20)]  # 6 MB in all, 300 KB each
+        futures = await api.send_many(producer, bodies)
+        assert await api.settle(futures) == list(range(1, 21))
+        batch = await producer.send_batch([b"b" * 200_000] * 12)
+        assert await api.wait(batch) == 32
+        with pytest.raises(api.errors.MessageTooLarge) as too_large:
+            await producer.send(b"x" * 2_000_000)
+        assert "1048576" in str(too_large.value) and isinstance(too_large.value, ValueError)
+        consumer = await conn.consumer(name, offset="first", end=31)
+        messages = await api.read_all(consumer)
+        assert [m.body for m in messages[:20]] == bodies and len(messages) == 32
+        assert await api.wait(await producer.send(b"small")) == 33
+
+    srun(scenario)
+
+
+# --------------------------------------------------------------------------- TLS
+
+
+@pytest.fixture
+def stream_tls_url(stream_node, stream_url, tmp_path_factory):
+    """rabbitmq-stream+tls:// to a TLS terminator in front of the node (test_client_tls.py's,
+    with its CA and a certificate for localhost), and the CA file."""
+    from test_client_tls import TLSTerminator, make_pki
+
+    from conftest import url_host_port
+
+    authority = make_pki(tmp_path_factory.mktemp("stream-pki"))
+    terminator = TLSTerminator(authority, url_host_port(stream_url.replace("rabbitmq-stream", "amqp")))
+    yield f"rabbitmq-stream+tls://guest:guest@localhost:{terminator.port}/", authority / "ca.pem"
+    terminator.close()
+
+
+def test_tls_verifies_the_broker_and_carries_the_stream_protocol(srun, stream_tls_url):
+    url, ca = stream_tls_url
+
+    async def scenario(api):
+        import ssl
+
+        with pytest.raises(api.errors.StreamClientError.__mro__[1]) as unknown_ca:  # AMQPError: unverified
+            await api.connect(url)
+        assert "certificate" in str(unknown_ca.value).lower() or "ssl" in repr(unknown_ca.value).lower()
+        conn = await api.connect(f"{url}?cafile={ca}")
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        assert await api.wait(await producer.send(b"over tls")) == 1
+        consumer = await conn.consumer(name, offset="first", end=0)
+        assert [m.body for m in await api.read_all(consumer)] == [b"over tls"]
+        assert "<amqwire.client.stream.Connection rabbitmq-stream+tls://guest@localhost:" in repr(conn)
+        context = ssl.create_default_context(cafile=str(ca))
+        other = await api.connect(url, ssl_context=context)
+        assert await other.stream_exists(name)
+
+    srun(scenario)
+
+
+def test_closing_a_consumer_ends_its_iteration_and_drops_what_it_holds(srun):
+    async def scenario(api):
+        conn = await api.connect()
+        name = api.stream_name()
+        await conn.create_stream(name)
+        producer = await conn.producer(name)
+        await api.wait(await producer.send_batch([b"z"] * 500))
+        consumer = await conn.consumer(name, offset="first")
+        assert len(await api.read(consumer, 10)) == 10
+        await consumer.close()
+        assert await consumer.get(0.5) is None  # nothing more, though 490 had come
+        assert consumer.state.value == "closed"
+        await consumer.close()  # twice: nothing happens
+        assert await conn.stream_exists(name)
+
+    srun(scenario)

@@ -251,3 +251,14 @@ def test_the_login_codes_are_authentication_errors():
         assert isinstance(E.response_error(code), AuthenticationError)
     assert isinstance(E.StreamConnectionClosed(0x0D, "unknown frame"), AMQPConnectionError)
     assert not isinstance(E.response_error(0x02), AMQPConnectionError)
+
+
+def test_publish_batches_are_cut_to_the_frame_max():
+    from amqwire.client.stream.session import _runs
+
+    overhead = P.PUBLISH_FRAME_OVERHEAD
+    assert _runs([10] * 5, 1000, 200) == [(0, 5)]
+    assert _runs([10] * 5, 1000, 2) == [(0, 2), (2, 4), (4, 5)]  # at most 2 a frame
+    assert _runs([400, 400, 400], 800 + overhead, 10) == [(0, 2), (2, 3)]  # 2 fit, the third not
+    assert _runs([400, 400, 400], 800 + overhead - 1, 10) == [(0, 1), (1, 2), (2, 3)]
+    assert _runs([5000, 10], 1000, 10) == [(0, 1), (1, 2)]  # one over the limit: alone

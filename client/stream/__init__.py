@@ -23,6 +23,7 @@ from .errors import (
     AuthenticationFailureLoopback,
     FrameTooLarge,
     InvalidStreamUrl,
+    MessageTooLarge,
     NoOffset,
     PublisherDoesNotExist,
     SaslChallenge,
@@ -62,7 +63,7 @@ __all__ = [
     "SaslMechanismNotSupported", "StreamAuthenticationFailure", "SaslError", "SaslChallenge",
     "AuthenticationFailureLoopback", "VirtualHostAccessFailure", "UnknownFrame", "FrameTooLarge",
     "StreamInternalError", "StreamAccessRefused", "StreamPreconditionFailed", "PublisherDoesNotExist", "NoOffset",
-    "StreamConnectionClosed", "StreamPublishFailed", "StreamDeleted",
+    "StreamConnectionClosed", "StreamPublishFailed", "StreamDeleted", "MessageTooLarge",
 ]
 
 Target = Union[str, StreamParameters, Sequence[Union[str, StreamParameters]], None]

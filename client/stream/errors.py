@@ -20,7 +20,7 @@ __all__ = [
     "SaslMechanismNotSupported", "StreamAuthenticationFailure", "SaslError", "SaslChallenge",
     "AuthenticationFailureLoopback", "VirtualHostAccessFailure", "UnknownFrame", "FrameTooLarge",
     "StreamInternalError", "StreamAccessRefused", "StreamPreconditionFailed", "PublisherDoesNotExist", "NoOffset",
-    "StreamConnectionClosed", "StreamPublishFailed", "StreamDeleted",
+    "StreamConnectionClosed", "StreamPublishFailed", "StreamDeleted", "MessageTooLarge",
     "RESPONSE_CODE_NAMES", "response_error",
 ]
 
@@ -236,3 +236,18 @@ class StreamDeleted(StreamClientError):
 
     def __str__(self) -> str:
         return f"stream {self.stream!r} was deleted"
+
+
+class MessageTooLarge(StreamClientError, ValueError):
+    """A message (``size`` bytes in a Publish frame) that no frame the broker takes can
+    hold (``frame_max``: the connection's, from Tune): refused at the send, before
+    anything is written (the broker would close the connection with 0x0e)."""
+
+    def __init__(self, size: int, frame_max: int) -> None:
+        self.size = size
+        self.frame_max = frame_max
+        super().__init__(size, frame_max)
+
+    def __str__(self) -> str:
+        return (f"a message of {self.size} bytes in a Publish frame does not fit the broker's frame_max of "
+                f"{self.frame_max} bytes (connect(..., frame_max=) asks for more, up to the broker's own)")

@@ -34,7 +34,9 @@ from ..io_asyncio import Opener, AsyncioIO
 from ..lifecycle import ConnectionSignal, ConnectionStatus
 from ..recovery import END
 from . import protocol as proto
+from .protocol import PUBLISH_FRAME_OVERHEAD, PUBLISH_MESSAGE_OVERHEAD
 from .errors import (
+    MessageTooLarge,
     NoOffset,
     StreamAlreadyExists,
     StreamDoesNotExist,
@@ -61,6 +63,7 @@ from .url import StreamParameters
 from .waiting_asyncio import AsyncioStreamFuture, StreamAsyncioWaiting
 
 if True:  # asyncio only
+    import asyncio
     from typing import TYPE_CHECKING  # marks the blocking transport's blocks (make_sync.py)
 
 log = logging.getLogger("amqwire.client.stream")
@@ -705,6 +708,9 @@ class AsyncStreamProducer(ProducerBase):
         else:
             message = encode_message(body, properties=properties, application_properties=application_properties)
             raw = False
+        size = len(message) + PUBLISH_MESSAGE_OVERHEAD
+        if size > self._frame_limit - PUBLISH_FRAME_OVERHEAD:
+            raise MessageTooLarge(size, self._frame_limit)
         future = self._new_future()
         if False and not TYPE_CHECKING:  # blocking only
             future._producer = self  # its result() writes the batch it is in, then waits
@@ -724,13 +730,22 @@ class AsyncStreamProducer(ProducerBase):
             self._pending_ids.append(pid)
             self._pending.append(message)
             self._pending_tokens.append(future)
-            if len(self._pending) >= self.batch_size:
+            self._pending_bytes += size
+            if len(self._pending) >= self.batch_size or self._pending_bytes >= self._frame_limit:
                 written = self._write_pending_locked()
             elif not self._write_scheduled:
                 self._write_scheduled = schedule = True
             link = connection._link
         if written:
             link._flush_quietly()
+            if True:  # asyncio only
+                # let the loop write what the socket did not take yet and read confirms: a
+                # caller that sends in a loop without awaiting anything would hold both back
+                await asyncio.sleep(0)
+            if False and not TYPE_CHECKING:  # blocking only
+                # read the confirms waiting on the socket in this thread (no hand-over to the
+                # I/O thread and back: a GIL switch each), as a consumer reads its deliveries
+                link._io.read_for(_nothing, 0)
         elif schedule:
             self._waiting.write_soon(self._write_pending)
         return future
@@ -743,6 +758,10 @@ class AsyncStreamProducer(ProducerBase):
         raw = all(type(body) is bytes for body in messages)
         if not raw:
             messages = [encode_message(body) for body in messages]
+        size = sum(len(message) for message in messages) + PUBLISH_MESSAGE_OVERHEAD * len(messages)
+        largest = max((len(message) for message in messages), default=0) + PUBLISH_MESSAGE_OVERHEAD
+        if largest > self._frame_limit - PUBLISH_FRAME_OVERHEAD:
+            raise MessageTooLarge(largest, self._frame_limit)
         future = self._new_future()
         if False and not TYPE_CHECKING:  # blocking only
             future._producer = self
@@ -774,8 +793,9 @@ class AsyncStreamProducer(ProducerBase):
                 self._pending_ids.extend(range(first, last + 1))
             self._pending.extend(messages)
             self._pending_tokens.extend([token] * len(messages))
+            self._pending_bytes += size
             written = False
-            while len(self._pending) >= self.batch_size:
+            while len(self._pending) >= self.batch_size or self._pending_bytes >= self._frame_limit:
                 written = self._write_pending_locked() or written
                 if self._pending:  # not declared right now: the batch waits whole
                     break
@@ -856,6 +876,11 @@ class AsyncStreamProducer(ProducerBase):
 
 
 _ACCEPTING = frozenset({ProducerPhase.OPEN, ProducerPhase.DOWN, ProducerPhase.DECLARING})
+
+
+def _nothing() -> bool:
+    """A wait that is never over: read_for then reads what the socket holds, and returns."""
+    return False
 _OPEN = ProducerPhase.OPEN
 _ENDED = frozenset({ProducerPhase.CLOSED, ProducerPhase.FAILED})
 
@@ -991,4 +1016,5 @@ class AsyncStreamConsumer(StreamConsumerBase):
             if self in env._consumers:
                 env._consumers.remove(self)
         if self._inbox is not None:
+            self._inbox.buffer.clear()  # what was received and not read is dropped: the iteration ends
             self._inbox.wake()

@@ -32,6 +32,12 @@ __all__ = [
 log = logging.getLogger("amqwire.client.stream")
 
 OK = 0x01
+#: The largest frame read from the broker (a chunk): a bound on memory, 512 MiB.
+MAX_FRAME_READ = 512 << 20
+#: What a Publish frame holds besides its messages (size, key, version, publisher id, count),
+#: and each message besides its bytes (publishing id, size; a bare body's data section header).
+PUBLISH_FRAME_OVERHEAD = 13
+PUBLISH_MESSAGE_OVERHEAD = 8 + 4 + 8
 PUBLISHER_IDS = 256  # a publisher id is a uint8
 SUBSCRIPTION_IDS = 256  # as is a subscription id
 _MAX_CORRELATION = 0xFFFFFFFF
@@ -40,7 +46,7 @@ CLIENT_PROPERTIES = {"product": "amqwire", "platform": "Python", "copyright": "M
                      "information": "https://github.com/amqwire"}
 
 
-class LinkState(str, enum.Enum):
+class LinkState(enum.Enum):
     """Where the core is in the protocol (the link's lifecycle is the session's)."""
 
     HANDSHAKE = "handshake"
@@ -214,7 +220,10 @@ class StreamProtocol:
         self.server_properties: dict[str, str] = {}
         self.connection_properties: dict[str, str] = {}
         self._client_properties = dict(CLIENT_PROPERTIES, **(client_properties or {}))
-        self._parser = F.StreamParser(0, sender="server")
+        # A bound on memory, not Tune's frame_max: RabbitMQ holds what it receives to
+        # frame_max, not the Deliver frames it sends (a chunk gathers what publishers wrote
+        # meanwhile; 3.10.8 sent 10 MB frames with a frame_max of 1 MiB).
+        self._parser = F.StreamParser(MAX_FRAME_READ, sender="server")
         self._out: list[Any] = []
         self.pending_output = 0
         self.bytes_sent = 0
@@ -298,7 +307,6 @@ class StreamProtocol:
     def _tune(self, command: Any) -> None:
         self.frame_max = negotiate(self.frame_max, command.frame_max)
         self.heartbeat = negotiate(self.heartbeat, command.heartbeat)
-        self._parser.max_frame_size = self.frame_max
         self._send(F.TuneResponse(self.frame_max, self.heartbeat).encode())
         correlation = self._next_correlation()
         self._handshake_ids[correlation] = "open"

@@ -385,6 +385,26 @@ class _Batch:
         self.last_id = last_id
 
 
+def _frame_limit(frame_max: int) -> int:
+    return frame_max if frame_max else 2**31 - 1  # 0: no limit
+
+
+def _runs(sizes: list[int], limit: int, most: int) -> list[tuple[int, int]]:
+    """``sizes`` cut into runs (start, end) of at most ``most`` items whose sizes, with a
+    Publish frame's own bytes, stay within ``limit`` (an item alone over it is a run of its own)."""
+    runs = []
+    start = 0
+    total = proto.PUBLISH_FRAME_OVERHEAD
+    for index, size in enumerate(sizes):
+        if index > start and (total + size > limit or index - start >= most):
+            runs.append((start, index))
+            start = index
+            total = proto.PUBLISH_FRAME_OVERHEAD
+        total += size
+    runs.append((start, len(sizes)))
+    return runs
+
+
 class _Group:
     """The sends of one sub-entry: one publishing id, one confirm for all of them."""
 
@@ -402,7 +422,7 @@ class ProducerBase:
         "_env", "stream", "reference", "_machine", "_lock", "_waiting", "_waits", "_link", "_publisher_id",
         "_next_id", "_last_id", "_unconfirmed", "_pending_ids", "_pending", "_pending_tokens", "batch_size",
         "max_in_flight", "_write_scheduled", "_sequence", "resent", "_new_future", "subentry_size", "compression",
-        "_pending_raw", "__weakref__",
+        "_pending_raw", "_pending_bytes", "_frame_limit", "__weakref__",
     )
 
     def __init__(self, env: Any, stream: str, reference: Optional[str], batch_size: int, max_in_flight: int,
@@ -429,6 +449,9 @@ class ProducerBase:
         self._pending: list[Any] = []
         self._pending_tokens: list[Any] = []
         self._pending_raw = True
+        self._pending_bytes = 0  # what the batch being filled takes in a Publish frame
+        #: The largest frame the broker takes (its frame_max; the last link's, else asked for).
+        self._frame_limit = _frame_limit(env.params.frame_max)
         self.batch_size = batch_size
         self.max_in_flight = max_in_flight
         self._write_scheduled = False  # a write of the batch is scheduled (linger / end of the loop's pass)
@@ -496,8 +519,9 @@ class ProducerBase:
     # writing (under _lock) -------------------------------------------------------------------
 
     def _write_pending_locked(self) -> bool:
-        """Write the batch being filled as one Publish frame, if the producer is declared;
-        returns whether something was queued on the link (flush it then)."""
+        """Write the batch being filled (one Publish frame, or several when it is over the
+        broker's frame_max), if the producer is declared; returns whether something was
+        queued on the link (flush it then)."""
         state = self._machine.state
         if not self._pending or (state is not ProducerPhase.OPEN and state is not ProducerPhase.CLOSING):
             return False
@@ -508,19 +532,25 @@ class ProducerBase:
             ids, messages, tokens = self._pending_ids, self._pending, self._pending_tokens
             self._pending_ids, self._pending, self._pending_tokens = [], [], []
             raw = self._pending_raw
+            fits = self._pending_bytes + proto.PUBLISH_FRAME_OVERHEAD <= self._frame_limit
+            self._pending_bytes = 0
             if self.subentry_size > 1:
                 if raw:
                     messages = [encode_message(body) for body in messages]
                 self._write_subentries_locked(link, messages, tokens)
                 return True
+            runs = [(0, len(ids))] if fits else _runs([len(m) + proto.PUBLISH_MESSAGE_OVERHEAD for m in messages],
+                                                       self._frame_limit, len(ids))
             if raw and ids[-1] - ids[0] == len(ids) - 1:  # consecutive ids: encoded into the frame
                 self._unconfirmed.update(zip(ids, zip(tokens, messages, repeat(True))))
-                link._core.publish_bodies(self._publisher_id, ids[0], messages)
+                for start, end in runs:
+                    link._core.publish_bodies(self._publisher_id, ids[start], messages[start:end])
                 return True
             if raw:
                 messages = [encode_message(body) for body in messages]
             self._unconfirmed.update(zip(ids, zip(tokens, messages, repeat(False))))
-            link._core.publish(self._publisher_id, ids, messages)
+            for start, end in runs:
+                link._core.publish(self._publisher_id, ids[start:end], messages[start:end])
         return True
 
     def _same_kind(self, message: Any, raw: bool) -> Any:
@@ -536,18 +566,22 @@ class ProducerBase:
         return message
 
     def _write_subentries_locked(self, link: Any, messages: list[Any], tokens: list[Any]) -> None:
-        """Sub-entry batching: every ``subentry_size`` messages one sub-entry (compressed
-        with ``compression``) under one publishing id, one confirm; the frame holds them all."""
-        size = self.subentry_size
+        """Sub-entry batching: every ``subentry_size`` messages (fewer when they would not
+        fit a frame) one sub-entry, compressed with ``compression``, under one publishing
+        id, one confirm; as many in a frame as fit."""
+        sizes = [len(m) + 4 for m in messages]
         entries = []
-        for start in range(0, len(messages), size):
-            group = messages[start:start + size]
+        entry_sizes = []
+        for start, end in _runs(sizes, self._frame_limit - proto.PUBLISH_MESSAGE_OVERHEAD, self.subentry_size):
+            group = messages[start:end]
             pid = self._next_id
             self._last_id = pid
             self._next_id = pid + 1
-            self._unconfirmed[pid] = (_Group(tokens[start:start + size]), group, False)
+            self._unconfirmed[pid] = (_Group(tokens[start:end]), group, False)
             entries.append((pid, group))
-        link._core.publish_subentries(self._publisher_id, entries, self.compression)
+            entry_sizes.append(sum(sizes[start:end]) + proto.PUBLISH_MESSAGE_OVERHEAD + 7)
+        for start, end in _runs(entry_sizes, self._frame_limit, len(entries)):
+            link._core.publish_subentries(self._publisher_id, entries[start:end], self.compression)
 
     def _write_pending(self) -> None:
         """The scheduled write of a batch that did not fill up (linger, the loop's pass)."""
@@ -559,18 +593,22 @@ class ProducerBase:
             link._flush_quietly()
 
     def _write_resends_locked(self, messages: list[tuple[int, Any, Any, bool]]) -> None:
-        """After a (re)declare: write ``messages`` ((id, token, message, bare), by id) in batches."""
+        """After a (re)declare: write ``messages`` ((id, token, message, bare), by id) in
+        frames of at most ``batch_size`` messages and ``frame_max`` bytes."""
         link = self._link
         unconfirmed = self._unconfirmed
-        size = self.batch_size
         messages = [(pid, token, encode_message(message) if raw else message, False)
                     for pid, token, message, raw in messages]
+        if self.subentry_size > 1:  # each a sub-entry: (id, group, its messages)
+            sizes = [sum(len(m) + 4 for m in entry[2]) + proto.PUBLISH_MESSAGE_OVERHEAD + 7 for entry in messages]
+        else:
+            sizes = [len(entry[2]) + proto.PUBLISH_MESSAGE_OVERHEAD for entry in messages]
         with link._lock:
-            for start in range(0, len(messages), size):
-                part = messages[start:start + size]
+            for start, end in _runs(sizes, self._frame_limit, self.batch_size):
+                part = messages[start:end]
                 for pid, token, message, raw in part:
                     unconfirmed[pid] = (token, message, raw)
-                if self.subentry_size > 1:  # each a sub-entry: (id, group, its messages)
+                if self.subentry_size > 1:
                     link._core.publish_subentries(self._publisher_id, [(m[0], m[2]) for m in part], self.compression)
                 else:
                     link._core.publish(self._publisher_id, [m[0] for m in part], [m[2] for m in part])
@@ -589,9 +627,7 @@ class ProducerBase:
                         self._confirm_locked(token, pid, settled)
                     else:
                         settled.append((token, pid))
-        settle = self._waiting.settle
-        for future, pid in settled:  # outside the lock: a future's callbacks run here
-            settle(future, pid)
+        self._waiting.settle_many(settled)  # outside the lock: a future's callbacks run here
         self._waits.notify_progress()
 
     def _confirm_locked(self, token: Any, pid: int, settled: list[tuple[Any, int]]) -> None:
@@ -623,8 +659,7 @@ class ProducerBase:
 
     def _settle_all(self, settled: list[tuple[Any, int]], failed: list[tuple[Any, BaseException]]) -> None:
         """Settle what ``_confirm_locked`` and ``_refuse_locked`` collected (outside the lock)."""
-        for future, pid in settled:
-            self._waiting.settle(future, pid)
+        self._waiting.settle_many(settled)
         for future, error in failed:
             self._waiting.fail(future, error)
         self._waits.notify_progress()
@@ -689,6 +724,7 @@ class ProducerBase:
             self._link = link
             self._publisher_id = publisher_id
             self._sequence = sequence
+            self._frame_limit = _frame_limit(link.frame_max)
             if sequence is not None:
                 if sequence >= self._next_id:
                     self._next_id = sequence + 1

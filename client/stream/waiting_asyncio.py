@@ -29,12 +29,11 @@ AsyncioStreamFuture = asyncio.Future[int]
 class StreamAsyncioWaiting:
     """The loop's ways of waiting, for one stream connection (made in its loop)."""
 
-    __slots__ = ("loop", "_tasks", "_closing")
+    __slots__ = ("loop", "_tasks")
 
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._tasks: set["asyncio.Task[Any]"] = set()
-        self._closing = False
 
     def new_waiter(self) -> "asyncio.Future[Any]":
         return self.loop.create_future()
@@ -85,7 +84,6 @@ class StreamAsyncioWaiting:
 
     def stop(self) -> None:
         """close(): the background flows end (cancelled)."""
-        self._closing = True
         current = asyncio.current_task()
         for task in list(self._tasks):
             if task is not current:
@@ -103,6 +101,12 @@ class StreamAsyncioWaiting:
     def settle(future: AsyncioStreamFuture, publishing_id: int) -> None:
         if not future.done():
             future.set_result(publishing_id)
+
+    @staticmethod
+    def settle_many(settled: list[tuple[AsyncioStreamFuture, int]]) -> None:
+        for future, publishing_id in settled:
+            if not future.done():
+                future.set_result(publishing_id)
 
     @staticmethod
     def fail(future: AsyncioStreamFuture, error: BaseException) -> None:

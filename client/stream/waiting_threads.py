@@ -42,7 +42,7 @@ class StreamFuture:
         self._state = 0  # 0 pending, 1 confirmed, 2 failed
         self._value = 0
         self._error: Optional[BaseException] = None
-        self._callbacks: Optional[list[Callable[["StreamFuture"], Any]]] = None
+        self._callbacks: Optional[list[list[Callable[["StreamFuture"], Any]]]] = None  # boxed
 
     def done(self) -> bool:
         return self._state != 0
@@ -66,26 +66,42 @@ class StreamFuture:
     def add_done_callback(self, fn: Callable[["StreamFuture"], Any]) -> None:
         """``fn(future)``, once: now if the future is done, else when it settles (on the
         thread that reads the broker's confirm: keep it short)."""
-        with _CALLBACKS:
-            if self._state == 0:
+        if self._state == 0:
+            # Settling takes no lock (it is the hot path of confirms): it sets _state, then
+            # reads _callbacks; this appends, then reads _state.  One of the two sees the
+            # other, and the box makes sure only one runs fn.
+            box = [fn]
+            with _CALLBACKS:
                 if self._callbacks is None:
-                    self._callbacks = [fn]
+                    self._callbacks = [box]
                 else:
-                    self._callbacks.append(fn)
+                    self._callbacks.append(box)
+            if self._state == 0:
                 return
+            try:
+                fn = box.pop()
+            except IndexError:
+                return  # the settling thread ran it
         _run(fn, self)
 
     def _settle(self, value: int, error: Optional[BaseException]) -> None:
-        with _CALLBACKS:
-            if self._state != 0:
-                return
-            self._value = value
-            self._error = error
-            self._state = 2 if error is not None else 1
-            callbacks, self._callbacks = self._callbacks, None
-        if callbacks:
-            for fn in callbacks:
-                _run(fn, self)
+        """Once: each future is settled by the one thread that took its send from the
+        producer's books (under its lock)."""
+        if self._state != 0:
+            return
+        self._value = value
+        self._error = error
+        self._state = 2 if error is not None else 1  # before reading _callbacks: see add_done_callback
+        if self._callbacks is not None:
+            self._run_callbacks()
+
+    def _run_callbacks(self) -> None:
+        for box in self._callbacks:  # type: ignore[union-attr]  # iterating a list others append to sees them
+            try:
+                fn = box.pop()
+            except IndexError:
+                continue
+            _run(fn, self)
 
     def __repr__(self) -> str:
         state = ("pending", "confirmed", "failed")[self._state]
@@ -161,6 +177,16 @@ class StreamThreadWaiting:
     @staticmethod
     def settle(future: StreamFuture, publishing_id: int) -> None:
         future._settle(publishing_id, None)
+
+    @staticmethod
+    def settle_many(settled: list[tuple[StreamFuture, int]]) -> None:
+        """StreamFuture._settle for a confirm frame's futures, inlined (the hot path)."""
+        for future, publishing_id in settled:
+            if future._state == 0:
+                future._value = publishing_id
+                future._state = 1  # before reading _callbacks: see add_done_callback
+                if future._callbacks is not None:
+                    future._run_callbacks()
 
     @staticmethod
     def fail(future: StreamFuture, error: BaseException) -> None:
