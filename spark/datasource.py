@@ -564,6 +564,15 @@ class _StreamProtocolStreamWriter:
                     batchId)
 
 
+class StreamStreamRowWriter(_StreamProtocolStreamWriter, DataSourceStreamWriter):
+    """``writeStream`` over the stream protocol on Spark 4.0: rows regrouped into Arrow batches."""
+
+    def write(self, iterator: Iterator[Any]) -> Any:
+        from amqwire.spark.stream_sink import publish_stream_batches
+
+        return publish_stream_batches(self.settings, _rows_to_batches(iterator, self.schema), streaming=True)
+
+
 if _StreamArrowWriter is not None:
 
     class StreamStreamWriter(_StreamProtocolStreamWriter, _StreamArrowWriter):  # type: ignore[valid-type,misc]
@@ -575,14 +584,7 @@ if _StreamArrowWriter is not None:
             return publish_stream_batches(self.settings, iterator, streaming=True)
 
 else:
-
-    class StreamStreamWriter(_StreamProtocolStreamWriter, DataSourceStreamWriter):  # type: ignore[no-redef]
-        """``writeStream`` over the stream protocol on Spark 4.0: rows regrouped into Arrow batches."""
-
-        def write(self, iterator: Iterator[Any]) -> Any:
-            from amqwire.spark.stream_sink import publish_stream_batches
-
-            return publish_stream_batches(self.settings, _rows_to_batches(iterator, self.schema), streaming=True)
+    StreamStreamWriter = StreamStreamRowWriter  # type: ignore[misc,assignment]
 
 
 def register(spark: Any = None) -> None:

@@ -110,8 +110,9 @@ class SourceSettings:
                                         + ", their camelCase spellings, and amqp.* connection options)")
         try:
             protocol = "stream" if uses_stream_protocol(options) else "amqp"
+            connect_kwargs: tuple[tuple[str, Any], ...] = ()
             if protocol == "stream":
-                parameters, connect_kwargs = stream_connection_options(options), ()
+                parameters = stream_connection_options(options)
             else:
                 parameters, connect_kwargs = connection_options(options)
         except ValueError as exc:

@@ -1,5 +1,7 @@
 from typing import Any
 
+__all__ = ["ChunkBatchBuilder", "fallback_text"]
+
 _Buffer = bytes | bytearray | memoryview
 
 class ChunkBatchBuilder:

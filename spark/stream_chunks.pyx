@@ -35,7 +35,7 @@ an AMQP 1.0 message but is not a well-formed one fails the read with
 
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT32_MAX
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT32_MAX
 from libc.string cimport memcmp
 
 from amqwire.codec.buffer cimport amqw_unpack_u16, amqw_unpack_u32, amqw_unpack_u64, amqw_unpack_f32, amqw_unpack_f64
@@ -672,7 +672,7 @@ cdef class ChunkBatchBuilder:
     cdef int _read_annotations(self, Cursor *c, Value *section) except -1:
         cdef Cursor items
         cdef Value key, v
-        cdef uint32_t i
+        cdef uint32_t _pair
         cdef int64_t signed_value = 0
         cdef uint64_t unsigned_value = 0
         cdef int kind
@@ -685,7 +685,7 @@ cdef class ChunkBatchBuilder:
         items.p = section.p
         items.n = section.n
         items.pos = 0
-        for i in range(section.count // 2):
+        for _pair in range(section.count // 2):
             _read(&items, &key, 1)
             _read(&items, &v, 1)
             if not _is_text(key.code) or key.n < 6 or memcmp(key.p, b"x-", 2) != 0:
@@ -719,7 +719,7 @@ cdef class ChunkBatchBuilder:
     cdef int _read_application_properties(self, Cursor *c, Value *section) except -1:
         cdef Cursor items
         cdef Value key, v
-        cdef uint32_t i
+        cdef uint32_t _pair
         if section.code == 0x40:
             return 0
         if not _is_map(section.code):
@@ -730,7 +730,7 @@ cdef class ChunkBatchBuilder:
         items.p = section.p
         items.n = section.n
         items.pos = 0
-        for i in range(section.count // 2):
+        for _pair in range(section.count // 2):
             _read(&items, &key, 1)
             _read(&items, &v, 1)
             if not _is_text(key.code):
@@ -792,11 +792,11 @@ cdef class ChunkBatchBuilder:
     cdef object _finish(self):
         pa = pyarrow()
         schema = _stream_schema()
-        cdef Py_ssize_t n = self.rows, i
+        cdef Py_ssize_t n = self.rows, _row
         cdef ColumnBuilder streams = ColumnBuilder(n, 4, True, PyBytes_GET_SIZE(self._stream_utf8))
         cdef const char *name = PyBytes_AS_STRING(self._stream_utf8)
         cdef Py_ssize_t name_len = PyBytes_GET_SIZE(self._stream_utf8)
-        for i in range(n):
+        for _row in range(n):
             streams.add_bytes(name, name_len)
         string, binary, large_string = pa.string(), pa.binary(), pa.large_string()
         ts_type = pa.timestamp("us", tz="UTC")

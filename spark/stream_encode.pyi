@@ -1,5 +1,7 @@
 from typing import Any
 
+__all__ = ["StreamPublishEncoder", "PROPERTY_NAMES"]
+
 PROPERTY_NAMES: tuple[str, ...]
 
 class StreamPublishEncoder:

@@ -30,7 +30,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT64_MAX
 from libc.string cimport memcpy, memmove
 
-from amqwire.codec.buffer cimport WriteBuffer, amqw_pack_u32, amqw_pack_u64
+from amqwire.codec.buffer cimport WriteBuffer, amqw_pack_u32
 from amqwire.spark.arrow_view cimport (
     ArrowColumn, column_of, floor_div,
     K_NULL, K_BOOL, K_INT8, K_INT16, K_INT32, K_INT64, K_UINT8, K_UINT16, K_UINT32, K_UINT64,
@@ -308,7 +308,6 @@ cdef int _check_simple(ArrowColumn col, str path) except -1:
 cdef int _PROPERTY_AT[13]
 _PROPERTY_AT[:] = [P_MESSAGE_ID, P_USER_ID, -1, -1, P_REPLY_TO, P_CORRELATION_ID, P_CONTENT_TYPE,
                    P_CONTENT_ENCODING, -1, P_TIMESTAMP, -1, -1, -1]
-
 
 
 # ---------------------------------------------------------------------------- the encoder

@@ -94,8 +94,9 @@ class TaskLink:
         replicas = [brokers[ref] for ref in entry.replicas if ref in brokers]
         random.shuffle(replicas)
         # a publisher needs the leader; a consumer takes a replica, else the leader
-        where = [leader_node] if leader else replicas + [leader_node]
-        where = [node for node in where if node is not None]
+        where: list[tuple[str, int]] = [] if leader else list(replicas)
+        if leader_node is not None:
+            where.append(leader_node)
         if not where:
             link.close()
             raise StreamNotAvailable(0x06, "metadata", stream)

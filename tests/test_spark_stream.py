@@ -233,7 +233,7 @@ def test_offsets_removed_by_retention_fail_the_read_or_are_skipped(spark, amqp, 
     published = 0
     while True:
         with stream_client(node.stream_url) as conn, conn.producer(name) as producer:
-            for i in range(100):
+            for _ in range(100):
                 producer.send(b"x" * 100)
             producer.flush(30)
         published += 100

@@ -96,8 +96,8 @@ def test_a_cut_chunk_fails_as_the_chunk_module_fails(layout):
     data = build(layout, 0)
     for size in range(len(data)):
         cut = data[:size]
-        assert outcome(lambda: list(RecordReader(cut, check_crc=False))) == \
-            outcome(lambda: decode_chunk(cut, check_crc=False).offsets_and_messages()), size
+        assert outcome(lambda cut=cut: list(RecordReader(cut, check_crc=False))) == \
+            outcome(lambda cut=cut: decode_chunk(cut, check_crc=False).offsets_and_messages()), size
 
 
 def outcome(read):
