@@ -521,11 +521,11 @@ class SyncStreamConnection(StreamConnectionBase):
             raise
         return producer
 
-    def consumer(self, stream: str, offset: StreamOffset = "next", *, end: Optional[int] = None,
+    def consumer(self, stream: str, offset: StreamOffset = "first", *, end: Optional[int] = None,
                  name: Optional[str] = None, credit: int = 10, properties: Optional[dict[str, str]] = None,
                  timeout: Optional[float] = None) -> SyncStreamConsumer:
-        """A consumer of ``stream`` from ``offset`` ("first", "last", "next", an offset, or a
-        datetime) up to ``end`` (an offset, inclusive: the iteration stops after it; None:
+        """A consumer of ``stream`` from ``offset`` ("first": the default, "last", "next", an
+        offset, or a datetime) up to ``end`` (an offset, inclusive: the iteration stops after it; None:
         no end).  ``credit``: chunks the broker may send ahead (the buffer's bound: one
         more is granted per chunk read); ``name``: the consumer's name, for store_offset and
         query_offset.  It reads from a replica when one is reachable, else the leader.

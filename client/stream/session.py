@@ -834,7 +834,7 @@ class StreamConsumerBase:
             self._fail(exc)
             self._env._unsubscribe_soon(self)
             return
-        start = first if next_offset is None or next_offset < first else next_offset
+        start = first  # the offset of records[0] (those below next_offset are skipped)
         end = self.end
         if end is not None and records and start + len(records) - 1 > end:
             records = records[:max(end - start + 1, 0)]
