@@ -34,7 +34,7 @@ SUBPACKAGES = ["amqwire.client.producer", "amqwire.codec.stream", "amqwire.clien
 # below a package's (codec/stream) is its subpackage (amqwire.codec.stream).
 CYTHON_MODULES = [("codec", name) for name in ["buffer", "table", "properties", "methods", "writer", "parser"]]
 CYTHON_MODULES += [("codec/stream", name) for name in ["amqp10", "frames", "chunk"]]
-CYTHON_MODULES += [("spark", name) for name in ["arrow_view", "encode", "stream_batch"]]
+CYTHON_MODULES += [("spark", name) for name in ["arrow_view", "arrow_columns", "encode", "stream_batch", "stream_chunks", "stream_encode"]]
 # Development tools that live beside the code they generate but are not part of the product.
 NOT_SHIPPED = {("amqwire.codec", "codegen"), ("amqwire.client", "make_sync")}
 

@@ -166,8 +166,7 @@ def connection_options(options: dict[str, Any], **overrides: Any) -> tuple[tuple
     ConnectionParameters to try in order (``url``, a list, or ``path`` as in
     ``save(url)``/``load(url)``, with the ``amqp.*`` URL options and ``overrides`` applied)
     and the (name, value) pairs for connect().  ValueError naming the option."""
-    urls = options.get("url") or options.get("path") or DEFAULT_URL
-    url_list = [part.strip() for part in urls.replace(",", " ").split()] if isinstance(urls, str) else list(urls)
+    url_list = _url_list(options)
     url_overrides: dict[str, Any] = {}
     connect_kwargs: dict[str, Any] = {}
     for key, value in options.items():
@@ -186,6 +185,47 @@ def connection_options(options: dict[str, Any], **overrides: Any) -> tuple[tuple
                 raise ValueError(f"option {key}: {exc}") from None
     url_overrides.update((name, value) for name, value in overrides.items() if value is not None)
     return tuple(parameters_list(url_list, **url_overrides)), tuple(sorted(connect_kwargs.items()))
+
+
+STREAM_SCHEMES = ("rabbitmq-stream://", "rabbitmq-stream+tls://")
+
+
+def _url_list(options: dict[str, Any]) -> list[str]:
+    urls = options.get("url") or options.get("path") or DEFAULT_URL
+    return [part.strip() for part in urls.replace(",", " ").split()] if isinstance(urls, str) else list(urls)
+
+
+def uses_stream_protocol(options: dict[str, Any]) -> bool:
+    """Whether the ``url`` option names the stream protocol (``rabbitmq-stream://``) rather
+    than AMQP 0-9-1; ValueError for a list that mixes the two."""
+    urls = _url_list(options)
+    stream = [str(url).lower().startswith(STREAM_SCHEMES) for url in urls]
+    if any(stream) and not all(stream):
+        raise ValueError("the url list mixes rabbitmq-stream:// and amqp:// URLs: give one protocol")
+    return bool(stream) and all(stream)
+
+
+def stream_connection_options(options: dict[str, Any]) -> tuple[Any, ...]:
+    """The StreamParameters of a read or a write over the stream protocol, from its canonical
+    options: the ``url`` list, with the ``amqp.*`` connection options (``amqp.heartbeat``,
+    ``amqp.frame_max``, ``amqp.connection_timeout``, TLS's ``amqp.cafile`` ...) applied.
+    ValueError naming the option."""
+    from amqwire.client.stream.url import _QUERY_OPTIONS, stream_parameters_list
+
+    overrides: dict[str, Any] = {}
+    for key, value in options.items():
+        if not key.startswith("amqp."):
+            continue
+        name = key[len("amqp."):]
+        parser = _QUERY_OPTIONS.get(name)
+        if parser is None:
+            raise ValueError(f"option {key}: not a stream-protocol connection option (known: "
+                             f"{', '.join('amqp.' + known for known in _QUERY_OPTIONS)})")
+        try:
+            overrides[name] = parser(name, str(value))
+        except ValueError as exc:
+            raise ValueError(f"option {key}: {exc}") from None
+    return tuple(stream_parameters_list(_url_list(options), **overrides))
 
 
 def _canonical(options: Any, aliases: Optional[dict[str, str]] = None) -> dict[str, Any]:
@@ -449,14 +489,110 @@ class AMQPDataSource(DataSource):
         except AmqwireError as error:  # raised here, it would reach the user behind Spark's UnboundLocalError
             return RefusedStreamReader(error)
 
-    def writer(self, schema: StructType, overwrite: bool) -> AMQPBatchWriter:
+    #: spark.speculation is on in the session it was registered in (see register())
+    speculation = False
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
         if overwrite:
             raise ValueError("the amqp data source only appends (a queue cannot be overwritten): "
                              "use .mode('append')")
+        if self._stream_protocol():
+            from amqwire.spark.stream_sink import StreamSinkSettings
+
+            return StreamBatchWriter(StreamSinkSettings.from_options(self.options, schema))
         return AMQPBatchWriter(SinkSettings.from_options(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        if self._stream_protocol():
+            from amqwire.spark.stream_sink import StreamSinkSettings
+
+            return StreamStreamWriter(StreamSinkSettings.from_options(self.options, schema), schema)
         return AMQPStreamWriter(SinkSettings.from_options(self.options, schema), schema)
+
+    def _stream_protocol(self) -> bool:
+        """A write over the stream protocol (a rabbitmq-stream:// url); refused when
+        speculative execution could run a task twice at once."""
+        if not uses_stream_protocol(_canonical(self.options)):
+            return False
+        if self.speculation:
+            raise ValueError("the amqp sink over the stream protocol stores each row once by deduplication, which "
+                             "needs every task of a partition to write the same rows: spark.speculation is on in "
+                             "this session, and a speculative copy of a task may read other rows (a "
+                             "non-deterministic plan); turn spark.speculation off, or write over amqp://")
+        return True
+
+
+class AMQPDataSourceWithSpeculation(AMQPDataSource):
+    """The data source as registered in a session with spark.speculation on (register()):
+    writes over the stream protocol are refused there."""
+
+    speculation = True
+
+
+class StreamBatchWriter(DataSourceArrowWriter):
+    """``df.write`` over the stream protocol (amqwire.spark.stream_sink)."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+
+    def write(self, iterator: Iterator[Any]) -> Any:
+        from amqwire.spark.stream_sink import publish_stream_batches
+
+        return publish_stream_batches(self.settings, iterator, streaming=False)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        from amqwire.spark.stream_sink import summary
+
+        rows, stored, skipped, tasks = summary(messages)
+        log.info("amqp sink: %d rows to %s from %d tasks: %d stored and confirmed, %d stored before (skipped)",
+                 rows, self.settings.describe(), tasks, stored, skipped)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        from amqwire.spark.stream_sink import summary
+
+        rows, _, _, tasks = summary(messages)
+        log.warning("amqp sink: write failed; %d rows of %d finished tasks stay stored in the stream: the same "
+                    "write run again with the same producerName stores only the others", rows, tasks)
+
+
+class _StreamProtocolStreamWriter:
+    def __init__(self, settings: Any, schema: StructType) -> None:
+        self.settings = settings
+        self.schema = schema
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        from amqwire.spark.stream_sink import summary
+
+        rows, stored, skipped, tasks = summary(messages)
+        log.info("amqp sink: micro-batch %d: %d rows from %d tasks: %d stored and confirmed, %d stored before "
+                 "(skipped)", batchId, rows, tasks, stored, skipped)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        log.warning("amqp sink: micro-batch %d failed; when it runs again, the rows already stored are skipped",
+                    batchId)
+
+
+class StreamStreamRowWriter(_StreamProtocolStreamWriter, DataSourceStreamWriter):
+    """``writeStream`` over the stream protocol on Spark 4.0: rows regrouped into Arrow batches."""
+
+    def write(self, iterator: Iterator[Any]) -> Any:
+        from amqwire.spark.stream_sink import publish_stream_batches
+
+        return publish_stream_batches(self.settings, _rows_to_batches(iterator, self.schema), streaming=True)
+
+
+if _StreamArrowWriter is not None:
+
+    class StreamStreamWriter(_StreamProtocolStreamWriter, _StreamArrowWriter):  # type: ignore[valid-type,misc]
+        """``writeStream`` over the stream protocol, Spark 4.1+: Arrow batches."""
+
+        def write(self, iterator: Iterator[Any]) -> Any:
+            from amqwire.spark.stream_sink import publish_stream_batches
+
+            return publish_stream_batches(self.settings, iterator, streaming=True)
+
+else:
+    StreamStreamWriter = StreamStreamRowWriter  # type: ignore[misc,assignment]
 
 
 def register(spark: Any = None) -> None:
@@ -475,5 +611,15 @@ def register(spark: Any = None) -> None:
     if getattr(spark, "_amqwire_amqp_registered", False):
         return
     workers_run_this_python(spark)
-    spark.dataSource.register(AMQPDataSource)
+    spark.dataSource.register(AMQPDataSourceWithSpeculation if _speculation(spark) else AMQPDataSource)
     spark._amqwire_amqp_registered = True
+
+
+def _speculation(spark: Any) -> bool:
+    """Whether spark.speculation is on (a setting of the SparkContext: it cannot change
+    while the session lives)."""
+    try:
+        value = spark.conf.get("spark.speculation", "false")
+    except Exception:  # a Spark Connect server that does not show it: off, Spark's default
+        value = "false"
+    return str(value).strip().lower() == "true"

@@ -4,6 +4,8 @@
     bash spark/run --rows 50000
     bash spark/run --input orders.parquet --queue orders
     bash spark/run --purge                         # empty the queue first (says how many went)
+    bash spark/run --url rabbitmq-stream://guest:guest@127.0.0.1:5552/ --producer-name demo-1
+                                                   # into a stream, over the stream protocol
 
 (``bash spark/run`` sets up the venv, Java and a local broker, then runs
 ``python -m amqwire.spark.demo`` with the same arguments.)
@@ -15,6 +17,11 @@ confirms, shows progress from the broker's own count, and prints rows/s and what
 queue holds.  What the queue held before is kept unless ``--purge`` is given.
 A file with a ``body`` column is published as is (other sink columns too: routing_key,
 exchange, headers, properties); any other file has each row sent as a JSON body.
+
+With a ``rabbitmq-stream://`` url the rows go over RabbitMQ's stream protocol into the
+stream ``--queue`` (default amqwire-demo-stream; created when missing, ``--purge``
+deletes and creates it again), each stored once: run the job again with the same
+``--producer-name`` and nothing is stored twice.
 """
 from __future__ import annotations
 
@@ -28,6 +35,8 @@ from typing import Any, NoReturn, Optional
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DEFAULT_QUEUE = "amqwire-demo"
+DEFAULT_STREAM = "amqwire-demo-stream"
+STREAM_SCHEMES = ("rabbitmq-stream://", "rabbitmq-stream+tls://")
 TTY_EVERY = 0.5  # seconds between redraws of the progress line on a terminal
 LOG_EVERY = 5.0  # seconds between progress lines otherwise (a log file, a pipe)
 SINK_COLUMNS = ("body", "routing_key", "exchange", "headers", "properties")
@@ -52,7 +61,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--format", choices=("parquet", "csv"), help="the input's format (default: from the name)")
     parser.add_argument("--url", default=os.environ.get("AMQP_URL", DEFAULT_URL),
                         help="broker URL (default: $AMQP_URL or %(default)s)")
-    parser.add_argument("--queue", default=DEFAULT_QUEUE, help="queue to declare and fill (default %(default)s)")
+    parser.add_argument("--queue", default=None,
+                        help=f"queue to declare and fill (default {DEFAULT_QUEUE}; with a rabbitmq-stream:// url "
+                             f"the stream, default {DEFAULT_STREAM})")
+    parser.add_argument("--producer-name", default=None,
+                        help="rabbitmq-stream:// urls: the write's producer name (the same name again stores "
+                             "nothing twice; default: a new one each run)")
     keep = parser.add_mutually_exclusive_group()
     keep.add_argument("--keep", action="store_true",
                       help="keep what the queue already holds (the default)")
@@ -74,6 +88,13 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         parser.error("--confirm-window must be >= 1")
     if args.input is not None and not os.path.exists(args.input):
         parser.error(f"--input {args.input}: no such file or directory")
+    args.stream = args.url.lower().startswith(STREAM_SCHEMES)
+    if args.queue is None:
+        args.queue = DEFAULT_STREAM if args.stream else DEFAULT_QUEUE
+    if args.producer_name is not None and not args.stream:
+        parser.error("--producer-name needs a rabbitmq-stream:// url (over AMQP 0-9-1 delivery is at-least-once)")
+    if args.durable and args.stream:
+        parser.error("--durable: a stream is always durable")
     return args
 
 
@@ -190,12 +211,12 @@ class Progress:
             sys.stderr.write("\n")
 
     def _run(self) -> None:
-        from amqwire.client import AMQPError, connect
+        from amqwire.client import AMQPError
 
         try:
-            with connect(self.url) as conn, conn.channel() as ch:
+            with Target(self.url, self.queue) as target:
                 while not self._stop.wait(self.every):
-                    count = ch.queue_declare(self.queue, passive=True).message_count - self.start_count
+                    count = target.count() - self.start_count
                     if count > 0:
                         self._draw(count)
         except (AMQPError, OSError) as exc:  # progress is cosmetic; the job goes on
@@ -216,27 +237,81 @@ class Progress:
         self._drawn = True
 
 
+class Target:
+    """Where the job writes: a queue over AMQP 0-9-1, or a stream over the stream protocol;
+    ``count()`` is what it holds (a stream: how many offsets it has, which its own tracking
+    entries add a few to)."""
+
+    def __init__(self, url: str, name: str) -> None:
+        self.url, self.name = url, name
+        self.stream = url.lower().startswith(STREAM_SCHEMES)
+        self._conn: Any = None
+        self._channel: Any = None
+
+    def __enter__(self) -> "Target":
+        if self.stream:
+            from amqwire.client import stream
+
+            self._conn = stream.connect(self.url)
+        else:
+            from amqwire.client import connect
+
+            self._conn = connect(self.url)
+            self._channel = self._conn.channel()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._conn.close()
+
+    def declare(self, durable: bool) -> None:
+        if self.stream:
+            self._conn.create_stream(self.name, exist_ok=True)
+        else:
+            self._channel.queue_declare(self.name, durable=durable)
+
+    def purge(self) -> int:
+        """Empty it: a queue is purged; a stream (which cannot be) deleted and created again."""
+        if not self.stream:
+            return int(self._channel.queue_purge(self.name))
+        held = self.count()
+        self._conn.delete_stream(self.name)
+        self._conn.create_stream(self.name)
+        return held
+
+    def count(self) -> int:
+        if not self.stream:
+            return int(self._channel.queue_declare(self.name, passive=True).message_count)
+        found = self._conn.stream_stats(self.name, quiet=0.2)
+        return 0 if found.last_offset is None else found.last_offset - found.first_offset + 1
+
+    def describe(self) -> str:
+        if self.stream:
+            from amqwire.client.stream import parse_stream_url
+
+            return f"broker {parse_stream_url(self.url)} (stream protocol), stream {self.name!r}"
+        from amqwire.client.url import parse_url
+
+        return f"broker {parse_url(self.url)}, queue {self.name!r}"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from amqwire.client import connect
-    from amqwire.client.url import parse_url
-
     import amqwire.spark
 
     from amqwire.client import AMQPError
 
+    kind = "stream" if args.stream else "queue"
     try:  # a bad URL or an unreachable broker fails before Spark starts
-        target = parse_url(args.url)
-        print(f"amqwire demo: broker {target}, queue {args.queue!r}")
-        with connect(args.url) as conn, conn.channel() as ch:
-            ch.queue_declare(args.queue, durable=args.durable)
+        with Target(args.url, args.queue) as target:
+            print(f"amqwire demo: {target.describe()}")
+            target.declare(args.durable)
             if args.purge:
-                purged = ch.queue_purge(args.queue)
-                print(f"purged {purged:,} messages from queue {args.queue!r} (--purge)")
-            start_count = ch.queue_declare(args.queue, passive=True).message_count
+                purged = target.purge()
+                print(f"purged {purged:,} messages from {kind} {args.queue!r} (--purge)")
+            start_count = target.count()
             if start_count:
-                print(f"queue {args.queue!r} already holds {start_count:,} messages: kept "
+                print(f"{kind} {args.queue!r} already holds {start_count:,} messages: kept "
                       f"(--purge empties it first)")
     except (ValueError, AMQPError, OSError) as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -261,27 +336,32 @@ def main(argv: Optional[list[str]] = None) -> int:
                   f"publishing them ({args.partitions} tasks)")
         started = time.monotonic()
         with Progress(args.url, args.queue, total, start_count, not args.quiet):
-            (
-                df.write.format("amqp")
-                .mode("append")
-                .option("url", args.url)
-                .option("routing_key", args.queue)
-                .option("confirm_window", args.confirm_window)
-                .save()
-            )
+            writer = df.write.format("amqp").mode("append").option("url", args.url)
+            if args.stream:
+                writer = writer.option("stream", args.queue)
+                if args.producer_name is not None:
+                    writer = writer.option("producerName", args.producer_name)
+            else:
+                writer = writer.option("routing_key", args.queue)
+            writer.option("confirm_window", args.confirm_window).save()
         seconds = time.monotonic() - started
     finally:
         spark.stop()
-    with connect(args.url) as conn, conn.channel() as ch:
-        held = ch.queue_declare(args.queue, passive=True).message_count
+    with Target(args.url, args.queue) as target:
+        held = target.count()
     published = held - start_count
     rows = total if total is not None else published
+    how = "each stored once, by deduplication" if args.stream else "at-least-once"
     print(f"published {rows:,} rows in {seconds:.2f} s: {rows / seconds if seconds else 0:,.0f} rows/s "
-          f"(confirmed by the broker, at-least-once)")
-    print(f"queue {args.queue!r} holds {held:,} messages; to remove them: "
-          f"rabbitmqctl purge_queue {args.queue} (or delete_queue), or run again with --purge")
-    if total is not None and published < total:
-        print(f"error: the queue gained {published:,} messages, expected {total:,}", file=sys.stderr)
+          f"(confirmed by the broker, {how})")
+    if args.stream:
+        print(f"stream {args.queue!r} holds {held:,} messages; to remove them: rabbitmqctl delete_queue "
+              f"{args.queue}, or run again with --purge")
+    else:
+        print(f"queue {args.queue!r} holds {held:,} messages; to remove them: "
+              f"rabbitmqctl purge_queue {args.queue} (or delete_queue), or run again with --purge")
+    if total is not None and published < total and not (args.stream and args.producer_name):
+        print(f"error: the {kind} gained {published:,} messages, expected {total:,}", file=sys.stderr)
         return 1
     return 0
 

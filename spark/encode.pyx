@@ -65,7 +65,7 @@ DEFAULT_FRAME_MAX = 131072
 
 # ---------------------------------------------------------------------------- type checks
 
-cdef int _check_value_type(ArrowColumn col, str path, int depth, bint for_json) except -1:
+cdef int check_value_type(ArrowColumn col, str path, int depth, bint for_json) except -1:
     """Every Arrow type a field-table value (or a JSON value) can be made of."""
     cdef ArrowColumn child
     if depth > MAX_NESTING:
@@ -74,7 +74,7 @@ cdef int _check_value_type(ArrowColumn col, str path, int depth, bint for_json) 
         for child in col.children:
             if not for_json and len(child.name_utf8) > 255:
                 raise ArrowTypeError(f"{path}.{child.name}: a field name over 255 bytes cannot be a table key")
-            _check_value_type(child, f"{path}.{child.name}", depth + 1, for_json)
+            check_value_type(child, f"{path}.{child.name}", depth + 1, for_json)
     elif col.kind == K_MAP:
         entries = <ArrowColumn>col.children[0]
         key = <ArrowColumn>entries.children[0]
@@ -82,9 +82,9 @@ cdef int _check_value_type(ArrowColumn col, str path, int depth, bint for_json) 
             raise ArrowTypeError(f"{path}: map keys must be strings to become table keys, not {key.format!r}")
         if for_json and key.kind in (K_STRUCT, K_MAP, K_LIST, K_LARGE_LIST):
             raise ArrowTypeError(f"{path}: map keys must be scalars to become JSON keys")
-        _check_value_type(<ArrowColumn>entries.children[1], f"{path}[value]", depth + 1, for_json)
+        check_value_type(<ArrowColumn>entries.children[1], f"{path}[value]", depth + 1, for_json)
     elif col.kind == K_LIST or col.kind == K_LARGE_LIST:
-        _check_value_type(<ArrowColumn>col.children[0], f"{path}[]", depth + 1, for_json)
+        check_value_type(<ArrowColumn>col.children[0], f"{path}[]", depth + 1, for_json)
     return 0
 
 
@@ -565,18 +565,6 @@ cdef class PublishEncoder:
     serialized as JSON or as an AMQP field table).
     """
 
-    cdef uint16_t channel
-    cdef Py_ssize_t frame_max
-    cdef bint mandatory
-    cdef int body_format
-    cdef bytes exchange_literal
-    cdef bytes routing_key_literal
-    cdef WriteBuffer out
-    cdef WriteBuffer scratch
-    cdef object _offsets            # int64 row ends of the batch being encoded
-    cdef bint _headers_nested       # headers came as properties.headers
-    cdef readonly object frame_max_setting
-
     def __init__(self, *, int channel=1, frame_max=DEFAULT_FRAME_MAX, bint mandatory=False,
                  str body_format="raw", exchange=None, routing_key=None):
         if not 1 <= channel <= 0xFFFF:
@@ -649,7 +637,7 @@ cdef class PublishEncoder:
             if headers_col.kind != K_MAP and headers_col.kind != K_STRUCT and headers_col.kind != K_NULL:
                 raise ArrowTypeError(f"headers must be a map<string, ...> (or struct) column, "
                                      f"not Arrow {headers_col.format!r}")
-            _check_value_type(headers_col, "headers", 1, False)
+            check_value_type(headers_col, "headers", 1, False)
         if self.body_format == BODY_RAW:
             if not body_col.is_binary_like() and body_col.kind != K_NULL:
                 raise ArrowTypeError(f"body must be a binary or string column for body_format 'raw', "
@@ -660,7 +648,7 @@ cdef class PublishEncoder:
                 raise ArrowTypeError(f"body must be a struct or map column for body_format "
                                      f"{'json' if self.body_format == BODY_JSON else 'table'}, "
                                      f"not Arrow {body_col.format!r}")
-            _check_value_type(body_col, "body", 1, self.body_format == BODY_JSON)
+            check_value_type(body_col, "body", 1, self.body_format == BODY_JSON)
         for col in (rk_col, ex_col, None if self._headers_nested else headers_col, props_col):
             if col is not None and (<ArrowColumn>col).length != n:
                 raise ValueError(f"{(<ArrowColumn>col).name} has {(<ArrowColumn>col).length} rows, "

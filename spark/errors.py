@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from amqwire.codec.errors import AMQPSyntaxError, AmqwireError
 
-__all__ = ["ArrowTypeError", "DataLoss", "MessageRowError", "RowEncodeError", "SinkError", "SourceError",
+__all__ = ["ArrowTypeError", "DataLoss", "MessageRowError", "RecordError", "RowEncodeError", "SinkError", "SourceError",
            "SourceOptionError", "StreamUnavailable", "source_error"]
 
 
@@ -123,6 +123,23 @@ class DataLoss(SourceError):
         return (f"stream {self.stream!r}: offsets {self.requested}..{self.first_offset - 1} were removed by "
                 f"retention before they were read ({self.lost} offsets lost); set failOnDataLoss=false to "
                 f"skip them, or start again from a new checkpoint")
+
+
+class RecordError(SourceError):
+    """A record of a stream, read over the stream protocol, starts like an AMQP 1.0 message
+    but is not a well-formed one: ``offset`` is its offset, ``position`` the byte of the
+    record where decoding stopped."""
+
+    def __init__(self, stream: str, offset: int, problem: str, position: int) -> None:
+        AmqwireError.__init__(self, stream, offset, problem, position)
+        self.stream = stream
+        self.offset = offset
+        self.problem = problem
+        self.position = position
+
+    def __str__(self) -> str:
+        return (f"amqp source: stream {self.stream!r} offset {self.offset}: not a well-formed AMQP 1.0 message: "
+                f"{self.problem} (byte {self.position} of the record)")
 
 
 # How a Python worker's error reaches the user inside Spark's own exception: the

@@ -34,7 +34,9 @@ from typing import Any, Iterator, Optional, Sequence
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from amqwire.spark.datasource import _SPARK_OPTIONS, _canonical, connection_options
+from amqwire.spark.datasource import (
+    _SPARK_OPTIONS, _canonical, connection_options, stream_connection_options, uses_stream_protocol,
+)
 from amqwire.spark.errors import DataLoss, SourceError, SourceOptionError, StreamUnavailable
 from amqwire.spark.stream_batch import build_batch
 
@@ -58,12 +60,15 @@ _ALIASES = {
     "minpartitions": "min_partitions",
     "readtimeout": "read_timeout",
     "batchrows": "batch_rows",
+    "consumername": "consumer_name",
 }
 _OPTIONS = {
     "url", "streams", "starting_offsets", "ending_offsets", "starting_timestamp", "ending_timestamp",
     "starting_offsets_by_timestamp", "ending_offsets_by_timestamp", "max_offsets_per_trigger",
-    "fail_on_data_loss", "min_partitions", "prefetch", "read_timeout", "batch_rows",
+    "fail_on_data_loss", "min_partitions", "prefetch", "read_timeout", "batch_rows", "credit", "consumer_name",
 }
+# options that only one protocol has: (option, the protocol it needs)
+_PROTOCOL_OPTIONS = {"prefetch": "amqp", "credit": "stream", "consumer_name": "stream"}
 _BOOLEANS = {"true": True, "false": False}
 _MAX_OFFSET = 2**63 - 1
 
@@ -93,6 +98,9 @@ class SourceSettings:
     prefetch: int
     read_timeout: float
     batch_rows: int
+    protocol: str = "amqp"  # "amqp" (AMQP 0-9-1) or "stream" (the stream protocol: amqwire.spark.stream_source)
+    credit: int = 10  # stream protocol: chunks the broker may send ahead
+    consumer_name: Optional[str] = None  # stream protocol: store committed offsets under this name
 
     @classmethod
     def from_options(cls, options: Any, *, streaming: Optional[bool]) -> "SourceSettings":
@@ -108,9 +116,26 @@ class SourceSettings:
                 raise SourceOptionError(key, "unknown option for reading (known: " + ", ".join(sorted(_OPTIONS))
                                         + ", their camelCase spellings, and amqp.* connection options)")
         try:
-            parameters, connect_kwargs = connection_options(options)
+            protocol = "stream" if uses_stream_protocol(options) else "amqp"
+            connect_kwargs: tuple[tuple[str, Any], ...] = ()
+            if protocol == "stream":
+                parameters = stream_connection_options(options)
+            else:
+                parameters, connect_kwargs = connection_options(options)
         except ValueError as exc:
             raise SourceOptionError("url", str(exc)) from None
+        for key, needs in _PROTOCOL_OPTIONS.items():
+            if options.get(key) is not None and needs != protocol:
+                raise SourceOptionError(key, "applies to the stream protocol only (a rabbitmq-stream:// url)"
+                                        if needs == "stream" else "applies to AMQP 0-9-1 only (an amqp:// url); "
+                                        "over the stream protocol, credit says how many chunks are sent ahead")
+        consumer_name = options.get("consumer_name")
+        if consumer_name is not None:
+            if streaming is False:  # None: load(), which cannot tell a read from a stream query
+                raise SourceOptionError("consumer_name", "applies to spark.readStream only (offsets are stored "
+                                                         "as micro-batches commit)")
+            if not str(consumer_name).strip() or len(str(consumer_name).encode()) > 256:
+                raise SourceOptionError("consumer_name", f"expected a name of 1 .. 256 bytes, got {consumer_name!r}")
         streams = _streams(options.get("streams"))
         ends = [name for name in ("ending_offsets", "ending_timestamp", "ending_offsets_by_timestamp")
                 if options.get(name) is not None]
@@ -148,6 +173,9 @@ class SourceSettings:
             prefetch=_int(options, "prefetch", 1, 65535, 2000),  # type: ignore[arg-type]
             read_timeout=_seconds(options, "read_timeout", 60.0),
             batch_rows=_int(options, "batch_rows", 1, 10_000_000, 10_000),  # type: ignore[arg-type]
+            protocol=protocol,
+            credit=_int(options, "credit", 1, 1000, 10),  # type: ignore[arg-type]
+            consumer_name=None if consumer_name is None else str(consumer_name),
         )
 
     def describe(self) -> str:
@@ -286,7 +314,7 @@ def check_read(options: Any) -> None:
     and is a stream.  Raises SourceOptionError or StreamUnavailable (SourceError when the
     broker cannot be reached)."""
     settings = SourceSettings.from_options(options, streaming=None)
-    tails = StreamTails(settings)
+    tails = driver_tails(settings)
     try:
         for stream in settings.streams:
             tails.offsets(stream)
@@ -378,6 +406,24 @@ class StreamTails:
         if position.kind == "timestamp":
             return self.offset_at(stream, position.value, tail)
         return position.value
+
+
+def driver_tails(settings: SourceSettings) -> StreamTails:
+    """The driver's view of the streams, over the protocol of the url."""
+    if settings.protocol == "stream":
+        from amqwire.spark.stream_source import StreamProtocolTails
+
+        return StreamProtocolTails(settings)
+    return StreamTails(settings)
+
+
+def read_partition(settings: SourceSettings, part: StreamRange) -> Iterator[Any]:
+    """One task's batches, over the protocol of the url."""
+    if settings.protocol == "stream":
+        from amqwire.spark.stream_source import read_stream_range
+
+        return read_stream_range(settings, part)
+    return read_range(settings, part)
 
 
 # ----------------------------------------------------------------------------- partitions
@@ -550,7 +596,7 @@ class AMQPBatchReader(DataSourceReader):
 
     def __init__(self, settings: SourceSettings) -> None:
         self.settings = settings
-        tails = StreamTails(settings)
+        tails = driver_tails(settings)
         ranges = []
         try:
             ending = dict(settings.ending)
@@ -577,7 +623,7 @@ class AMQPBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, StreamRange):  # Spark's stand-in partition for an empty read
             return iter(())
-        return read_range(self.settings, partition)
+        return read_partition(self.settings, partition)
 
 
 class AMQPStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -591,13 +637,14 @@ class AMQPStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Nothing is asked of the broker here: load() checked the streams, and an error
         # raised while Spark makes the reader reaches the user behind an unrelated one of
         # Spark's (its runner's UnboundLocalError).  The first offsets asked connect.
+        self._stored: dict[str, int] = {}  # consumerName: the offsets stored so far
 
     def __getstate__(self) -> dict[str, Any]:  # read() on the executors needs the settings only
         return {**self.__dict__, "_tails": None}
 
     def _driver(self) -> StreamTails:
         if self._tails is None:
-            self._tails = StreamTails(self.settings)
+            self._tails = driver_tails(self.settings)
         return self._tails
 
     def _latest(self) -> dict[str, int]:
@@ -649,10 +696,18 @@ class AMQPStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return list(split_ranges(ranges, self.settings.min_partitions))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_range(self.settings, partition)  # type: ignore[arg-type]
+        return read_partition(self.settings, partition)  # type: ignore[arg-type]
 
     def commit(self, end: dict[str, int]) -> None:
         log.debug("amqp source: committed up to %s", end)
+        name = self.settings.consumer_name
+        if name is None:
+            return
+        tails = self._driver()
+        for stream, offset in end.items():
+            if int(offset) > 0 and self._stored.get(stream) != int(offset):
+                tails.store_offset(stream, name, int(offset) - 1)  # type: ignore[attr-defined]
+                self._stored[stream] = int(offset)
 
     def stop(self) -> None:
         if self._tails is not None:

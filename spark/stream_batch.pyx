@@ -21,8 +21,7 @@ decoded dict, not from the property bytes (``BasicProperties.wire``): the dict i
 user sees and may have changed, and the codec has decoded it already.
 """
 
-cimport cython
-from cpython.buffer cimport PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact
 from cpython.datetime cimport (
     import_datetime, PyDateTime_Check, PyDateTime_CheckExact, PyDateTime_GET_YEAR, PyDateTime_GET_MONTH,
@@ -32,16 +31,17 @@ from cpython.datetime cimport (
 from cpython.dict cimport PyDict_Next, PyDict_CheckExact
 from cpython.float cimport PyFloat_CheckExact, PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_Check, PyLong_CheckExact
-from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from cpython.object cimport PyObject
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_GET_ITEM
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact
-from libc.math cimport isnan, isinf
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, INT32_MAX
-from libc.string cimport memcmp, memcpy, strlen
+from libc.stdint cimport int32_t, int64_t, uint8_t, INT32_MAX
+from libc.string cimport memcmp
 
 from amqwire.codec.parser cimport Delivery, delivery_properties
 from amqwire.codec.properties cimport BasicProperties
+from amqwire.spark.arrow_columns cimport (
+    ByteBuffer, ColumnBuilder, pyarrow, text_base64, text_double, text_int, text_utc_micros,
+)
 
 from amqwire.spark.decode import PROPERTY_FIELDS as _PROPERTY_FIELDS, header_text as _header_text
 from amqwire.spark.errors import MessageRowError as _MessageRowError
@@ -53,170 +53,18 @@ cdef extern from "Python.h":
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
     const char *PyUnicode_AsUTF8AndSize(object o, Py_ssize_t *size) except NULL
     long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
-    char *PyOS_double_to_string(double val, char format_code, int precision, int flags,
-                                int *ptype) except NULL
 
-cdef extern from *:
-    """
-    #define AMQW_SB_DTSF_ADD_DOT_0 0x02
-    """
-    int DTSF_ADD_DOT_0 "AMQW_SB_DTSF_ADD_DOT_0"
 
 import_datetime()
 
 import datetime as _dt
 
 cdef object _UTC = _dt.timezone.utc
-cdef object _pa = None          # pyarrow, imported on first use
 cdef object _SCHEMA = None
 # The header in which RabbitMQ gives a stream delivery's offset: the offset column, so
 # left out of the headers column (as amqwire.spark.stream_rows does).
 cdef const char *_OFFSET_HEADER = b"x-stream-offset"
 cdef Py_ssize_t _OFFSET_HEADER_LEN = 15
-
-
-# ---------------------------------------------------------------------------- buffers
-
-@cython.final
-cdef class _Buffer:
-    """Growable bytes that pyarrow wraps without a copy (the buffer protocol).  Nothing
-    writes to it once it has been handed to pyarrow."""
-    cdef char *data
-    cdef Py_ssize_t len
-    cdef Py_ssize_t cap
-
-    def __cinit__(self, Py_ssize_t cap=64):
-        if cap < 64:
-            cap = 64
-        self.data = <char *>PyMem_Malloc(<size_t>cap)
-        if self.data is NULL:
-            raise MemoryError()
-        self.len = 0
-        self.cap = cap
-
-    def __dealloc__(self):
-        PyMem_Free(self.data)
-
-    cdef int grow(self, Py_ssize_t needed) except -1:
-        cdef Py_ssize_t cap = self.cap * 2
-        cdef char *data
-        if cap < needed:
-            cap = needed
-        data = <char *>PyMem_Realloc(self.data, <size_t>cap)
-        if data is NULL:
-            raise MemoryError()
-        self.data = data
-        self.cap = cap
-        return 0
-
-    cdef inline char *reserve(self, Py_ssize_t n) except NULL:
-        """Room for ``n`` more bytes at the end; the caller writes them and moves len."""
-        if self.len + n > self.cap:
-            self.grow(self.len + n)
-        return self.data + self.len
-
-    def __getbuffer__(self, Py_buffer *view, int flags):
-        PyBuffer_FillInfo(view, self, self.data, self.len, 1, flags)
-
-    def __releasebuffer__(self, Py_buffer *view):
-        pass
-
-
-@cython.final
-cdef class _Column:
-    """One Arrow column under construction: fixed-width values (int32/int64), or the
-    offsets and bytes of a string/binary column; a validity bitmap beside either."""
-    cdef _Buffer values         # fixed-width values, or offsets (int32; int64 once wide)
-    cdef _Buffer data           # string/binary bytes
-    cdef _Buffer validity
-    cdef int64_t length
-    cdef int64_t nulls
-    cdef bint wide              # offsets are int64 (the data passed 2 GiB - 1)
-
-    def __cinit__(self, Py_ssize_t rows, int width, bint variable, Py_ssize_t bytes_per_row=0):
-        # Row columns know their length: their values and validity never grow.  Bytes are
-        # allocated for ``bytes_per_row`` and grow from there.
-        self.values = _Buffer((rows + 1) * width)
-        self.validity = _Buffer((rows + 7) // 8)
-        self.length = 0
-        self.nulls = 0
-        self.wide = False
-        if variable:
-            self.data = _Buffer(rows * bytes_per_row)
-            (<int32_t *>self.values.data)[0] = 0
-            self.values.len = 4
-
-    cdef inline int _mark(self, bint valid) except -1:
-        cdef uint8_t *bits
-        if (self.length & 7) == 0:
-            self.validity.reserve(1)[0] = 0
-            self.validity.len += 1
-        if valid:
-            bits = <uint8_t *>self.validity.data
-            bits[self.length >> 3] |= <uint8_t>(1 << (self.length & 7))
-        else:
-            self.nulls += 1
-        self.length += 1
-        return 0
-
-    cdef inline int add_bytes(self, const char *p, Py_ssize_t n) except -1:
-        cdef Py_ssize_t end = self.data.len + n
-        if end > INT32_MAX and not self.wide:
-            self._widen()
-        memcpy(self.data.reserve(n), p, <size_t>n)
-        self.data.len = end
-        self._add_end(end)
-        return self._mark(True)
-
-    cdef inline int add_null_bytes(self) except -1:
-        self._add_end(self.data.len)
-        return self._mark(False)
-
-    cdef inline int _add_end(self, Py_ssize_t end) except -1:
-        if self.wide:
-            (<int64_t *>self.values.reserve(8))[0] = end
-            self.values.len += 8
-        else:
-            (<int32_t *>self.values.reserve(4))[0] = <int32_t>end
-            self.values.len += 4
-        return 0
-
-    cdef int _widen(self) except -1:
-        """int32 offsets to int64, once, when the data is about to pass 2 GiB - 1."""
-        cdef Py_ssize_t count = self.values.len // 4, i
-        cdef _Buffer wide = _Buffer(count * 8 + 4096)
-        cdef const int32_t *src = <const int32_t *>self.values.data
-        cdef int64_t *dst = <int64_t *>wide.data
-        for i in range(count):
-            dst[i] = src[i]
-        wide.len = count * 8
-        self.values = wide
-        self.wide = True
-        return 0
-
-    cdef inline int add_int64(self, int64_t v, bint valid) except -1:
-        (<int64_t *>self.values.reserve(8))[0] = v
-        self.values.len += 8
-        return self._mark(valid)
-
-    cdef inline int add_int32(self, int32_t v, bint valid) except -1:
-        (<int32_t *>self.values.reserve(4))[0] = v
-        self.values.len += 4
-        return self._mark(valid)
-
-    cdef object _validity_buffer(self):
-        return None if self.nulls == 0 else _pa.py_buffer(self.validity)
-
-    cdef object fixed(self, object arrow_type):
-        return _pa.Array.from_buffers(arrow_type, self.length,
-                                      [self._validity_buffer(), _pa.py_buffer(self.values)],
-                                      null_count=self.nulls)
-
-    cdef object variable(self, object arrow_type, object large_type):
-        return _pa.Array.from_buffers(large_type if self.wide else arrow_type, self.length,
-                                      [self._validity_buffer(), _pa.py_buffer(self.values),
-                                       _pa.py_buffer(self.data)],
-                                      null_count=self.nulls)
 
 
 # ---------------------------------------------------------------------------- field values
@@ -245,7 +93,7 @@ cdef const char *_utf8_slow(object text, Py_ssize_t *n, Py_ssize_t index, str fi
         _fail(index, field, f"{text!r} cannot be encoded as UTF-8 ({exc.reason})")
 
 
-cdef inline int _add_text(_Column col, object value, Py_ssize_t index, str field) except -1:
+cdef inline int _add_text(ColumnBuilder col, object value, Py_ssize_t index, str field) except -1:
     cdef Py_ssize_t n = 0
     cdef const char *p
     if value is None:
@@ -254,7 +102,7 @@ cdef inline int _add_text(_Column col, object value, Py_ssize_t index, str field
     return col.add_bytes(p, n)
 
 
-cdef int _add_body(_Column col, PyObject *body, Py_ssize_t index) except -1:
+cdef int _add_body(ColumnBuilder col, PyObject *body, Py_ssize_t index) except -1:
     cdef Py_buffer view
     if body is NULL or <object>body is None:
         return _fail(index, "body", "the message has no body")
@@ -302,7 +150,7 @@ cdef int64_t _epoch_us(object value, Py_ssize_t index, str field) except? -1:
     return us
 
 
-cdef int _add_octet(_Column col, object value, Py_ssize_t index, str field) except -1:
+cdef int _add_octet(ColumnBuilder col, object value, Py_ssize_t index, str field) except -1:
     cdef int overflow = 0
     cdef long long v
     if value is None:
@@ -317,121 +165,7 @@ cdef int _add_octet(_Column col, object value, Py_ssize_t index, str field) exce
 
 # ---------------------------------------------------------------------------- header text
 
-cdef const char *_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-
-cdef int _text_base64(_Buffer out, const uint8_t *p, Py_ssize_t n) except -1:
-    """A JSON string of the base64 of ``n`` bytes (padded, as base64.b64encode)."""
-    cdef char *w = out.reserve(2 + (n + 2) // 3 * 4)
-    cdef Py_ssize_t i = 0
-    cdef uint32_t v
-    w[0] = c'"'
-    w += 1
-    while i + 3 <= n:
-        v = (<uint32_t>p[i] << 16) | (<uint32_t>p[i + 1] << 8) | p[i + 2]
-        w[0] = _B64[v >> 18]
-        w[1] = _B64[(v >> 12) & 63]
-        w[2] = _B64[(v >> 6) & 63]
-        w[3] = _B64[v & 63]
-        w += 4
-        i += 3
-    if n - i == 1:
-        v = <uint32_t>p[i] << 16
-        w[0] = _B64[v >> 18]
-        w[1] = _B64[(v >> 12) & 63]
-        w[2] = c'='
-        w[3] = c'='
-        w += 4
-    elif n - i == 2:
-        v = (<uint32_t>p[i] << 16) | (<uint32_t>p[i + 1] << 8)
-        w[0] = _B64[v >> 18]
-        w[1] = _B64[(v >> 12) & 63]
-        w[2] = _B64[(v >> 6) & 63]
-        w[3] = c'='
-        w += 4
-    w[0] = c'"'
-    out.len = (w + 1) - out.data
-    return 0
-
-
-cdef inline char *_digits(char *w, int64_t v, int width) noexcept:
-    """``v`` (>= 0) zero-padded to ``width`` digits, written backwards from w + width."""
-    cdef int i
-    for i in range(width - 1, -1, -1):
-        w[i] = <char>(c'0' + v % 10)
-        v //= 10
-    return w + width
-
-
-cdef int _text_utc_datetime(_Buffer out, object value) except -1:
-    """A JSON string of an aware UTC datetime's isoformat() with Z for +00:00."""
-    cdef int us = PyDateTime_DATE_GET_MICROSECOND(value)
-    cdef char *w = out.reserve(36)
-    cdef char *start = w
-    w[0] = c'"'
-    w = _digits(w + 1, PyDateTime_GET_YEAR(value), 4)
-    w[0] = c'-'
-    w = _digits(w + 1, PyDateTime_GET_MONTH(value), 2)
-    w[0] = c'-'
-    w = _digits(w + 1, PyDateTime_GET_DAY(value), 2)
-    w[0] = c'T'
-    w = _digits(w + 1, PyDateTime_DATE_GET_HOUR(value), 2)
-    w[0] = c':'
-    w = _digits(w + 1, PyDateTime_DATE_GET_MINUTE(value), 2)
-    w[0] = c':'
-    w = _digits(w + 1, PyDateTime_DATE_GET_SECOND(value), 2)
-    if us:
-        w[0] = c'.'
-        w = _digits(w + 1, us, 6)
-    w[0] = c'Z'
-    w[1] = c'"'
-    out.len += (w + 2) - start
-    return 0
-
-
-cdef int _text_double(_Buffer out, double v) except -1:
-    """json.dumps of a float: repr, and NaN / Infinity / -Infinity."""
-    cdef char *text
-    cdef const char *special = NULL
-    cdef Py_ssize_t n
-    if isnan(v):
-        special = b"NaN"
-    elif isinf(v):
-        special = b"Infinity" if v > 0 else b"-Infinity"
-    if special is not NULL:
-        n = <Py_ssize_t>strlen(special)
-        memcpy(out.reserve(n), special, <size_t>n)
-        out.len += n
-        return 0
-    text = PyOS_double_to_string(v, c'r', 0, DTSF_ADD_DOT_0, NULL)
-    try:
-        n = <Py_ssize_t>strlen(text)
-        memcpy(out.reserve(n), text, <size_t>n)
-        out.len += n
-    finally:
-        PyMem_Free(text)
-    return 0
-
-
-cdef int _text_int(_Buffer out, long long v) except -1:
-    cdef char tmp[24]
-    cdef int i = 24
-    cdef unsigned long long u = <unsigned long long>(-(v + 1)) + 1 if v < 0 else <unsigned long long>v
-    while True:
-        i -= 1
-        tmp[i] = <char>(c'0' + u % 10)
-        u //= 10
-        if u == 0:
-            break
-    if v < 0:
-        i -= 1
-        tmp[i] = c'-'
-    memcpy(out.reserve(24 - i), tmp + i, <size_t>(24 - i))
-    out.len += 24 - i
-    return 0
-
-
-cdef int _add_header_value(_Column items, _Buffer scratch, object value, Py_ssize_t index) except -1:
+cdef int _add_header_value(ColumnBuilder items, ByteBuffer scratch, object value, Py_ssize_t index) except -1:
     """One header value as header_text renders it: in C for the common types, by
     header_text itself for the rest."""
     cdef Py_ssize_t n = 0
@@ -452,19 +186,19 @@ cdef int _add_header_value(_Column items, _Buffer scratch, object value, Py_ssiz
         v = PyLong_AsLongLongAndOverflow(value, &overflow)
         if overflow:
             return _add_rendered(items, value, index)
-        _text_int(scratch, v)
+        text_int(scratch, v)
     elif PyFloat_CheckExact(value):
-        _text_double(scratch, PyFloat_AS_DOUBLE(value))
+        text_double(scratch, PyFloat_AS_DOUBLE(value))
     elif PyBytes_CheckExact(value):
-        _text_base64(scratch, <const uint8_t *>PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value))
+        text_base64(scratch, <const uint8_t *>PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value))
     elif PyDateTime_CheckExact(value) and <object>datetime_tzinfo(value) is _UTC:
-        _text_utc_datetime(scratch, value)
+        text_utc_micros(scratch, _epoch_us(value, index, "headers"))
     else:
         return _add_rendered(items, value, index)
     return items.add_bytes(scratch.data, scratch.len)
 
 
-cdef int _add_rendered(_Column items, object value, Py_ssize_t index) except -1:
+cdef int _add_rendered(ColumnBuilder items, object value, Py_ssize_t index) except -1:
     cdef Py_ssize_t n = 0
     cdef const char *p
     try:
@@ -483,7 +217,7 @@ def stream_schema():
     """The pyarrow schema of the stream source's batches (see the module's docstring)."""
     global _SCHEMA
     if _SCHEMA is None:
-        pa = _pyarrow()
+        pa = pyarrow()
         kinds = {"string": pa.string(), "int32": pa.int32(), "timestamp": pa.timestamp("us", tz="UTC")}
         _SCHEMA = pa.schema([
             # Nullable as Spark makes them of the source's DDL, though never null here.
@@ -499,14 +233,6 @@ def stream_schema():
     return _SCHEMA
 
 
-cdef object _pyarrow():
-    global _pa
-    if _pa is None:
-        import pyarrow
-        _pa = pyarrow
-    return _pa
-
-
 cdef enum:
     # the string properties' columns, in PROPERTY_FIELDS order but the three that are not
     CONTENT_TYPE, CONTENT_ENCODING, CORRELATION_ID, REPLY_TO, EXPIRATION, MESSAGE_ID
@@ -520,7 +246,7 @@ def build_batch(messages, str stream not None):
 
     MessageRowError (naming the message's index) for a message without a stream offset or
     with a field of a type no column holds."""
-    pa = _pyarrow()
+    pa = pyarrow()
     schema = stream_schema()
     seq = PySequence_Fast(messages, "messages must be a sequence of amqwire.client.Message")
     cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i, j, pos
@@ -539,19 +265,19 @@ def build_batch(messages, str stream not None):
     cdef int32_t entries = 0, first_entry
     cdef int64_t us
 
-    cdef _Column bodies = _Column(n, 4, True, 128)
-    cdef _Column offsets = _Column(n, 8, False)
-    cdef _Column timestamps = _Column(n, 8, False)
-    cdef _Column exchanges = _Column(n, 4, True, 8)
-    cdef _Column routing_keys = _Column(n, 4, True, 16)
-    cdef list texts = [_Column(n, 4, True) for _ in range(N_TEXT_PROPERTIES)]
-    cdef _Column delivery_modes = _Column(n, 4, False)
-    cdef _Column priorities = _Column(n, 4, False)
-    cdef _Column prop_timestamps = _Column(n, 8, False)
-    cdef _Column header_maps = _Column(n, 4, False)   # map offsets: entries so far
-    cdef _Column header_keys = _Column(n * 3, 4, True, 8)
-    cdef _Column header_items = _Column(n * 3, 4, True, 16)
-    cdef _Buffer scratch = _Buffer(64)
+    cdef ColumnBuilder bodies = ColumnBuilder(n, 4, True, 128)
+    cdef ColumnBuilder offsets = ColumnBuilder(n, 8, False)
+    cdef ColumnBuilder timestamps = ColumnBuilder(n, 8, False)
+    cdef ColumnBuilder exchanges = ColumnBuilder(n, 4, True, 8)
+    cdef ColumnBuilder routing_keys = ColumnBuilder(n, 4, True, 16)
+    cdef list texts = [ColumnBuilder(n, 4, True) for _ in range(N_TEXT_PROPERTIES)]
+    cdef ColumnBuilder delivery_modes = ColumnBuilder(n, 4, False)
+    cdef ColumnBuilder priorities = ColumnBuilder(n, 4, False)
+    cdef ColumnBuilder prop_timestamps = ColumnBuilder(n, 8, False)
+    cdef ColumnBuilder header_maps = ColumnBuilder(n, 4, False)   # map offsets: entries so far
+    cdef ColumnBuilder header_keys = ColumnBuilder(n * 3, 4, True, 8)
+    cdef ColumnBuilder header_items = ColumnBuilder(n * 3, 4, True, 16)
+    cdef ByteBuffer scratch = ByteBuffer(64)
 
     (<int32_t *>header_maps.values.data)[0] = 0
     header_maps.values.len = 4
@@ -591,7 +317,7 @@ def build_batch(messages, str stream not None):
             timestamps.add_int64(0, False)
             prop_timestamps.add_int64(0, False)
             for j in range(N_TEXT_PROPERTIES):
-                (<_Column>texts[j]).add_null_bytes()
+                (<ColumnBuilder>texts[j]).add_null_bytes()
             delivery_modes.add_int32(0, False)
             priorities.add_int32(0, False)
             header_maps.add_int32(entries, False)
@@ -605,18 +331,18 @@ def build_batch(messages, str stream not None):
             us = _epoch_us(stamp, i, "properties.timestamp")
             timestamps.add_int64(us, True)
             prop_timestamps.add_int64(us, True)
-        _add_text(<_Column>texts[CONTENT_TYPE], p.content_type, i, "properties.content_type")
-        _add_text(<_Column>texts[CONTENT_ENCODING], p.content_encoding, i, "properties.content_encoding")
+        _add_text(<ColumnBuilder>texts[CONTENT_TYPE], p.content_type, i, "properties.content_type")
+        _add_text(<ColumnBuilder>texts[CONTENT_ENCODING], p.content_encoding, i, "properties.content_encoding")
         _add_octet(delivery_modes, p.delivery_mode, i, "properties.delivery_mode")
         _add_octet(priorities, p.priority, i, "properties.priority")
-        _add_text(<_Column>texts[CORRELATION_ID], p.correlation_id, i, "properties.correlation_id")
-        _add_text(<_Column>texts[REPLY_TO], p.reply_to, i, "properties.reply_to")
-        _add_text(<_Column>texts[EXPIRATION], p.expiration, i, "properties.expiration")
-        _add_text(<_Column>texts[MESSAGE_ID], p.message_id, i, "properties.message_id")
-        _add_text(<_Column>texts[TYPE], p.type, i, "properties.type")
-        _add_text(<_Column>texts[USER_ID], p.user_id, i, "properties.user_id")
-        _add_text(<_Column>texts[APP_ID], p.app_id, i, "properties.app_id")
-        _add_text(<_Column>texts[CLUSTER_ID], p.cluster_id, i, "properties.cluster_id")
+        _add_text(<ColumnBuilder>texts[CORRELATION_ID], p.correlation_id, i, "properties.correlation_id")
+        _add_text(<ColumnBuilder>texts[REPLY_TO], p.reply_to, i, "properties.reply_to")
+        _add_text(<ColumnBuilder>texts[EXPIRATION], p.expiration, i, "properties.expiration")
+        _add_text(<ColumnBuilder>texts[MESSAGE_ID], p.message_id, i, "properties.message_id")
+        _add_text(<ColumnBuilder>texts[TYPE], p.type, i, "properties.type")
+        _add_text(<ColumnBuilder>texts[USER_ID], p.user_id, i, "properties.user_id")
+        _add_text(<ColumnBuilder>texts[APP_ID], p.app_id, i, "properties.app_id")
+        _add_text(<ColumnBuilder>texts[CLUSTER_ID], p.cluster_id, i, "properties.cluster_id")
 
         headers = p.headers
         if headers is None:
@@ -642,7 +368,7 @@ def build_batch(messages, str stream not None):
         header_maps.add_int32(entries, entries > first_entry)
 
     # stream: the same text in every row
-    cdef _Column streams = _Column(n, 4, True, stream_len)
+    cdef ColumnBuilder streams = ColumnBuilder(n, 4, True, stream_len)
     i = 0
     while i < n:
         streams.add_bytes(stream_utf8, stream_len)
@@ -653,7 +379,7 @@ def build_batch(messages, str stream not None):
     ts_type = pa.timestamp("us", tz="UTC")
     props_type = schema.field("properties").type
     map_type = schema.field("headers").type
-    text_arrays = [(<_Column>texts[j]).variable(string, large_string) for j in range(N_TEXT_PROPERTIES)]
+    text_arrays = [(<ColumnBuilder>texts[j]).variable(string, large_string) for j in range(N_TEXT_PROPERTIES)]
     property_arrays = text_arrays[:2] + [delivery_modes.fixed(pa.int32()), priorities.fixed(pa.int32())] \
         + text_arrays[2:6] + [prop_timestamps.fixed(ts_type)] + text_arrays[6:]
     properties = pa.StructArray.from_arrays(property_arrays, fields=list(props_type))
@@ -661,7 +387,7 @@ def build_batch(messages, str stream not None):
         [header_keys.variable(string, large_string), header_items.variable(string, large_string)],
         fields=[map_type.key_field, map_type.item_field])
     headers_array = pa.Array.from_buffers(
-        map_type, n, [header_maps._validity_buffer(), pa.py_buffer(header_maps.values)],
+        map_type, n, [header_maps.validity_buffer(), pa.py_buffer(header_maps.values)],
         null_count=header_maps.nulls, children=[map_entries])
     columns = [
         bodies.variable(binary, pa.large_binary()),
@@ -674,7 +400,7 @@ def build_batch(messages, str stream not None):
         headers_array,
     ]
     wide = [bodies, streams, exchanges, routing_keys, header_keys, header_items] + texts
-    if any((<_Column>col).wide for col in wide):
+    if any((<ColumnBuilder>col).wide for col in wide):
         # past 2 GiB in one column: its large_ type, so not stream_schema()'s types
         return pa.RecordBatch.from_arrays(columns, names=schema.names)
     return pa.RecordBatch.from_arrays(columns, schema=schema)

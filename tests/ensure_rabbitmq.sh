@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make sure a RabbitMQ broker listens at AMQP_URL's host:port (default 127.0.0.1:5672).
+# Make sure a RabbitMQ broker listens at AMQP_URL's host:port (default 127.0.0.1:5672; a rabbitmq-stream://
+# url: 5552).
 # Only a broker on this machine's default port is ever started (Debian's rabbitmq-server,
 # installed first when it is missing): for another host or port this says what is wrong
 # and exits 1, and starts nothing.
@@ -7,7 +8,13 @@ set -euo pipefail
 
 url="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
 hostport="${url#*://}"; hostport="${hostport#*@}"; hostport="${hostport%%/*}"; hostport="${hostport%%\?*}"
-host="${hostport%%:*}"; port="5672"
+host="${hostport%%:*}"
+case "$url" in  # each scheme's default port
+  rabbitmq-stream+tls://*) port=5551 ;;
+  rabbitmq-stream://*) port=5552 ;;
+  amqps://*) port=5671 ;;
+  *) port=5672 ;;
+esac
 [[ "$hostport" == *:* ]] && port="${hostport##*:}"
 [[ -z "$host" ]] && host=127.0.0.1
 
@@ -21,6 +28,11 @@ if listening; then
 fi
 if [[ ! "$host" =~ ^[0-9.]+$ && "$host" != *:* ]] && ! getent hosts "$host" >/dev/null 2>&1; then
   echo "rabbitmq: the host name $host does not resolve (from $url, password hidden)" | sed -E 's#//[^:/@]*:[^@]*@#//***@#' >&2
+  exit 1
+fi
+if [[ "$url" == rabbitmq-stream* ]]; then
+  echo "rabbitmq: nothing listens on $host:$port for the stream protocol; it needs the rabbitmq_stream plugin" \
+       "(rabbitmq-plugins enable rabbitmq_stream) on a broker started by you: none is started here" >&2
   exit 1
 fi
 case "$host" in

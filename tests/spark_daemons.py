@@ -16,6 +16,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Optional
 
 
 def spark_home() -> str:
@@ -223,10 +224,11 @@ def prepare(amqp_url: str, directory: Path, rows: int) -> tuple:
 
 
 def run_job(where: list, amqp_url: str, prefix: str, rows: int, stream_dir: Path, directory: Path,
-            env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+            env: dict, timeout: float = 300, stream_url: Optional[str] = None) -> subprocess.CompletedProcess:
+    extra = ["--stream-url", stream_url] if stream_url else []
     return subprocess.run(
         [sys.executable, str(JOB), *where, "--amqp-url", amqp_url, "--queue-prefix", prefix,
-         "--rows", str(rows), "--stream-dir", str(stream_dir), "--checkpoint", str(directory / "checkpoint")],
+         "--rows", str(rows), "--stream-dir", str(stream_dir), "--checkpoint", str(directory / "checkpoint"), *extra],
         capture_output=True, text=True, timeout=timeout, env=env, cwd=directory)
 
 

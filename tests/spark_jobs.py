@@ -13,7 +13,10 @@ Publishes into three queues the caller declared, every body distinct:
   there by ``from_amqp_frames``, checked here), collected and sent by the driver with
   ``publish_encoded`` under confirms, bodies ``frames-<i>``;
 - and reads ``P.read``, a stream of N messages ``read-<i>``, with ``spark.read.format("amqp")``
-  in two tasks, checking every offset once with its body.
+  in two tasks, checking every offset once with its body;
+- with ``--stream-url`` (a broker with the stream plugin): N rows written twice into the
+  stream ``P.sp`` over the stream protocol with one producerName, then read back over the
+  stream protocol in two tasks: every row once (``done stream-protocol <N>``).
 Prints one ``done <step>`` line per step; any failure ends the process with its traceback.
 """
 from __future__ import annotations
@@ -32,6 +35,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, required=True)
     parser.add_argument("--stream-dir", required=True)
     parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--stream-url")
     args = parser.parse_args(argv)
 
     from pyspark.sql import SparkSession
@@ -101,6 +105,25 @@ def main(argv=None) -> int:
     if wrong:
         raise AssertionError(f"read: offsets {wrong[:5]} have another body")
     print(f"done read {len(offsets)}", flush=True)
+
+    if args.stream_url:
+        from amqwire.client import stream as stream_client
+
+        target = f"{prefix}.sp"
+        with stream_client.connect(args.stream_url) as conn:
+            conn.create_stream(target)
+        rows = spark.range(0, args.rows, 1, 2).select(F.expr("concat('sp-', id)").alias("body"))
+        for _ in range(2):  # the same write twice under one producer name: stored once
+            (rows.write.format("amqp").mode("append").option("url", args.stream_url).option("stream", target)
+             .option("producerName", f"{prefix}-job").save())
+        back = (spark.read.format("amqp").option("url", args.stream_url).option("streams", target)
+                .option("minPartitions", 2).load().select("body").toArrow().column("body").to_pylist())
+        with stream_client.connect(args.stream_url) as conn:
+            conn.delete_stream(target)
+        if sorted(back) != sorted(b"sp-%d" % i for i in range(args.rows)):
+            raise AssertionError(f"stream protocol: {len(back)} rows, {len(set(back))} distinct, expected "
+                                 f"sp-0 .. sp-{args.rows - 1} once each")
+        print(f"done stream-protocol {len(back)}", flush=True)
     spark.stop()
     return 0
 

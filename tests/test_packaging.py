@@ -74,7 +74,7 @@ def test_the_wheel_carries_the_product_and_not_the_tools():
     for module in ("buffer", "table", "properties", "methods", "writer", "parser"):
         assert any(re.fullmatch(rf"amqwire/codec/{module}\..*\.so", n) for n in names), module
         assert f"amqwire/codec/{module}.pyi" in names
-    for module in ("arrow_view", "encode", "stream_batch"):
+    for module in ("arrow_view", "arrow_columns", "encode", "stream_batch", "stream_chunks", "stream_encode"):
         assert any(re.fullmatch(rf"amqwire/spark/{module}\..*\.so", n) for n in names), module
     for module in ("amqp10",):
         assert any(re.fullmatch(rf"amqwire/codec/stream/{module}\..*\.so", n) for n in names), module

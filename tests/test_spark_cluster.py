@@ -31,13 +31,14 @@ def standalone(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cluster_job(standalone, amqp_url, tmp_path_factory):
+def cluster_job(standalone, amqp_url, stream_node, tmp_path_factory):
     directory = tmp_path_factory.mktemp("cluster-job")
     prefix, stream_dir = prepare(amqp_url, directory, ROWS)
     # the executors run on this machine: PYSPARK_PYTHON is this venv's python, as a cluster
     # whose nodes have amqwire installed would set it (docs/spark.md, "On a cluster")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    done = run_job(["--master", standalone.url], amqp_url, prefix, ROWS, stream_dir, directory, env)
+    done = run_job(["--master", standalone.url], amqp_url, prefix, ROWS, stream_dir, directory, env,
+                   stream_url=stream_node.stream_url)
     standalone.wait_for_workers()  # a worker that failed to start shows its log here
     try:
         yield done, prefix
@@ -69,3 +70,10 @@ def test_cluster_reads_a_stream(standalone, cluster_job):
     """spark.read.format("amqp") on the workers: every offset of the stream once."""
     done, _ = cluster_job
     job_step(done, standalone, f"read {ROWS}")
+
+
+def test_cluster_writes_and_reads_over_the_stream_protocol(standalone, cluster_job):
+    """The same write twice under one producerName, then a read, over the stream protocol
+    on the workers (a private node with the stream plugin): every row once."""
+    done, _ = cluster_job
+    job_step(done, standalone, f"stream-protocol {ROWS}")

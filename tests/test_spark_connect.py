@@ -27,12 +27,13 @@ def connect_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def connect_job(connect_server, amqp_url, tmp_path_factory):
+def connect_job(connect_server, amqp_url, stream_node, tmp_path_factory):
     directory = tmp_path_factory.mktemp("connect-job")
     prefix, stream_dir = prepare(amqp_url, directory, ROWS)
     # a client only: no JVM, no PYSPARK_PYTHON of its own (the server picks its workers' python)
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    done = run_job(["--remote", connect_server.url], amqp_url, prefix, ROWS, stream_dir, directory, env)
+    done = run_job(["--remote", connect_server.url], amqp_url, prefix, ROWS, stream_dir, directory, env,
+                   stream_url=stream_node.stream_url)
     try:
         yield done, prefix
     finally:
@@ -59,4 +60,13 @@ def test_connect_reads_a_stream(connect_server, connect_job):
     done, _ = connect_job
     assert f"done read {ROWS}" in done.stdout, (
         f"the client failed before finishing the read (exit {done.returncode}):\n{done.stdout[-1500:]}\n"
+        f"{done.stderr[-5000:]}\n--- server\n{connect_server.daemon.tail(3000)}")
+
+
+def test_connect_writes_and_reads_over_the_stream_protocol(connect_server, connect_job):
+    """The same write twice under one producerName, then a read, over the stream protocol
+    through Spark Connect (a private node with the stream plugin): every row once."""
+    done, _ = connect_job
+    assert f"done stream-protocol {ROWS}" in done.stdout, (
+        f"the client failed before the stream-protocol step (exit {done.returncode}):\n{done.stdout[-1500:]}\n"
         f"{done.stderr[-5000:]}\n--- server\n{connect_server.daemon.tail(3000)}")

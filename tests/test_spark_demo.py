@@ -122,3 +122,22 @@ def test_demo_refuses_bad_arguments_before_starting_spark(args, expected):
     assert expected in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # one line, no traceback
     assert "spark" not in done.stdout.lower()
+
+
+@pytest.mark.timeout(600)  # two whole Spark start-ups and jobs in subprocesses
+def test_demo_writes_a_stream_over_the_stream_protocol_once_per_producer_name(stream_node, stream_url):
+    from amqwire.client import stream
+
+    name = f"demo-{os.getpid()}-{time.time_ns()}"
+    args = ("--rows", "3000", "--url", stream_url, "--queue", name, "--producer-name", "demo-run", "--quiet")
+    done = run_demo(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(stream protocol)" in done.stdout and "published 3,000 rows in" in done.stdout, done.stdout
+    assert "each stored once, by deduplication" in done.stdout
+    again = run_demo(*args)  # the same producer name: nothing stored twice
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"stream {name!r} already holds 3,000 messages: kept" in again.stdout, again.stdout
+    with stream.connect(stream_url) as conn:
+        found = conn.stream_stats(name)
+        assert (found.first_offset, found.last_offset) == (0, 2999)
+        conn.delete_stream(name)

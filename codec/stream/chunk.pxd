@@ -36,3 +36,30 @@ cdef int read_header(object obj, const char *data, Py_ssize_t size, ChunkHeader 
 # first record appended (with none, the offset after the chunk).
 cdef uint64_t append_records(const char *data, ChunkHeader *h, uint64_t from_offset, int mode,
                              list out) except? 0
+
+
+# The records of one chunk one at a time, in C, with no Python object per record (the
+# Spark stream source builds Arrow columns straight from them).  start() reads and checks
+# the header (and CRC32); each next() points at the following record's bytes (a
+# compressed sub-entry is inflated into a buffer the reader holds until the next one) and
+# sets ``offset`` to that record's offset; it returns 0 after the last record (at once
+# for a tracking chunk), having checked the entries' bounds and their record count.
+cdef class RecordReader:
+    cdef ChunkHeader header
+    cdef readonly uint64_t offset       # the offset of the record next() gave last
+    cdef object _owner                  # holds the chunk's buffer
+    cdef const char *_entries
+    cdef Py_ssize_t _pos                # the next entry's position in the entries
+    cdef uint32_t _entry                # entries begun
+    cdef uint64_t _next                 # the offset of the next record
+    cdef const char *_sub               # the records of the current sub-entry
+    cdef Py_ssize_t _sub_size
+    cdef Py_ssize_t _sub_pos
+    cdef Py_ssize_t _sub_at             # where the sub-entry starts in the chunk (errors)
+    cdef uint16_t _sub_count
+    cdef uint16_t _sub_index
+    cdef bytes _inflated
+    cdef bint _started
+
+    cdef int start(self, object owner, const char *data, Py_ssize_t size, bint check_crc) except -1
+    cdef int next(self, const char **record, Py_ssize_t *size) except -1

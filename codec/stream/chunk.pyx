@@ -357,3 +357,164 @@ def chunk_messages(data, from_offset=0, decode=True, *, check_crc=True):
     finally:
         PyBuffer_Release(&view)
     return first, h.timestamp, out
+
+
+cdef class RecordReader:
+    """The records of one chunk, one at a time (see chunk.pxd): for Cython modules that
+    read records in C.  From Python, ``RecordReader(data)`` iterates ``(offset, bytes)``
+    pairs, as ``Chunk.offsets_and_messages()`` lists them."""
+
+    def __init__(self, data=None, *, check_crc=True):
+        cdef Py_buffer view
+        if data is None:
+            return
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            # bytes hold their buffer for as long as they live; anything else is copied
+            owner = data if type(data) is bytes else PyBytes_FromStringAndSize(<const char *>view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
+        self.start(owner, PyBytes_AS_STRING(owner), PyBytes_GET_SIZE(owner), check_crc)
+
+    cdef int start(self, object owner, const char *data, Py_ssize_t size, bint check_crc) except -1:
+        read_header(owner, data, size, &self.header, check_crc)
+        self._owner = owner
+        self._entries = data + CHUNK_HEADER_SIZE
+        self._pos = 0
+        self._entry = 0
+        self._next = self.header.first_offset
+        self.offset = self.header.first_offset
+        self._sub_count = self._sub_index = 0
+        self._inflated = None
+        self._started = True
+        return 0
+
+    @property
+    def first_offset(self):
+        return self.header.first_offset
+
+    @property
+    def timestamp(self):
+        """When the chunk was written: ms since the epoch."""
+        return self.header.timestamp
+
+    @property
+    def chunk_type(self):
+        return self.header.chunk_type
+
+    @property
+    def next_offset(self):
+        """The offset after the chunk's last record."""
+        return self.header.first_offset + self.header.num_records
+
+    cdef int next(self, const char **record, Py_ssize_t *size) except -1:
+        cdef ChunkHeader *h = &self.header
+        cdef const char *p = self._entries
+        cdef Py_ssize_t n = h.data_size, at
+        cdef uint32_t head, packed, uncompressed, record_size
+        cdef uint16_t count
+        cdef uint8_t b
+        if not self._started:
+            raise ChunkError("RecordReader: no chunk (start() was not called)", offset=0)
+        while True:
+            if self._sub_index < self._sub_count:
+                if self._sub_size - self._sub_pos < 4:
+                    raise ChunkError(f"chunk {h.first_offset}: the sub-entry at offset {self._sub_at} ends in its "
+                                     f"record {self._sub_index} of {self._sub_count}", offset=self._sub_at,
+                                     first_offset=h.first_offset)
+                record_size = amqw_unpack_u32(self._sub + self._sub_pos)
+                if record_size & 0x80000000 or self._sub_size - self._sub_pos - 4 < <Py_ssize_t>record_size:
+                    raise ChunkError(f"chunk {h.first_offset}: record {self._sub_index} of the sub-entry at offset "
+                                     f"{self._sub_at} announces {record_size} bytes, "
+                                     f"{self._sub_size - self._sub_pos - 4} are left", offset=self._sub_at,
+                                     first_offset=h.first_offset)
+                record[0] = self._sub + self._sub_pos + 4
+                size[0] = record_size
+                self._sub_pos += 4 + record_size
+                self._sub_index += 1
+                if self._sub_index == self._sub_count and self._sub_pos != self._sub_size:
+                    raise ChunkError(f"chunk {h.first_offset}: {self._sub_size - self._sub_pos} bytes after the "
+                                     f"{self._sub_count} records of the sub-entry at offset {self._sub_at}",
+                                     offset=self._sub_at, first_offset=h.first_offset)
+                self.offset = self._next
+                self._next += 1
+                return 1
+            if h.chunk_type != 0:
+                return 0  # tracking: no messages
+            if self._entry == h.num_entries:
+                if self._pos != n:
+                    raise ChunkError(f"chunk {h.first_offset}: {n - self._pos} bytes after its {h.num_entries} "
+                                     f"entries at offset {CHUNK_HEADER_SIZE + self._pos}",
+                                     offset=CHUNK_HEADER_SIZE + self._pos, first_offset=h.first_offset)
+                if self._next - h.first_offset != h.num_records:
+                    raise ChunkError(f"chunk {h.first_offset}: its entries hold {self._next - h.first_offset} "
+                                     f"records, its header says {h.num_records}", offset=4,
+                                     first_offset=h.first_offset)
+                self._inflated = None
+                return 0
+            at = CHUNK_HEADER_SIZE + self._pos
+            if self._pos >= n:
+                raise ChunkError(f"chunk {h.first_offset}: its data ends before entry {self._entry} of "
+                                 f"{h.num_entries}", offset=at, first_offset=h.first_offset)
+            b = <uint8_t>p[self._pos]
+            if b & 0x80 == 0:
+                if n - self._pos < 4:
+                    raise ChunkError(f"chunk {h.first_offset}: entry {self._entry} at offset {at} is cut short",
+                                     offset=at, first_offset=h.first_offset)
+                head = amqw_unpack_u32(p + self._pos)
+                if n - self._pos - 4 < <Py_ssize_t>head:
+                    raise ChunkError(f"chunk {h.first_offset}: entry {self._entry} at offset {at} announces {head} "
+                                     f"bytes, {n - self._pos - 4} are left", offset=at, first_offset=h.first_offset)
+                record[0] = p + self._pos + 4
+                size[0] = head
+                self._pos += 4 + head
+                self._entry += 1
+                self.offset = self._next
+                self._next += 1
+                return 1
+            if n - self._pos < _SUBENTRY_HEAD:
+                raise ChunkError(f"chunk {h.first_offset}: sub-entry {self._entry} at offset {at} is cut short",
+                                 offset=at, first_offset=h.first_offset)
+            count = amqw_unpack_u16(p + self._pos + 1)
+            uncompressed = amqw_unpack_u32(p + self._pos + 3)
+            packed = amqw_unpack_u32(p + self._pos + 7)
+            if n - self._pos - _SUBENTRY_HEAD < <Py_ssize_t>packed:
+                raise ChunkError(f"chunk {h.first_offset}: sub-entry {self._entry} at offset {at} announces "
+                                 f"{packed} bytes, {n - self._pos - _SUBENTRY_HEAD} are left", offset=at,
+                                 first_offset=h.first_offset)
+            if (b >> 4) & 0x07 == 0:
+                if packed != uncompressed:
+                    raise ChunkError(f"chunk {h.first_offset}: the uncompressed sub-entry at offset {at} has "
+                                     f"{packed} bytes but announces {uncompressed}", offset=at,
+                                     first_offset=h.first_offset)
+                self._inflated = None
+                self._sub = p + self._pos + _SUBENTRY_HEAD
+            else:
+                self._inflated = _decompress((b >> 4) & 0x07, p + self._pos + _SUBENTRY_HEAD, packed, uncompressed,
+                                             h, at)
+                if PyBytes_GET_SIZE(self._inflated) != uncompressed:
+                    raise ChunkError(f"chunk {h.first_offset}: the sub-entry at offset {at} decompresses to "
+                                     f"{'more than ' if PyBytes_GET_SIZE(self._inflated) > uncompressed else ''}"
+                                     f"{min(PyBytes_GET_SIZE(self._inflated), uncompressed)} bytes, it announces "
+                                     f"{uncompressed}", offset=at, first_offset=h.first_offset)
+                self._sub = PyBytes_AS_STRING(self._inflated)
+            self._sub_size = uncompressed
+            self._sub_pos = 0
+            self._sub_at = at
+            self._sub_count = count
+            self._sub_index = 0
+            self._pos += _SUBENTRY_HEAD + packed
+            self._entry += 1
+            if count == 0 and uncompressed != 0:
+                raise ChunkError(f"chunk {h.first_offset}: {uncompressed} bytes in the empty sub-entry at offset "
+                                 f"{at}", offset=at, first_offset=h.first_offset)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef const char *record = NULL
+        cdef Py_ssize_t size = 0
+        if not self.next(&record, &size):
+            raise StopIteration
+        return self.offset, PyBytes_FromStringAndSize(record, size)
