@@ -185,7 +185,21 @@ def seeds() -> dict[str, list[bytes]]:
         "stream_parser": stream_seeds,
         "stream_frame": frames,
         "stream_chunk": chunks,
+        "spark_chunks": chunks + _spark_chunks(amqp10_messages),
     }
+
+
+def _spark_chunks(messages: list[bytes]) -> list[bytes]:
+    """Chunks of AMQP 1.0 messages, as the Spark stream source reads them: simple entries,
+    an uncompressed and a gzip sub-entry, and a message among raw records."""
+    import stream_reference as SR
+
+    return [
+        SR.chunk(messages, 0),
+        SR.chunk([("sub", messages[:8], 0)], 100),
+        SR.chunk([("sub", messages[8:16], 1), messages[0]], 2**33),
+        SR.chunk([b"raw record", messages[-1], b""], 7),
+    ]
 
 
 def main(argv: list[str]) -> int:

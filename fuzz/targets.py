@@ -231,6 +231,49 @@ def stream_chunk(data: bytes) -> None:
         raise Finding(f"chunk_messages from +{skip} gives {first}, {len(tail)} records; offsets_and_messages disagrees")
 
 
+def spark_chunks(data: bytes) -> None:
+    """The Spark stream source's chunk builder (amqwire.spark.stream_chunks): rows, or a
+    ChunkError / RecordError, never another exception; the rows are the chunk's records
+    from a start inside it, in order, one each, and a valid Arrow batch."""
+    from amqwire.codec import stream as S
+    from amqwire.spark.errors import RecordError
+    from amqwire.spark.stream_chunks import ChunkBatchBuilder
+
+    try:
+        chunk = S.decode_chunk(data, check_crc=False)
+        records = chunk.offsets_and_messages() if chunk.chunk_type == 0 else []
+    except CodecError:
+        chunk, records = None, None
+    skip = data[-1] % 3 if data else 0
+    end = 2**63 - 1  # offsets are int64 in Spark: the builder reads none at or past it
+    start = min(chunk.first_offset + skip, end) if chunk is not None else 0
+    builder = ChunkBatchBuilder("fuzz", start, end, check_crc=False)
+    try:
+        builder.add_chunk(data)
+    except CodecError:
+        if records is not None:
+            raise Finding("the builder refuses a chunk the codec reads") from None
+        return
+    except RecordError as exc:
+        if not 0 <= exc.position <= len(data):
+            raise Finding(f"RecordError at byte {exc.position} of a {len(data)}-byte chunk") from None
+        return
+    except Exception as exc:
+        raise Finding(f"the builder raised {type(exc).__name__}: {exc}") from exc
+    if records is None:
+        raise Finding("the builder reads a chunk the codec refuses")
+    batch = builder.take()
+    offsets = [] if batch is None else batch.column("offset").to_pylist()
+    expected = [offset for offset, _ in records[skip:] if offset < end]
+    if offsets != expected:
+        raise Finding(f"rows at offsets {offsets[:10]}, records at {expected[:10]}")
+    if batch is not None:
+        try:
+            batch.validate(full=True)
+        except Exception as exc:
+            raise Finding(f"the builder's batch is not valid Arrow: {exc}") from exc
+
+
 def spark_decoder(data: bytes) -> None:
     from amqwire.spark.decode import decode_one
 
@@ -282,4 +325,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "stream_parser": _stream_parser_target,
     "stream_frame": stream_frame,
     "stream_chunk": stream_chunk,
+    "spark_chunks": spark_chunks,
 }

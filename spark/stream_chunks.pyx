@@ -263,10 +263,20 @@ cdef int _integer(Value *v, int64_t *signed_value, uint64_t *unsigned_value) noe
     return 0
 
 
-cdef inline void _set(Span *s, Value *v) noexcept:
+cdef inline int _check_text(Value *v) except -1:
+    """A string or symbol for a string column: it must be UTF-8 (as AMQP 1.0 says it is)."""
+    if not _utf8_valid(v.p, v.n):
+        _bad(f"a string (constructor 0x{v.code:02x}) that is not UTF-8", v.start)
+    return 0
+
+
+cdef inline int _set(Span *s, Value *v) except -1:
+    """A text field of the row: a string or symbol value, checked."""
+    _check_text(v)
     s.p = v.p
     s.n = v.n
     s.set = True
+    return 0
 
 
 cdef inline bint _value_is(Value *v, const char *text, Py_ssize_t n) noexcept:
@@ -743,6 +753,7 @@ cdef class ChunkBatchBuilder:
                 continue
             if self._entries == INT32_MAX:
                 _bad("more than 2**31 - 1 header entries in one batch", key.start)
+            _check_text(&key)
             self._header_keys.add_bytes(key.p, key.n)
             self._add_header_value(&items, &v)
             self._entries += 1
@@ -763,6 +774,7 @@ cdef class ChunkBatchBuilder:
         if code == 0x40:
             return items.add_null_bytes()
         if _is_text(code):
+            _check_text(v)
             return items.add_bytes(v.p, v.n)
         if code == 0x41 or (code == 0x56 and v.p[0] != 0):
             return items.add_bytes(b"true", 4)

@@ -273,6 +273,7 @@ def test_batches_are_taken_whenever_asked_and_the_rows_start_again():
     (b"\x00\x53\x75\xa0\x00\x01", "expected a section"),
     (b"\x00\x53\x74\xc1\x04\x02\x54\x01\x40", "key has constructor 0x54, not a string"),
     (b"\x00\x53\x75\x99", "unknown constructor 0x99"),
+    (b"\x00\x53\x74\xc1\x07\x02\xa1\x01k\xa1\x01\xff", "a string (constructor 0xa1) that is not UTF-8"),
 ])
 def test_a_malformed_message_fails_naming_stream_offset_and_byte(record, problem):
     builder = ChunkBatchBuilder(STREAM, 0, 100)
