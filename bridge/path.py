@@ -12,7 +12,7 @@ a 16-bit int or a 32-bit float stays one).  Only the path entry is added, or rep
 from __future__ import annotations
 
 import struct
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from amqwire.codec import AmqwireError, BasicProperties, encode_array, encode_table
 
@@ -105,25 +105,8 @@ class PathWriter:
         wire = properties.wire
         if wire is None or (wire[0] << 8 | wire[1]) & _F_CONTINUATION:
             return self._encoded_again(properties, path)
-        entry = self.entry(path)
-        flags = wire[0] << 8 | wire[1]
-        pos = 2
-        if flags & _F_CONTENT_TYPE:
-            pos += 1 + wire[pos]
-        if flags & _F_CONTENT_ENCODING:
-            pos += 1 + wire[pos]
-        if not flags & _F_HEADERS:
-            flags |= _F_HEADERS
-            return b"".join((bytes((flags >> 8, flags & 0xFF)), wire[2:pos], _U32.pack(len(entry)), entry, wire[pos:]))
-        size = _U32.unpack_from(wire, pos)[0]
-        table_end = pos + 4 + size
-        if path or (properties.headers and PATH_HEADER in properties.headers):
-            table = wire[pos + 4:table_end]
-            span = _entry_span(table, _KEY)
-            if span is not None:
-                table = table[:span[0]] + table[span[1]:]
-            return b"".join((wire[:pos], _U32.pack(len(table) + len(entry)), table, entry, wire[table_end:]))
-        return b"".join((wire[:pos], _U32.pack(size + len(entry)), wire[pos + 4:table_end], entry, wire[table_end:]))
+        keys = (_KEY,) if path or (properties.headers and PATH_HEADER in properties.headers) else ()
+        return _splice(wire, self.entry(path), keys)
 
     def _encoded_again(self, properties: BasicProperties, path: tuple[str, ...]) -> bytes:
         """For properties that were not received as bytes (or carry a second flag word,
@@ -143,7 +126,14 @@ def with_headers(properties: BasicProperties, headers: dict[str, Any]) -> bytes:
         values: dict[str, Any] = properties.as_dict()
         values["headers"] = {**(values.get("headers") or {}), **headers}
         return BasicProperties(**values).encode()
-    added = encode_table(headers)[4:]
+    keys = [bytes([len(encoded)]) + encoded for encoded in (name.encode("utf-8") for name in headers)]
+    return _splice(wire, encode_table(headers)[4:], keys)
+
+
+def _splice(wire: bytes, added: bytes, keys: Sequence[bytes]) -> bytes:
+    """The property bytes ``wire`` (flags, then the list) with ``added`` (encoded table
+    entries) at the end of the headers table, the entries named ``keys`` (length-prefixed
+    names) taken out first; every other byte as it was."""
     flags = wire[0] << 8 | wire[1]
     pos = 2
     if flags & _F_CONTENT_TYPE:
@@ -153,12 +143,10 @@ def with_headers(properties: BasicProperties, headers: dict[str, Any]) -> bytes:
     if not flags & _F_HEADERS:
         flags |= _F_HEADERS
         return b"".join((bytes((flags >> 8, flags & 0xFF)), wire[2:pos], _U32.pack(len(added)), added, wire[pos:]))
-    size = _U32.unpack_from(wire, pos)[0]
-    table_end = pos + 4 + size
+    table_end = pos + 4 + _U32.unpack_from(wire, pos)[0]
     table = wire[pos + 4:table_end]
-    for name in headers:
-        encoded = name.encode("utf-8")
-        span = _entry_span(table, bytes([len(encoded)]) + encoded)
+    for key in keys:
+        span = _entry_span(table, key)
         if span is not None:
             table = table[:span[0]] + table[span[1]:]
     return b"".join((wire[:pos], _U32.pack(len(table) + len(added)), table, added, wire[table_end:]))
