@@ -46,6 +46,8 @@ from amqwire.spark.arrow_columns cimport (
 
 import uuid as _uuid
 
+from amqwire.codec.errors import AmqwireError
+
 from amqwire.spark.errors import RecordError as _RecordError
 from amqwire.spark.stream_batch import stream_schema as _stream_schema
 
@@ -85,9 +87,9 @@ _SECTION_NAMES = {
 }
 
 
-class _Malformed(Exception):
+class _Malformed(AmqwireError, ValueError):
     """Raised inside a record's decoding; the builder re-raises it as RecordError naming
-    the stream and the offset."""
+    the stream and the offset (it never leaves the module, but is ours all the same)."""
 
     def __init__(self, problem, position):
         super().__init__(problem, position)

@@ -65,6 +65,7 @@ SAMPLES = {
     "row": 12,
     "field": "properties.timestamp",
     "problem": "timestamp -1 s is before 1970-01-01T00:00:00Z",
+    "position": 7,
     "rows_confirmed": 9000,
     "error": ConnectionResetError(104, "reset by peer"),
     "attempts": "ATTEMPTS",  # built in _make: the Producer's Attempt records
