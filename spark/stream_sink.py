@@ -204,12 +204,13 @@ def publish_stream_batches(settings: StreamSinkSettings, batches: Iterator[Any],
         """Read confirms until at most ``until`` rows are unconfirmed."""
         nonlocal confirmed
         deadline = time.monotonic() + settings.confirm_timeout
+        if link is None:  # nothing was sent
+            return confirmed
         while sent - confirmed > until:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise SinkError(f"amqp sink: {sent - confirmed} of {sent} rows not confirmed within confirm_timeout "
                                 f"{settings.confirm_timeout} s by {settings.describe()}", rows_confirmed=confirmed)
-            assert link is not None
             confirmed += settle(link.poll(min(left, 1.0)))
         return confirmed
 
@@ -237,7 +238,9 @@ def publish_stream_batches(settings: StreamSinkSettings, batches: Iterator[Any],
             skip = min(max(last_stored - first_id + 1, 0), count)
             if skip < count:
                 columns = {name: batch.column(index) for index, name in enumerate(batch.schema.names)}
-                assert encoder is not None
+                if encoder is None:  # made with the link, above
+                    raise SinkError("amqp sink: no publish encoder (the task's link was not opened)",
+                                    rows_confirmed=confirmed)
                 data, encoded = encoder.encode(first_id, skip=skip, **columns)
                 if sent - confirmed + encoded > window:
                     wait_confirms(max(window - encoded, 0))

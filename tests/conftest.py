@@ -242,6 +242,24 @@ def rabbitmqctl(amqp_url):
     return run
 
 
+@pytest.fixture(scope="session")
+def broker_clock(rabbitmqctl):
+    """``broker_clock() -> float``: the shared broker's wall clock now, in seconds since the
+    epoch.  A stream's chunk timestamps come from the broker's Erlang clock, which can lag
+    the machine's for a long while: with no time warp (Erlang's default) a clock set forward
+    after the node started is caught up at most 1% at a time.  Tests that read a stream from
+    a timestamp take their boundaries from this clock, not from time.time()."""
+
+    def now() -> float:
+        before = time.time()
+        broker_ms = int(rabbitmqctl("eval", "erlang:system_time(millisecond).").strip())
+        after = time.time()
+        skew = broker_ms / 1000 - (before + after) / 2
+        return time.time() + skew
+
+    return now
+
+
 # --------------------------------------------------------------------------- private broker
 
 

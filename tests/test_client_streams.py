@@ -105,12 +105,13 @@ def test_start_first_reads_from_offset_zero(run):
     run(scenario, timeout=60)
 
 
-def test_start_at_a_timestamp_and_an_interval(run):
+def test_start_at_a_timestamp_and_an_interval(run, broker_clock):
     async def scenario(api):
         conn, ch, queue = await stream_with(api, 20)
         await api.sleep(1.2)
-        # whole seconds, after the first batch's chunk: the stream starts at the next chunk
-        since = datetime.datetime.fromtimestamp(int(time.time()), UTC)
+        # whole seconds of the broker's clock, after the first batch's chunk: the stream
+        # starts at the next chunk
+        since = datetime.datetime.fromtimestamp(int(broker_clock()), UTC)
         await fill(ch, queue, 5, start=20)
         reader = await conn.channel()
         by_time = await reader.consume_stream(queue, offset=since, end=24)

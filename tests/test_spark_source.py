@@ -235,12 +235,14 @@ def test_batch_read_of_an_empty_range_and_an_empty_stream(spark, amqp, amqp_url,
     assert [row["offset"] for row in got] == list(range(10))
 
 
-def test_batch_read_from_a_timestamp(spark, amqp, amqp_url, names):
+def test_batch_read_from_a_timestamp(spark, amqp, amqp_url, names, broker_clock):
     queue = declare_stream(amqp_url, names)
     publish(amqp_url, queue, 0, 5)
-    # chunk timestamps are whole seconds: the next second is a later chunk for certain
-    boundary = (int(time.time()) + 1) * 1000
-    while time.time() * 1000 < boundary + 50:
+    # chunk timestamps are whole seconds of the broker's clock: its next second is a later
+    # chunk for certain
+    skew = broker_clock() - time.time()
+    boundary = (int(time.time() + skew) + 1) * 1000
+    while (time.time() + skew) * 1000 < boundary + 50:
         time.sleep(0.05)
     publish(amqp_url, queue, 5, 5)
     got = sorted(row["offset"] for row in rows(read(spark, amqp_url, queue, startingTimestamp=boundary)))

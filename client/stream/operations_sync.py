@@ -370,7 +370,8 @@ class SyncStreamConnection(StreamConnectionBase):
             except (OSError, AMQPConnectionError, TimeoutError) as exc:
                 log.info("stream %r: node %s:%d not reachable: %s", stream, node[0], node[1], exc)
                 last = exc
-        assert last is not None
+        if last is None:  # no candidate at all
+            raise StreamNotAvailable(0x06, "metadata", stream)
         raise last
 
     # streams -------------------------------------------------------------------------------
