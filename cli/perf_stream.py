@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, TextIO
 
 from amqwire.client import AmqwireError, OperationTimeout
 
+from .perf_run import (CONFIRM_DRAIN_SECONDS, STAMP, STOP_CHECK_SECONDS, SUMMARY_SAMPLE, LatencySample, Run,
+                       percentiles, report, supervise)
 from .settings import Settings, UsageError
 
 if TYPE_CHECKING:
@@ -217,7 +219,6 @@ def retention(args: argparse.Namespace) -> dict[str, Any]:
 async def produce(run: Any, stream: str, index: int) -> None:
     from amqwire.client.stream import aio
 
-    from .perf import CONFIRM_DRAIN_SECONDS, STAMP, STOP_CHECK_SECONDS
 
     args = run.args
     counters = run.counters
@@ -274,7 +275,6 @@ async def produce(run: Any, stream: str, index: int) -> None:
 async def consume(run: Any, stream: str, index: int, ready: "Ready", expected: Optional[int]) -> None:
     from amqwire.client.stream import aio
 
-    from .perf import STAMP
 
     args = run.args
     counters = run.counters
@@ -335,7 +335,6 @@ class Ready:
 async def perf(args: argparse.Namespace, settings: Settings, out: TextIO) -> dict[str, Any]:
     from amqwire.client.stream import aio
 
-    from .perf import SUMMARY_SAMPLE, LatencySample, Run, percentiles, report, supervise
 
     streams, own = stream_names(args)
     run = Run(args, settings, ",".join(streams), out)

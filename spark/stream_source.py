@@ -84,17 +84,26 @@ class StreamProtocolTails(StreamTails):
     def offset_at(self, stream: str, millis: int, tail: int) -> int:
         """The first offset of the first chunk the stream wrote at or after ``millis`` (to
         the millisecond: the stream protocol's Subscribe takes a time in ms); ``tail``
-        when none."""
+        when none.  The last chunk's own timestamp says whether there is one, so the answer
+        never rests on how soon a busy broker delivers."""
         from amqwire.client import AMQPError
 
         moment = datetime.datetime.fromtimestamp(millis / 1000, tz=datetime.timezone.utc)
+        if tail == 0:  # empty
+            return tail
         try:
-            with self._open().consumer(stream, offset=moment, credit=1) as consumer:
-                message = consumer.get(0.5)
+            connection = self._open()
+            with connection.consumer(stream, offset="last", credit=1) as consumer:
+                last = consumer.get(self.settings.read_timeout)
+            if last is None or last.chunk_timestamp_ms < millis:
+                return tail
+            with connection.consumer(stream, offset=moment, credit=1) as consumer:
+                message = consumer.get(self.settings.read_timeout)
         except (AMQPError, OSError) as exc:
             raise self._failed(stream, f"finding the offset of {millis} ms", exc) from exc
         if message is None:
-            return tail
+            raise SourceError(f"amqp source: stream {stream!r} holds a chunk written at or after {millis} ms but sent "
+                              f"none within readTimeout {self.settings.read_timeout} s", stream)
         return min(int(message.offset), tail)
 
     def store_offset(self, stream: str, name: str, offset: int) -> None:

@@ -194,6 +194,9 @@ def test_starting_timestamp_to_the_millisecond_and_an_empty_range(spark, amqp, n
     got = sorted(row["offset"] for row in rows(read(spark, node.stream_url, name,
                                                     endingOffsetsByTimestamp=f'{{"{name}": {boundary}}}')))
     assert got == list(range(5))
+    # after the last chunk's timestamp: from the tail, nothing (the last chunk tells, no wait)
+    an_hour_on = int(time.time() * 1000) + 3_600_000
+    assert rows(read(spark, node.stream_url, name, startingTimestamp=an_hour_on)) == []
     assert rows(read(spark, node.stream_url, name, startingOffsets=f'{{"{name}": 3}}',
                      endingOffsets=f'{{"{name}": 3}}')) == []
 
