@@ -1,6 +1,6 @@
 """The compiled anchors of the client benchmark: rabbitmq-c (C) and amqp091-go (Go) doing
-the phases of ``client_bench`` (publish, confirmed publish in batches, consume with multiple
-acks), built here from ``bench/anchors/{c,go}`` when the toolchains are present.
+the phases of ``client_bench`` (publish, confirmed publish in batches or pipelined in a
+window, consume with multiple acks or one ack per delivery), built here from ``bench/anchors/{c,go}`` when the toolchains are present.
 
 Each run is one child process: it connects, sets up (confirm.select, basic.qos) and then
 times the phase itself, printing one line::
@@ -33,7 +33,7 @@ SOURCES = Path(__file__).resolve().parent / "anchors"
 DEBIAN_GOPATH = "/usr/share/gocode"
 AMQP091_GO = "src/github.com/rabbitmq/amqp091-go"
 RESULT_MARK = "AMQWIRE-ANCHOR"
-PHASES = ("publish", "confirm", "consume")
+PHASES = ("publish", "confirm", "confirm-window", "consume")
 
 
 class AnchorFailed(RuntimeError):

@@ -74,8 +74,9 @@ def child_command(row, n, queue, url):
         if built.binary is None:
             raise RuntimeError("%s: %s" % (row.key, built.version))
         ctx = cb.Ctx(url)
-        return [str(built.binary), row.case, ctx.host, str(ctx.port), ctx.username, ctx.password,
-                ctx.vhost, queue, str(n), str(cb.PREFETCH), str(cb.ACK_EVERY), str(cb.CONFIRM_WINDOW)]
+        phase, ack_every = cb.ANCHOR_PHASES[row.case]
+        return [str(built.binary), phase, ctx.host, str(ctx.port), ctx.username, ctx.password,
+                ctx.vhost, queue, str(n), str(cb.PREFETCH), str(ack_every), str(cb.CONFIRM_WINDOW)]
     return [sys.executable, "-m", "bench.instructions", "--child", row.key, str(n), queue, "--url", url]
 
 
@@ -85,7 +86,7 @@ def count_instructions(valgrind, row, n, url, admin):
     queue = cb.fresh_queue(case)
     admin.declare(queue)
     try:
-        if case == "consume":
+        if case.startswith("consume"):
             admin.prefill(queue, n)
         with tempfile.TemporaryDirectory(prefix="amqwire-instr-") as tmp:
             out = os.path.join(tmp, "callgrind.out")

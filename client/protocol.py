@@ -1193,7 +1193,7 @@ class ConnectionProtocol:
         tag = self._broker_tag(state, delivery_tag)  # type: ignore[arg-type]
         if tag < 0:
             return False
-        self._writer.method(channel, BasicAck(tag, multiple))
+        self._writer.ack(channel, tag, multiple)
         return True
 
     def basic_nack(self, channel: int, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> bool:

@@ -1,20 +1,22 @@
 # cython: language_level=3
 """Frames out: the publish encoder (single, batched, zero-copy) and a frame writer."""
 
+from cpython.bool cimport PyBool_Check
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_Append
+from cpython.long cimport PyLong_Check
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from amqwire.codec.buffer cimport (
     FRAME_BODY, FRAME_END, FRAME_METHOD, FRAME_MIN_SIZE, FRAME_OVERHEAD,
-    FRAME_HEADER_SIZE, amqw_pack_u16, amqw_pack_u32, shortstr_utf8, utf8_of,
+    FRAME_HEADER_SIZE, amqw_pack_u16, amqw_pack_u32, amqw_pack_u64, shortstr_utf8, utf8_of,
 )
 from amqwire.codec.methods cimport Method
 from amqwire.codec.properties cimport write_header_frame
 
-from amqwire.codec.errors import FrameError, UnsupportedValueError
+from amqwire.codec.errors import AMQPSyntaxError, FrameError, UnsupportedValueError
 
 cdef extern from "Python.h":
     bint PyBytes_CheckExact(object o)
@@ -23,6 +25,8 @@ cdef extern from "Python.h":
 cdef enum:
     _BASIC_PUBLISH = 0x003C0028
     _BASIC_CLASS = 60
+    _BASIC_ACK = 0x003C0050
+    _BASIC_ACK_PAYLOAD = 13  # method id 4, delivery tag 8, bits 1
     # Body chunks shorter than this are copied next to their frame header in the
     # zero-copy form: an extra iovec costs more than copying a few KiB.
     _IOV_COPY_BELOW = 4096
@@ -325,6 +329,36 @@ cdef class FrameWriter:
         except BaseException:
             self.buf._len = start
             raise
+
+    def ack(self, channel, delivery_tag, multiple=False):
+        """Append basic.ack: the frame ``method(channel, BasicAck(delivery_tag, multiple))``
+        writes, with the same checks, without building the method object (acknowledging
+        each delivery is a hot call of consuming)."""
+        cdef uint16_t ch = _channel(channel)
+        cdef bint bits
+        cdef char *p
+        if not PyLong_Check(delivery_tag) or PyBool_Check(delivery_tag):
+            raise UnsupportedValueError(
+                f"basic.ack.delivery_tag: expected int, got {type(delivery_tag).__name__}")
+        if delivery_tag < 0 or delivery_tag > 0xFFFFFFFFFFFFFFFF:
+            raise AMQPSyntaxError(
+                f"basic.ack.delivery_tag: {delivery_tag} is out of range 0..{0xFFFFFFFFFFFFFFFF}")
+        if multiple is True or multiple is False:
+            bits = multiple
+        elif PyLong_Check(multiple) and (multiple == 0 or multiple == 1):
+            bits = multiple == 1
+        else:
+            raise UnsupportedValueError(f"basic.ack.multiple: expected bool, got {multiple!r}")
+        self.buf.ensure(FRAME_OVERHEAD + _BASIC_ACK_PAYLOAD)
+        p = self.buf._buf + self.buf._len
+        p[0] = <char>FRAME_METHOD
+        amqw_pack_u16(p + 1, ch)
+        amqw_pack_u32(p + 3, _BASIC_ACK_PAYLOAD)
+        amqw_pack_u32(p + 7, _BASIC_ACK)
+        amqw_pack_u64(p + 11, <uint64_t>delivery_tag)
+        p[19] = <char>(1 if bits else 0)
+        p[20] = <char>FRAME_END
+        self.buf._len += FRAME_OVERHEAD + _BASIC_ACK_PAYLOAD
 
     def content(self, channel, Method method not None, BasicProperties properties, body):
         """Append a content-carrying method with its header and body frames."""

@@ -30,12 +30,20 @@ def anchor(request):
     return built.binary
 
 
-def run(binary, phase, amqp_url, queue, n=N):
+def run(binary, phase, amqp_url, queue, n=N, ack_every=ACK_EVERY):
     host, port = url_host_port(amqp_url)
     user, password = url_credentials(amqp_url)
     return compiled_anchors.run_phase(binary, phase, host=host, port=port, username=user,
                                       password=password, vhost="/", queue=queue, n=n, prefetch=1000,
-                                      ack_every=ACK_EVERY, window=WINDOW, timeout=120)
+                                      ack_every=ack_every, window=WINDOW, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def c_anchor():
+    built = compiled_anchors.built("rabbitmq-c")
+    if built.binary is None:
+        pytest.skip("rabbitmq-c: %s" % built.version)
+    return built.binary
 
 
 def depth(amqp_url, queue):
@@ -79,6 +87,28 @@ def test_consume_receives_and_acks_every_message(anchor, amqp_url, names):
     _wall, _cpu, done = run(anchor, "consume", amqp_url, queue)
     assert done == N
     assert depth(amqp_url, queue) == 0  # the last, partial, multiple ack settled the rest
+
+
+def test_the_pipelined_confirm_phase_settles_every_publish_once(c_anchor, amqp_url, names):
+    queue = names.queue()
+    with connect(amqp_url, recovery=False) as conn, conn.channel() as ch:
+        ch.queue_declare(queue)
+    _wall, _cpu, done = run(c_anchor, "confirm-window", amqp_url, queue)
+    assert done == N
+    assert settled_depth(amqp_url, queue, N) == N
+
+
+def test_consume_with_one_ack_per_delivery_acks_every_message(c_anchor, amqp_url, names):
+    queue = names.queue()
+    with connect(amqp_url, recovery=False) as conn, conn.channel() as ch:
+        ch.queue_declare(queue)
+        with ch.batch():
+            for _ in range(N):
+                ch.basic_publish("", queue, b"x" * 100)
+        ch.queue_declare(queue, passive=True)
+    _wall, _cpu, done = run(c_anchor, "consume", amqp_url, queue, ack_every=1)
+    assert done == N
+    assert depth(amqp_url, queue) == 0
 
 
 def test_a_broker_refusal_is_a_failure_naming_the_cause(anchor, amqp_url, names):

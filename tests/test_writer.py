@@ -278,6 +278,39 @@ def test_writer_method_heartbeat_protocol_header():
     assert w.take() == b""
 
 
+@pytest.mark.parametrize("channel, tag, multiple", [
+    (1, 0, True), (1, 1, False), (7, 2**32 + 5, True), (65535, 2**64 - 1, False), (2, 3, 1), (2, 3, 0),
+])
+def test_writer_ack_is_the_basic_ack_method_frame(channel, tag, multiple):
+    w = codec.FrameWriter()
+    w.ack(channel, tag, multiple)
+    expected = R.method_frame(R.BY_NAME["basic.ack"], dict(delivery_tag=tag, multiple=bool(multiple)), channel)
+    assert w.getvalue() == expected
+    w.clear()
+    w.method(channel, codec.BasicAck(tag, multiple))
+    assert w.getvalue() == expected
+
+
+@pytest.mark.parametrize("tag, multiple, error, field", [
+    (-1, False, AMQPSyntaxError, "delivery_tag"),
+    (2**64, False, AMQPSyntaxError, "delivery_tag"),
+    (1.0, False, UnsupportedValueError, "delivery_tag"),
+    (True, False, UnsupportedValueError, "delivery_tag"),
+    (1, 2, UnsupportedValueError, "multiple"),
+    (1, "yes", UnsupportedValueError, "multiple"),
+])
+def test_writer_ack_refuses_what_basic_ack_refuses_and_writes_nothing(tag, multiple, error, field):
+    w = codec.FrameWriter()
+    w.heartbeat()
+    with pytest.raises(error, match="basic.ack." + field):
+        w.ack(1, tag, multiple)
+    with pytest.raises(error, match="basic.ack." + field):
+        codec.BasicAck(tag, multiple)
+    assert w.getvalue() == codec.HEARTBEAT_FRAME
+    with pytest.raises(ValueError, match="channel"):
+        w.ack(65536, 1)
+
+
 @pytest.mark.parametrize("size", [0, 5, 4088, 4089, 10000])
 def test_writer_content(size):
     w = codec.FrameWriter(frame_max=4096)

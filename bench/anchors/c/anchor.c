@@ -5,10 +5,14 @@
  *   anchor PHASE HOST PORT USER PASSWORD VHOST QUEUE N PREFETCH ACK_EVERY WINDOW
  *
  *   publish  N basic.publish, then queue.declare passive (the broker has read them all)
- *   confirm  confirm.select (before the clock), then batches of WINDOW publishes, each batch
- *            waited for until every one of its sequence numbers is acked
- *   consume  basic.qos(PREFETCH) (before the clock), basic.consume, N deliveries, basic.ack
- *            multiple every ACK_EVERY-th and on the N-th (the clock stops after that ack)
+ *   confirm         confirm.select (before the clock), then batches of WINDOW publishes, each
+ *                   batch waited for until every one of its sequence numbers is acked
+ *   confirm-window  confirm.select (before the clock), then publishes while fewer than WINDOW
+ *                   are unconfirmed; with WINDOW outstanding it reads the next ack frame and
+ *                   whatever else the read brought, then publishes again (pipelined)
+ *   consume         basic.qos(PREFETCH) (before the clock), basic.consume, N deliveries,
+ *                   basic.ack multiple every ACK_EVERY-th and on the N-th (the clock stops
+ *                   after that ack); ACK_EVERY 1 acks each delivery alone (multiple=false)
  *
  * Prints one line that client_bench parses:
  *   AMQWIRE-ANCHOR phase=confirm n=200000 done=200000 wall_s=4.1 cpu_s=1.9
@@ -152,6 +156,53 @@ static long run_confirm(amqp_connection_state_t conn, amqp_bytes_t queue, amqp_b
   return confirmed;
 }
 
+/* Pipelined: at most WINDOW unconfirmed; each sequence number settled exactly once. */
+static long run_confirm_window(amqp_connection_state_t conn, amqp_bytes_t queue,
+                               amqp_bytes_t body, long n, long window) {
+  unsigned char *settled = calloc((size_t)n + 1, 1);
+  uint64_t published = 0, lowest = 1; /* lowest: the first sequence number not yet settled */
+  long confirmed = 0;
+  if (settled == NULL) die("confirm-window", "out of memory");
+  while (confirmed < n) {
+    while ((long)published < n && (long)published - confirmed < window) {
+      publish_one(conn, queue, body);
+      published++;
+    }
+    do {
+      amqp_frame_t frame;
+      check_status(amqp_simple_wait_frame(conn, &frame), "waiting for confirms");
+      if (frame.frame_type != AMQP_FRAME_METHOD) continue;
+      if (frame.payload.method.id == AMQP_BASIC_ACK_METHOD) {
+        amqp_basic_ack_t *ack = frame.payload.method.decoded;
+        uint64_t tag = ack->delivery_tag;
+        if (tag > published || tag < 1)
+          die("confirm-window", "basic.ack for a sequence number not yet published");
+        if (ack->multiple) {
+          for (uint64_t t = lowest; t <= tag; t++) {
+            if (!settled[t]) {
+              settled[t] = 1;
+              confirmed++;
+            }
+          }
+        } else {
+          if (settled[tag]) die("confirm-window", "a sequence number acked twice");
+          settled[tag] = 1;
+          confirmed++;
+        }
+        while (lowest <= published && settled[lowest]) lowest++;
+      } else if (frame.payload.method.id == AMQP_BASIC_NACK_METHOD) {
+        die("confirm-window", "the broker nacked a publish");
+      } else if (frame.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
+                 frame.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD) {
+        die("confirm-window", "the broker closed the channel or connection");
+      }
+    } while (amqp_frames_enqueued(conn) || amqp_data_in_buffer(conn));
+    amqp_maybe_release_buffers(conn);
+  }
+  free(settled);
+  return confirmed;
+}
+
 static long run_consume(amqp_connection_state_t conn, amqp_bytes_t queue, long n,
                         long ack_every) {
   long got = 0;
@@ -164,7 +215,7 @@ static long run_consume(amqp_connection_state_t conn, amqp_bytes_t queue, long n
     check_reply(amqp_consume_message(conn, &envelope, NULL, 0), "consuming");
     got++;
     if (got % ack_every == 0 || got == n)
-      check_status(amqp_basic_ack(conn, 1, envelope.delivery_tag, 1), "basic.ack");
+      check_status(amqp_basic_ack(conn, 1, envelope.delivery_tag, ack_every > 1), "basic.ack");
     amqp_destroy_envelope(&envelope);
   }
   return got;
@@ -173,7 +224,7 @@ static long run_consume(amqp_connection_state_t conn, amqp_bytes_t queue, long n
 int main(int argc, char **argv) {
   if (argc != 12) {
     fprintf(stderr,
-            "usage: %s publish|confirm|consume HOST PORT USER PASSWORD VHOST QUEUE N PREFETCH "
+            "usage: %s publish|confirm|confirm-window|consume HOST PORT USER PASSWORD VHOST QUEUE N PREFETCH "
             "ACK_EVERY WINDOW\n",
             argv[0]);
     return 2;
@@ -184,8 +235,11 @@ int main(int argc, char **argv) {
   long prefetch = parse_count(argv[9], "PREFETCH");
   long ack_every = parse_count(argv[10], "ACK_EVERY");
   long window = parse_count(argv[11], "WINDOW");
-  if (strcmp(phase, "publish") && strcmp(phase, "confirm") && strcmp(phase, "consume")) {
-    fprintf(stderr, "rabbitmq-c anchor: PHASE must be publish, confirm or consume, got '%s'\n",
+  if (strcmp(phase, "publish") && strcmp(phase, "confirm") && strcmp(phase, "confirm-window") &&
+      strcmp(phase, "consume")) {
+    fprintf(stderr,
+            "rabbitmq-c anchor: PHASE must be publish, confirm, confirm-window or consume, got "
+            "'%s'\n",
             phase);
     return 2;
   }
@@ -207,7 +261,7 @@ int main(int argc, char **argv) {
               "login");
   amqp_channel_open(conn, 1);
   check_reply(amqp_get_rpc_reply(conn), "channel.open");
-  if (!strcmp(phase, "confirm")) {
+  if (!strcmp(phase, "confirm") || !strcmp(phase, "confirm-window")) {
     amqp_confirm_select(conn, 1);
     check_reply(amqp_get_rpc_reply(conn), "confirm.select");
   } else if (!strcmp(phase, "consume")) {
@@ -221,6 +275,8 @@ int main(int argc, char **argv) {
     done = run_publish(conn, queue, body, n);
   else if (!strcmp(phase, "confirm"))
     done = run_confirm(conn, queue, body, n, window);
+  else if (!strcmp(phase, "confirm-window"))
+    done = run_confirm_window(conn, queue, body, n, window);
   else
     done = run_consume(conn, queue, n, ack_every);
   instant t1 = now();
