@@ -17,7 +17,8 @@ The machines, from the wire up:
   run by ``Lifecycle``; the stream client's links and connections use it too;
 - a channel (``ChannelPhase``), a consumer (``ConsumerPhase``), a channel's synchronous
   request (``RequestPhase``), run by ``Machine`` (as the stream client's producers and
-  consumers are, ``stream/lifecycle.py``).
+  consumers are, ``stream/lifecycle.py``);
+- a Producer (``ProducerPhase``) and its sender (``SenderPhase``).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ __all__ = [
     "ConnectionStatus", "ConnectionSignal", "TRANSITIONS", "Lifecycle",
     "ChannelPhase", "ChannelSignal", "CHANNEL_PHASES", "CHANNEL_OPEN_PHASES",
     "ConsumerPhase", "ConsumerSignal", "CONSUMER_PHASES", "Machine",
+    "ProducerPhase", "ProducerSignal", "PRODUCER_PHASES", "SenderPhase", "SenderSignal", "SENDER_PHASES",
 ]
 
 _State = TypeVar("_State")
@@ -535,3 +537,89 @@ class Machine:
 
     def __repr__(self) -> str:
         return f"<Machine {self.name} {self.state}>"
+
+
+# --------------------------------------------------------------------------- the Producer (client/producer)
+
+
+class ProducerPhase(enum.Enum):
+    """Where a Producer (``amqwire.client.Producer``, over AMQP 0-9-1 brokers) is."""
+
+    NEW = "new"            # made; asyncio: not awaited yet (sends are queued meanwhile)
+    OPEN = "open"          # connecting or connected, its sender running
+    CLOSING = "closing"    # close(), or its sender failed: sends are refused, what is held is flushed
+    STOPPING = "stopping"  # flushed (or out of time): the sender ends once everything is settled
+    FAILED = "failed"      # its sender failed and so did what it held; close() still closes the connections
+    CLOSED = "closed"      # what was left failed, the connections are closing: nothing is drained any more
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ProducerSignal(enum.Enum):
+    START = "start"
+    CLOSE = "close()"
+    STOP = "flushed: stop the sender"
+    SENDER_FAILED = "the sender failed"
+    FINISH = "what was left failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_P, _PS = ProducerPhase, ProducerSignal
+#: Sends are refused.
+PRODUCER_REFUSING_PHASES: Final = frozenset({_P.CLOSING, _P.STOPPING, _P.FAILED, _P.CLOSED})
+#: The sender ends once nothing is pending; no broker is connected to any more.
+PRODUCER_STOPPING_PHASES: Final = frozenset({_P.STOPPING, _P.CLOSED})
+#: Nothing offered is drained into the queue any more: it is failed where it is.
+PRODUCER_FINISHED_PHASES: Final = frozenset({_P.FAILED, _P.CLOSED})
+PRODUCER_PHASES: Final[Mapping[tuple[ProducerPhase, ProducerSignal], ProducerPhase]] = {
+    (_P.NEW, _PS.START): _P.OPEN,
+    (_P.NEW, _PS.CLOSE): _P.CLOSING,
+
+    (_P.OPEN, _PS.CLOSE): _P.CLOSING,
+    (_P.OPEN, _PS.SENDER_FAILED): _P.CLOSING,
+
+    (_P.CLOSING, _PS.CLOSE): _P.CLOSING,  # a second close() while the first flushes
+    (_P.CLOSING, _PS.SENDER_FAILED): _P.CLOSING,
+    (_P.CLOSING, _PS.STOP): _P.STOPPING,
+    (_P.CLOSING, _PS.FINISH): _P.FAILED,  # the sender failed: what it held fails with it
+
+    (_P.STOPPING, _PS.STOP): _P.STOPPING,
+    (_P.STOPPING, _PS.SENDER_FAILED): _P.STOPPING,
+    (_P.STOPPING, _PS.FINISH): _P.CLOSED,
+
+    (_P.FAILED, _PS.CLOSE): _P.FAILED,
+    (_P.FAILED, _PS.STOP): _P.CLOSED,
+
+    (_P.CLOSED, _PS.STOP): _P.CLOSED,
+    (_P.CLOSED, _PS.FINISH): _P.CLOSED,
+}
+del _P, _PS
+
+
+class SenderPhase(enum.Enum):
+    """Whether a Producer's sender (its thread or task) works or waits for work."""
+
+    BUSY = "busy"
+    IDLE = "idle"  # nothing to write: an offer that finds it so wakes it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SenderSignal(enum.Enum):
+    WAIT = "nothing to write"
+    WAKE = "work for it"  # racing callers may wake it twice: harmless
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SENDER_PHASES: Final[Mapping[tuple[SenderPhase, SenderSignal], SenderPhase]] = {
+    (SenderPhase.BUSY, SenderSignal.WAIT): SenderPhase.IDLE,
+    (SenderPhase.BUSY, SenderSignal.WAKE): SenderPhase.BUSY,
+    (SenderPhase.IDLE, SenderSignal.WAIT): SenderPhase.IDLE,  # round again without a wake (a timeout, a race)
+    (SenderPhase.IDLE, SenderSignal.WAKE): SenderPhase.BUSY,
+}
