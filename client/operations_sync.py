@@ -353,14 +353,14 @@ class SyncChannel(ChannelBase[Message]):
     """An AMQP channel.  A channel is meant for one thread (or task) at a time; requests
     from several are serialized."""
 
-    __slots__ = ("_stop_consuming",)
+    __slots__ = ("_consuming_stops",)
 
     _connection: SyncConnection
     _waits: ChannelWaits
 
     def __init__(self, connection: SyncConnection, channel_id: int) -> None:
         super().__init__(connection, channel_id)
-        self._stop_consuming = False
+        self._consuming_stops = 0  # stop_consuming() calls: a start_consuming() runs until the next
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -375,15 +375,15 @@ class SyncChannel(ChannelBase[Message]):
     def start_consuming(self) -> None:
         """Run consumer callbacks in this thread until stop_consuming() or no consumers
         are left."""
-        self._stop_consuming = False
+        stops = self._consuming_stops
         connection = self._connection
-        while not self._stop_consuming and any(c.callback is not None for c in self._consumers.values()):
+        while self._consuming_stops == stops and any(c.callback is not None for c in self._consumers.values()):
             connection.process_events(0.2)
             if self._lifecycle.state is ChannelPhase.CLOSED:
                 self._check()
 
     def stop_consuming(self) -> None:
-        self._stop_consuming = True
+        self._consuming_stops += 1
 
     # requests ------------------------------------------------------------------------------
 
@@ -591,9 +591,8 @@ class SyncChannel(ChannelBase[Message]):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
         self._rpc(ConfirmSelect(False), timeout, record=False)
-        if not self._confirm:
+        if not self._confirm_window:
             self._restart_seqnos()
-        self._confirm = True
         self._confirm_window = max_in_flight
         self._set_watched(self._lifecycle.state is ChannelPhase.RESTORED)
 
@@ -681,7 +680,7 @@ class SyncChannel(ChannelBase[Message]):
             with connection._tracing.sending(self, exchange, routing_key, body, properties) as traced:
                 self.basic_publish(exchange, routing_key, body, traced, mandatory=mandatory, timeout=timeout)
             return
-        if self._confirm:
+        if self._confirm_window:
             deadline = _deadline(timeout)
             token: Any = self.publish_async(
                 exchange, routing_key, body, properties, mandatory=mandatory, timeout=timeout
@@ -729,7 +728,7 @@ class SyncChannel(ChannelBase[Message]):
         back-pressure; ``timeout`` bounds that wait.  ``callback(future)`` runs once the
         broker has answered (blocking: on the I/O thread; asyncio: in the loop).
         """
-        if not self._confirm:
+        if not self._confirm_window:
             raise InvalidStateError("publish_async needs confirm mode: call confirm_select() first")
         connection = self._connection
         if connection._tracing is not None and connection._tracing.outside_send():
@@ -754,9 +753,7 @@ class SyncChannel(ChannelBase[Message]):
                 raise
             self._unsettled += 1
             if connection._observer is not None and connection._metrics is not None:
-                if not self._stamp_pending:  # stamped when written (see ConnectionBase._take_output)
-                    self._stamp_pending = True
-                    connection._to_stamp.append(self)
+                connection._to_stamp[self] = None  # stamped when written (see ConnectionBase._take_output)
         finally:
             connection._lock.release()
         if not connection._flush_later or connection._core.flush_due:
@@ -779,9 +776,9 @@ class SyncChannel(ChannelBase[Message]):
         if not connection._lifecycle.usable or self._lifecycle.state is ChannelPhase.CLOSED:
             self._check()
         deadline = _deadline(timeout)
-        if connection._held or self._flow_paused or self._confirm:
-            self._wait_for_room(count if self._confirm else 0, deadline)
-        token = self._waits.new_token(count, None) if self._confirm else None
+        if connection._held or self._flow_paused or self._confirm_window:
+            self._wait_for_room(count if self._confirm_window else 0, deadline)
+        token = self._waits.new_token(count, None) if self._confirm_window else None
         connection._lock.acquire()
         try:
             if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
@@ -794,9 +791,8 @@ class SyncChannel(ChannelBase[Message]):
             if token is not None:
                 self._unsettled += count
             if connection._observer is not None and connection._metrics is not None:
-                if token is not None and count and not self._stamp_pending:
-                    self._stamp_pending = True
-                    connection._to_stamp.append(self)
+                if token is not None and count:
+                    connection._to_stamp[self] = None
         finally:
             connection._lock.release()
         if not connection._flush_later or connection._core.flush_due:
@@ -809,7 +805,7 @@ class SyncChannel(ChannelBase[Message]):
         """Wait until the broker has answered every publish; raise the first failure since
         the last call (PublishNacked, MessageReturned or PublishUnconfirmed, with
         ``.failures`` listing them all)."""
-        if not self._confirm:
+        if not self._confirm_window:
             raise InvalidStateError("wait_for_confirms needs confirm mode: call confirm_select() first")
         self._connection._flush_quietly()
         if self._unsettled > 0:
@@ -858,7 +854,7 @@ class SyncChannel(ChannelBase[Message]):
         tag = consumer._method.consumer_tag
         if consumer._method.no_ack:
             self._no_ack_consumers += 1  # metrics: its deliveries need no settling
-            self._connection._no_ack_seen = True
+            self._connection._no_ack_consumers_started += 1
         if tag:
             self._consumers[tag] = consumer
         self._pending_consumer = consumer
@@ -1043,7 +1039,7 @@ class SyncChannel(ChannelBase[Message]):
         if self._qos is not None:
             count, size, global_ = self._qos
             self._rpc(BasicQos(size, count, global_), None, check=False, record=False)
-        if self._confirm:
+        if self._confirm_window:
             self._rpc(ConfirmSelect(False), None, check=False, record=False)
 
     def _renew(self) -> None:

@@ -157,7 +157,7 @@ class ConnectionBase:
         "_unblocked", "_recovered", "_handshake_waiter", "_close_waiter", "_secret_waiter",
         "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
         "exception_handler", "_observer", "_seen_published", "_to_stamp",
-        "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned",
+        "_stamped", "_no_ack_consumers_started", "_seen_acked", "_seen_nacked", "_seen_returned",
         "_seen_delivered", "_seen_got", "_tracing", "_peer", "__weakref__"
     )
 
@@ -214,11 +214,11 @@ class ConnectionBase:
         # The one state of this connection, and why calls fail (``_lifecycle.error``: set
         # by a loss or a close, kept through a recovery until everything is back).
         self._lifecycle = Lifecycle(f"connection to {parameters[0]}")
-        # Blocked by the broker or by a full socket buffer: the one attribute a publish
-        # reads before it takes the slow path (written by _update_held only).
-        self._held = False
         self._writable = self._io.new_flag()
         self._writable.set()
+        # Blocked by the broker or by a full socket buffer: the one attribute a publish
+        # reads before it takes the slow path (a view written by _update_held only).
+        self._update_held()
         self._unblocked = self._io.new_flag()
         self._unblocked.set()
         self._recovered = self._io.new_flag()
@@ -245,9 +245,10 @@ class ConnectionBase:
         if metrics is not None:
             self._lifecycle.watch = _ConnectionGauge(metrics)
         self._seen_published = 0  # the core's count of queued publishes, reported to the metrics
-        self._to_stamp: list[Any] = []  # channels with confirm-mode publishes not written yet
+        # channels with confirm-mode publishes not written yet (a dict as an ordered set)
+        self._to_stamp: dict[Any, None] = {}
         self._stamped: list[Any] = []  # channels with written confirm-mode publishes unsettled
-        self._no_ack_seen = False  # a no_ack consumer was ever started: its deliveries need no ack
+        self._no_ack_consumers_started = 0  # their deliveries need no ack (metrics)
         # the core's totals, counted already
         self._seen_acked = self._seen_nacked = self._seen_returned = self._seen_delivered = self._seen_got = 0
 
@@ -370,7 +371,7 @@ class ConnectionBase:
         if delivered or got:
             self._seen_delivered += delivered
             self._seen_got += got
-            if self._no_ack_seen or got:
+            if self._no_ack_consumers_started or got:
                 self._note_settled_on_delivery(events)
             delivered += got
         confirmed = core.publishes_acked - self._seen_acked
@@ -828,12 +829,12 @@ class ChannelBase(Generic[_M]):
     # (on a publish that cost ~700 more instructions).
     __slots__ = (
         "_connection", "channel_id", "_waiter", "_stale", "_lifecycle", "_consumers",
-        "_pending_consumer", "_return_callbacks", "_confirm", "_max_in_flight", "_confirm_window", "_unsettled",
+        "_pending_consumer", "_return_callbacks", "_max_in_flight", "_confirm_window", "_unsettled",
         "_failures", "_flow_paused", "_flow", "_tag_base", "_qos",
-        "_default_consumer", "_default_cancel", "_unknown_logged", "_no_ack_orphans", "_stale_method",
+        "_default_consumer", "_default_cancel", "_unknown_deliveries", "_no_ack_orphans", "_stale_method",
         "_listeners",
         "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
-        "_stamp_low", "_stamp_pending", "_settled_upto", "_settled", "_no_ack_tags",
+        "_stamp_low", "_settled_upto", "_settled", "_no_ack_tags",
         "_no_ack_consumers", "_get_no_ack", "_waits", "_nack_watch", "__weakref__"
     )
 
@@ -852,19 +853,19 @@ class ChannelBase(Generic[_M]):
         self._consumers: dict[str, Any] = {}
         self._pending_consumer: Any = None
         self._return_callbacks: list[Any] = []
-        self._confirm = False
         self._max_in_flight = 0  # unconfirmed publishes allowed now: the window, or less while watched
-        self._confirm_window = 0  # confirm_select's max_in_flight
+        self._confirm_window = 0  # confirm_select's max_in_flight; 0: not in confirm mode
         self._unsettled = 0  # confirm-mode publishes whose futures are not settled yet
         self._failures: list[Any] = []  # failed confirm tokens not reported by wait_for_confirms yet
-        self._flow_paused = False  # publishes wait: the broker's channel.flow(active=False), or a renewal
+        # Publishes wait while it is clear: the broker's channel.flow(active=False), or a
+        # renewal; _flow_paused is its view for the hot path (written by _set_flow only).
         self._flow = connection._io.new_flag()
-        self._flow.set()
+        self._set_flow(True)
         self._tag_base = 0  # the delivery tags of a reopened channel go on after this one
         self._qos: Optional[tuple[Any, ...]] = None
         self._default_consumer: Optional[Callable[[_M], Any]] = None
         self._default_cancel: Optional[Callable[[str], Any]] = None
-        self._unknown_logged = False
+        self._unknown_deliveries = 0  # for consumer tags it does not know: logged once
         # consumer tags whose deliveries must not be nacked: no_ack consumers abandoned
         # before their consume-ok (a nack of an unacked-mode tag would close the channel)
         self._no_ack_orphans: set[str] = set()
@@ -885,7 +886,6 @@ class ChannelBase(Generic[_M]):
         self._stamp_times: list[float] = []  # ... and when that write happened
         self._stamp_head = 0
         self._stamp_low = 1  # the lowest seqno whose latency is not counted yet
-        self._stamp_pending = False  # in the connection's _to_stamp
         self._settled_upto = 0
         self._settled: set[int] = set()
         self._no_ack_tags: set[int] = set()
@@ -1204,7 +1204,6 @@ class ChannelBase(Generic[_M]):
     def _stamp(self, now: float) -> None:
         """The connection wrote this channel's confirm-mode publishes up to now (under
         ``_lock``): one entry for all of them."""
-        self._stamp_pending = False
         state = self._connection._core.channel_state(self.channel_id)
         if state is None or state.confirms is None:
             return
@@ -1296,6 +1295,7 @@ class ChannelBase(Generic[_M]):
                 metrics.rejected(count)
 
     def _set_flow(self, active: bool) -> None:
+        """The one way the channel's flow changes: its flag, and the view of it."""
         self._flow_paused = not active
         if active:
             self._flow.set()
@@ -1333,8 +1333,8 @@ class ChannelBase(Generic[_M]):
         if self._default_consumer is not None:
             self._connection._io.run_callback(self._default_consumer, message, "default_consumer", self)
             return
-        if not self._unknown_logged:
-            self._unknown_logged = True
+        self._unknown_deliveries += 1
+        if self._unknown_deliveries == 1:
             log.warning(
                 "channel %d: delivery for unknown consumer %r nacked back to its queue (no default consumer set; "
                 "not logged again for this channel)", self.channel_id, message.consumer_tag,
