@@ -39,6 +39,7 @@ __all__ = [
     "ConnectionStatus", "ConnectionSignal", "TRANSITIONS", "Lifecycle",
     "ChannelPhase", "ChannelSignal", "CHANNEL_PHASES", "CHANNEL_OPEN_PHASES",
     "ConsumerPhase", "ConsumerSignal", "CONSUMER_PHASES", "Machine",
+    "RequestPhase", "RequestSignal", "REQUEST_PHASES",
     "ProducerPhase", "ProducerSignal", "PRODUCER_PHASES", "SenderPhase", "SenderSignal", "SENDER_PHASES",
 ]
 
@@ -507,6 +508,46 @@ CONSUMER_PHASES: Final[Mapping[tuple[ConsumerPhase, ConsumerSignal], ConsumerPha
     (ConsumerPhase.ACTIVE, ConsumerSignal.END): ConsumerPhase.ENDED,
     (ConsumerPhase.ENDED, ConsumerSignal.END): ConsumerPhase.ENDED,  # only the first reason counts
 }
+
+
+class RequestPhase(enum.Enum):
+    """Where a channel's synchronous request is (one at a time per channel)."""
+
+    IDLE = "idle"            # none out
+    WAITING = "waiting"      # out; its caller waits for the reply
+    # Its caller stopped waiting (a timeout, a cancellation): the reply still comes, is
+    # undone (a message got goes back, a consumer is cancelled), and the next request waits for it.
+    ABANDONED = "abandoned"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RequestSignal(enum.Enum):
+    SEND = "request sent"
+    REPLY = "reply read"
+    ABANDON = "its caller gave up"
+    END = "the channel closed or was lost"  # the waiter fails, or answers the close
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_R, _RS = RequestPhase, RequestSignal
+REQUEST_PHASES: Final[Mapping[tuple[RequestPhase, RequestSignal], RequestPhase]] = {
+    (_R.IDLE, _RS.SEND): _R.WAITING,
+    (_R.IDLE, _RS.REPLY): _R.IDLE,  # read after a close or a loss ended the request
+    (_R.IDLE, _RS.END): _R.IDLE,
+
+    (_R.WAITING, _RS.SEND): _R.WAITING,  # a reopen's or renewal's request whose wait failed: replaced
+    (_R.WAITING, _RS.REPLY): _R.IDLE,
+    (_R.WAITING, _RS.ABANDON): _R.ABANDONED,
+    (_R.WAITING, _RS.END): _R.IDLE,
+
+    (_R.ABANDONED, _RS.REPLY): _R.IDLE,
+    (_R.ABANDONED, _RS.END): _R.IDLE,
+}
+del _R, _RS
 
 
 class Machine:

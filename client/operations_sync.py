@@ -210,7 +210,7 @@ class SyncConnection(ConnectionBase):
             self._check()
             cid = self._core.open_channel(channel_id)
             channel = SyncChannel(self, cid)
-            channel._waiter = waiter
+            channel._request_sent(waiter)
             self._channels[cid] = channel
         self._io.flush()
         limit = self.rpc_timeout if timeout is None else timeout
@@ -328,7 +328,6 @@ class SyncConnection(ConnectionBase):
             old = self._fire(ConnectionSignal.CLOSE)
         if old is ConnectionStatus.CLOSING or old is ConnectionStatus.CLOSED:
             return
-        self._recovered.set()
         self._io.cancel_recovery()
         if old in OPENED_STATES:
             waiter = self._io.new_waiter()
@@ -396,7 +395,7 @@ class SyncChannel(ChannelBase[Message]):
         limit = connection.rpc_timeout if timeout is None else timeout
         deadline = _deadline(limit)
         with self._waits.rpc_lock:
-            stale = self._stale
+            stale = self._stale_reply()
             if stale is not None and not stale.done():
                 try:
                     connection._io.wait(stale, _left(deadline))
@@ -415,7 +414,7 @@ class SyncChannel(ChannelBase[Message]):
                 except InvalidStateError:
                     self._check()
                     raise
-                self._waiter = waiter
+                self._request_sent(waiter, method)
             connection._io.flush()
             try:
                 reply = connection._io.wait(waiter, _left(deadline))
@@ -526,7 +525,6 @@ class SyncChannel(ChannelBase[Message]):
 
     def basic_get(self, queue: str, *, no_ack: bool = False, timeout: Optional[float] = None) -> Optional[Message]:
         """One message from the queue, or None if it is empty (``message_count``: how many remain)."""
-        self._get_no_ack = no_ack
         tracing = self._connection._tracing
         started = 0 if tracing is None else tracing.now()
         message: Optional[Message] = self._rpc(BasicGet(0, queue, no_ack), timeout, record=False)
@@ -1002,9 +1000,8 @@ class SyncChannel(ChannelBase[Message]):
         try:
             with connection._lock:
                 connection._core.close_channel(self.channel_id, reply_code, reply_text)
-                outstanding = self._waiter
-                self._waiter = waiter
-                self._stale = None
+                outstanding = self._request_ended()
+                self._request_sent(waiter)
             if outstanding is not None and not outstanding.done():
                 outstanding.set_exception(InvalidStateError(f"channel {self.channel_id} was closed"))
             connection._io.flush()
@@ -1021,8 +1018,8 @@ class SyncChannel(ChannelBase[Message]):
             if not connection._lifecycle.has_socket:
                 raise connection._lifecycle.error or ConnectionLost("the connection is gone")
             connection._core.open_channel(self.channel_id, self._tag_base)
-            self._waiter = waiter
-            self._stale = None
+            self._request_ended()  # the old socket's, failed with it
+            self._request_sent(waiter)
             self._unsettled = 0  # nothing can be in flight: publishing waits for the recovery
             self._restart_seqnos()
             self._restart_delivery_tags()
@@ -1071,7 +1068,7 @@ class SyncChannel(ChannelBase[Message]):
             connection._io.sleep(delay)
             limit = connection.params.connection_timeout
             with self._waits.rpc_lock:
-                stale = self._stale
+                stale = self._stale_reply()
                 if stale is not None and not stale.done():
                     connection._io.wait(stale, limit)
                 waiter = connection._io.new_waiter()
@@ -1081,7 +1078,7 @@ class SyncChannel(ChannelBase[Message]):
                     tag_base = self._tag_base if state is None else state.tag_base + state.last_delivery_tag
                     new = connection._core.open_channel(None, tag_base)
                     connection._channels[new] = self  # its replies come to this object
-                    self._waiter = waiter
+                    self._request_sent(waiter)
                 connection._io.flush()
                 connection._io.wait(waiter, limit)
                 if self._qos is not None:
@@ -1159,7 +1156,7 @@ class SyncChannel(ChannelBase[Message]):
         with connection._lock:
             self._check_renewing()
             connection._core.send_method(channel_id, method)
-            self._waiter = waiter
+            self._request_sent(waiter, method)
         connection._io.flush()
         return connection._io.wait(waiter, limit)
 

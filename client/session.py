@@ -73,6 +73,9 @@ from .lifecycle import (
     ConsumerPhase,
     Lifecycle,
     Machine,
+    REQUEST_PHASES,
+    RequestPhase,
+    RequestSignal,
 )
 from .metrics import MetricsCollector
 from .observer import Listeners, Observer
@@ -86,6 +89,8 @@ if TYPE_CHECKING:
 _clock = time.monotonic
 _CHANNEL_OPEN = ChannelPhase.OPEN
 _ANY = 1 << 62  # a confirm waiter that wants every change
+# What the dispatch of a read may owe the broker (ConnectionBase._owe)
+_REJECT, _NACK, _CANCEL = "basic.reject", "basic.nack", "basic.cancel"
 log = logging.getLogger("amqwire.client")
 _E = TypeVar("_E")
 #: the transport's message as type checkers see it: Message (blocking) or AsyncMessage
@@ -158,7 +163,7 @@ class ConnectionBase:
         "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
         "exception_handler", "_observer", "_seen_published", "_to_stamp",
         "_stamped", "_no_ack_consumers_started", "_seen_acked", "_seen_nacked", "_seen_returned",
-        "_seen_delivered", "_seen_got", "_tracing", "_peer", "__weakref__"
+        "_seen_delivered", "_seen_got", "_tracing", "_peer", "_owed", "__weakref__"
     )
 
     _channels: dict[int, Any]
@@ -209,6 +214,9 @@ class ConnectionBase:
         self._lock = self._io.new_lock()
         self._channels = {}
         self._batched: list[Any] = []  # consumers holding deliveries of the current read
+        # Answers the dispatch of a read owes the broker, (what, channel, tag): queued on the
+        # core once the dispatch is over, never while it handles the core's output.
+        self._owed: list[tuple[str, int, Any]] = []
         self._flush_later: Any = False
         self._core = proto.ConnectionProtocol()
         # The one state of this connection, and why calls fail (``_lifecycle.error``: set
@@ -405,7 +413,8 @@ class ConnectionBase:
                         self._note_no_ack(channel, event.delivery_tag)
             elif kind is proto.GetResult and event.message is not None:
                 channel = channels.get(event.channel_id)
-                if channel is not None and channel._get_no_ack:
+                # a reply not dispatched yet: its request is still the channel's
+                if channel is not None and getattr(channel._request_method, "no_ack", False):
                     self._note_no_ack(channel, event.message.delivery_tag)
 
     @staticmethod
@@ -445,8 +454,14 @@ class ConnectionBase:
 
     def _fire(self, event: ConnectionSignal, error: Optional[BaseException] = None) -> ConnectionStatus:
         """The one way the connection's state changes (under ``_lock``); returns the old one."""
-        old = self._lifecycle.fire(event, error)
+        lifecycle = self._lifecycle
+        old = lifecycle.fire(event, error)
         self._update_held()
+        # wait_recovered() waits while a recovery is under way: a view of the state, as _held
+        if lifecycle.recovering:
+            self._recovered.clear()
+        else:
+            self._recovered.set()
         return old
 
     def __repr__(self) -> str:
@@ -556,9 +571,34 @@ class ConnectionBase:
         if core.pending_output:
             self._flush_quietly()
         if events:
-            self._dispatch(events, closed, channels)
+            lost = self._dispatch(events, closed, channels)
+            if self._owed:
+                self._pay_owed()
+            if lost is not None:  # the broker's close, before any fault of the same read
+                error = lost
         if error is not None:
             self._on_lost(error)
+
+    def _owe(self, what: str, channel_id: int, tag: Any) -> None:
+        """An answer to the broker that the dispatch found due: queued after it (_pay_owed)."""
+        self._owed.append((what, channel_id, tag))
+
+    def _pay_owed(self) -> None:
+        """Queue what the dispatch owes the broker on the core, and write it."""
+        core = self._core
+        with self._lock:
+            owed, self._owed = self._owed, []
+            for what, channel_id, tag in owed:
+                try:
+                    if what is _REJECT:
+                        core.basic_reject(channel_id, tag, True)
+                    elif what is _NACK:
+                        core.basic_nack(channel_id, tag, False, True)
+                    else:
+                        core.send_method(channel_id, BasicCancel(tag, True))
+                except InvalidStateError:
+                    pass  # the channel is going: the broker requeues or forgets it anyway
+        self._flush_quietly()
 
     def _broker_close_error(self, event: proto.ConnectionClosedEvent) -> BaseException:
         if event.handshake and event.reply_code == 403:
@@ -584,12 +624,15 @@ class ConnectionBase:
         return closed
 
     def _dispatch(self, events: list[Any], closed: Optional[dict[int, Any]] = None,
-                  read_channels: Optional[dict[int, Any]] = None) -> None:
+                  read_channels: Optional[dict[int, Any]] = None) -> Optional[BaseException]:
+        """Hand the core's events to channels, consumers, waiters and listeners, without
+        calling the core: what they owe the broker is queued after (_pay_owed), and a
+        close by the broker is returned, the loss to handle once the dispatch is over."""
         if one_run(events):  # the hot path of consuming: the whole read to one consumer
             self._deliver_run(events[0].channel_id, events)
             if self._batched:
                 self._hand_over_batches()
-            return
+            return None
         channels = self._channels
         # Consecutive deliveries to one consumer go to it as one run: one lookup and one
         # call per run, not per message.
@@ -676,18 +719,15 @@ class ConnectionBase:
                 if event.by_broker:
                     lifecycle = self._lifecycle
                     if lifecycle.state is ConnectionStatus.CLOSED_BY_BROKER and lifecycle.error is not None:
-                        error = lifecycle.error  # made when it was read
-                    else:
-                        error = self._broker_close_error(event)
-                    self._flush_quietly()  # our close-ok
-                    self._on_lost(error)
-                else:
-                    _settle(self._close_waiter, None)  # close() takes it from here
-                return
+                        return lifecycle.error  # made when it was read
+                    return self._broker_close_error(event)
+                _settle(self._close_waiter, None)  # close() takes it from here
+                return None
         if run:
             self._deliver_run(run_channel, run)
         if self._batched:
             self._hand_over_batches()
+        return None
 
     def _deliver_run(self, channel_id: Any, messages: list[Message]) -> None:
         """Deliveries of one read, in order, to one consumer tag of one channel."""
@@ -742,10 +782,6 @@ class ConnectionBase:
             # A loss during a recovery fails that attempt only: the recovery loop decides.
             recovering = lifecycle.recovering
             starts_recovery = opened and recovering and old not in RECOVERING_STATES
-            if starts_recovery:
-                # Decided with the error, under the lock: whoever sees the error and waits
-                # for the recovery (wait_recovered) must find _recovered cleared.
-                self._recovered.clear()
             unconfirmed = self._core.drain_unconfirmed() if opened else {}
             # The channels whose futures were just drained, taken with them: a close() on
             # another thread may replace _channels (_give_up) before they are failed below,
@@ -799,7 +835,6 @@ class ConnectionBase:
         for channel in list(self._channels.values()):
             channel._on_connection_lost(error, (), False)
         self._channels = {}  # a new dict, not cleared: see _data_received
-        self._recovered.set()
         listeners = self._listeners_of("close") if announced_recovering else ()
         if listeners:
             self._emit(listeners, self._shutdown_event(error, False))
@@ -811,7 +846,6 @@ class ConnectionBase:
             if self._core.blocked is not None:  # blocked while restoring: the core kept it
                 self._fire(ConnectionSignal.BLOCK)
         self._wake_blocked()
-        self._recovered.set()
         log.info("recovery: connection to %s restored", self.params)
         if self._metrics is not None:
             self._metrics.connection_recovered()
@@ -828,14 +862,14 @@ class ChannelBase(Generic[_M]):
     # inline; past that the instance gets a dict and calls of its methods are no longer specialized
     # (on a publish that cost ~700 more instructions).
     __slots__ = (
-        "_connection", "channel_id", "_waiter", "_stale", "_lifecycle", "_consumers",
+        "_connection", "channel_id", "_waiter", "_request", "_lifecycle", "_consumers",
         "_pending_consumer", "_return_callbacks", "_max_in_flight", "_confirm_window", "_unsettled",
         "_failures", "_flow_paused", "_flow", "_tag_base", "_qos",
-        "_default_consumer", "_default_cancel", "_unknown_deliveries", "_no_ack_orphans", "_stale_method",
+        "_default_consumer", "_default_cancel", "_unknown_deliveries", "_no_ack_orphans", "_request_method",
         "_listeners",
         "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
         "_stamp_low", "_settled_upto", "_settled", "_no_ack_tags",
-        "_no_ack_consumers", "_get_no_ack", "_waits", "_nack_watch", "__weakref__"
+        "_no_ack_consumers", "_waits", "_nack_watch", "__weakref__"
     )
 
     _connection: Any
@@ -843,8 +877,12 @@ class ChannelBase(Generic[_M]):
     def __init__(self, connection: Any, channel_id: int) -> None:
         self._connection = connection
         self.channel_id = channel_id
-        self._waiter: Any = None  # the outstanding RPC's waiter
-        self._stale: Any = None  # the waiter of an RPC given up on (timeout, cancel)
+        # Its synchronous request (lifecycle.py): the method out, and the waiter its reply
+        # settles (once abandoned, a fresh one, which the next request waits for).  Changed
+        # by _request_sent, _request_ended, _reply and _abandon only.
+        self._request = Machine(REQUEST_PHASES, RequestPhase.IDLE, None, f"channel {channel_id}'s request")
+        self._waiter: Any = None
+        self._request_method: Any = None
         # Its one state (opening, open, down, closed) and, once closed, why.
         self._lifecycle = Machine(CHANNEL_PHASES, ChannelPhase.OPENING, ChannelPhase.CLOSED, f"channel {channel_id}")
         metrics = connection._metrics
@@ -869,7 +907,6 @@ class ChannelBase(Generic[_M]):
         # consumer tags whose deliveries must not be nacked: no_ack consumers abandoned
         # before their consume-ok (a nack of an unacked-mode tag would close the channel)
         self._no_ack_orphans: set[str] = set()
-        self._stale_method: Any = None
         self._listeners: Optional[Listeners] = None  # None while no listener is registered
         # metrics (only with a collector): when confirm-mode publishes were written, one
         # entry per socket write (reset when seqnos restart: confirm_select, a reopen).
@@ -890,7 +927,6 @@ class ChannelBase(Generic[_M]):
         self._settled: set[int] = set()
         self._no_ack_tags: set[int] = set()
         self._no_ack_consumers = 0
-        self._get_no_ack = False
         self._waits = connection._io.channel_waits(self)  # confirm futures, waits for confirms
         # after a recovery: when a channel whose publishes are only nacked is renewed
         self._nack_watch = NackWatch(connection.recovery)
@@ -991,9 +1027,7 @@ class ChannelBase(Generic[_M]):
                 connection._core.close_channel(self.channel_id, reply_code, reply_text)
             except InvalidStateError:
                 return
-            waiter = self._waiter
-            self._waiter = None
-            self._stale = None
+            waiter = self._request_ended()
         _fail(waiter, InvalidStateError(f"channel {self.channel_id} was closed"))
         connection._flush_quietly()
 
@@ -1073,26 +1107,43 @@ class ChannelBase(Generic[_M]):
 
     # replies ---------------------------------------------------------------------------
 
+    def _request_sent(self, waiter: Any, method: Any = None) -> None:
+        """A synchronous request went out (under ``_lock``): ``waiter`` gets its reply."""
+        self._request.fire(RequestSignal.SEND)
+        self._waiter = waiter
+        self._request_method = method
+
+    def _request_ended(self) -> Any:
+        """The channel closed or was lost (under ``_lock``): the request's waiter, for the
+        caller to fail (or to answer the close)."""
+        self._request.fire(RequestSignal.END)
+        waiter = self._waiter
+        self._waiter = self._request_method = None
+        return waiter
+
+    def _stale_reply(self) -> Any:
+        """The waiter a request must wait on first: the abandoned request's, settled by its
+        reply; None when no request was abandoned."""
+        return self._waiter if self._request.state is RequestPhase.ABANDONED else None
+
     def _reply(self, value: Any) -> None:
+        """The reply to the channel's request (from the dispatch).  The reply to a request
+        given up on is undone, by answers the connection owes once the dispatch is over."""
         connection = self._connection
         with connection._lock:
             waiter = self._waiter
-            self._waiter = None
-            if waiter is None or waiter is not self._stale:
-                _settle(waiter, value)
-                return
-            self._stale = None
-            waiter.set_result(value)
-            # The reply to a request given up on: undo what it did.
-            if type(value) is Message:  # a basic.get nobody takes: back to the queue
-                connection._core.basic_reject(self.channel_id, value.delivery_tag, True)
-            elif type(value) is BasicConsumeOk:  # a consumer nobody reads
-                if getattr(self._stale_method, "no_ack", False):
-                    self._no_ack_orphans.add(value.consumer_tag)
-                connection._core.send_method(self.channel_id, BasicCancel(value.consumer_tag, True))
-            else:
-                return
-        connection._flush_quietly()
+            method = self._request_method
+            abandoned = self._request.fire(RequestSignal.REPLY) is RequestPhase.ABANDONED
+            self._waiter = self._request_method = None
+        _settle(waiter, value)
+        if not abandoned:
+            return
+        if type(value) is Message:  # a basic.get nobody takes: back to the queue
+            connection._owe(_REJECT, self.channel_id, value.delivery_tag)
+        elif type(value) is BasicConsumeOk:  # a consumer nobody reads
+            if getattr(method, "no_ack", False):
+                self._no_ack_orphans.add(value.consumer_tag)
+            connection._owe(_CANCEL, self.channel_id, value.consumer_tag)
 
     def _abandon(self, waiter: Any, method: Any = None) -> None:
         """An RPC stopped waiting (timeout, cancellation): its reply may still come, and the
@@ -1100,9 +1151,9 @@ class ChannelBase(Generic[_M]):
         with self._connection._lock:
             if waiter.done() or self._waiter is not waiter:
                 return
-            stale = self._connection._io.new_waiter()
-            self._waiter = self._stale = stale
-            self._stale_method = method
+            self._request.fire(RequestSignal.ABANDON)
+            self._waiter = self._connection._io.new_waiter()
+            self._request_method = method
 
     # confirms --------------------------------------------------------------------------
 
@@ -1341,13 +1392,7 @@ class ChannelBase(Generic[_M]):
             )
         if message.consumer_tag in self._no_ack_orphans:
             return  # delivered settled already: nothing to give back
-        connection = self._connection
-        with connection._lock:
-            try:
-                connection._core.basic_nack(self.channel_id, message.delivery_tag, False, True)
-            except InvalidStateError:
-                return  # the channel is going: the broker requeues it anyway
-        connection._flush_quietly()
+        self._connection._owe(_NACK, self.channel_id, message.delivery_tag)
 
     def _on_consumer_cancelled(self, consumer_tag: str) -> None:
         consumer = self._consumers.pop(consumer_tag, None)
@@ -1371,8 +1416,7 @@ class ChannelBase(Generic[_M]):
         self._consumer_events(ConsumerEventKind.CHANNEL_CLOSED, error, False)
         if not event.by_broker:  # our close() is waiting for this
             with self._connection._lock:
-                waiter = self._waiter
-                self._waiter = None
+                waiter = self._request_ended()
             _settle(waiter, None)
         self._fail_everything(error, event.unconfirmed, False)
 
@@ -1396,9 +1440,7 @@ class ChannelBase(Generic[_M]):
 
     def _fail_everything(self, error: BaseException, unconfirmed: Any, recovering: bool) -> None:
         with self._connection._lock:
-            waiter = self._waiter
-            self._waiter = None
-            self._stale = None
+            waiter = self._request_ended()
         _fail(waiter, error)
         failed = 0
         for seqno, token in unconfirmed:
