@@ -457,7 +457,12 @@ class ConnectionBase:
         lifecycle = self._lifecycle
         old = lifecycle.fire(event, error)
         self._update_held()
-        # wait_recovered() waits while a recovery is under way: a view of the state, as _held
+        # What waits reads of the state, written here alone: publishes wait while the broker
+        # blocks the connection, wait_recovered() while a recovery is under way.
+        if lifecycle.state is ConnectionStatus.BLOCKED:
+            self._unblocked.clear()
+        else:
+            self._unblocked.set()
         if lifecycle.recovering:
             self._recovered.clear()
         else:
@@ -747,14 +752,11 @@ class ConnectionBase:
         self._wake_blocked()
 
     def _wake_blocked(self) -> None:
-        """Publishes waiting while blocked go on (or raise) once the connection is not."""
-        if self._lifecycle.state is ConnectionStatus.BLOCKED:
-            self._unblocked.clear()
-            if self.blocked_action == "raise":  # publishes waiting for window room raise now
-                for channel in list(self._channels.values()):
-                    channel._waits.notify_progress()
-        else:
-            self._unblocked.set()
+        """Publishes waiting for window room raise once the connection is blocked, with
+        blocked_action 'raise' (those waiting for it to be unblocked wake by _unblocked)."""
+        if self._lifecycle.state is ConnectionStatus.BLOCKED and self.blocked_action == "raise":
+            for channel in list(self._channels.values()):
+                channel._waits.notify_progress()
 
     def _set_write_paused(self, paused: bool) -> None:
         """The socket's write buffer is full (asyncio's pause_writing), or has room again."""
@@ -796,7 +798,6 @@ class ConnectionBase:
         _fail(self._handshake_waiter, error)
         _settle(self._close_waiter, None)
         _fail(self._secret_waiter, error)
-        self._wake_blocked()
         if not opened:
             return  # a handshake that failed: whoever connects raises it
         if old is not ConnectionStatus.CLOSING:
