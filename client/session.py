@@ -668,71 +668,58 @@ class ConnectionBase:
                     channel = read_channels.get(event.channel_id)
                 if channel is not None:
                     channel._on_confirmed(event)
-            elif kind is proto.MethodReply:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    channel._reply(event.method)
-            elif kind is proto.GetResult:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    message = event.message
-                    if message is not None:
-                        message.channel = channel
-                    channel._reply(message)
-            elif kind is proto.ChannelOpened:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    channel._reply(None)
-            elif kind is ReturnedMessage:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    channel._on_return(event)
-            elif kind is proto.ConsumerCancelled:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    channel._on_consumer_cancelled(event.consumer_tag)
             elif kind is proto.ChannelClosedEvent:
                 channel = closed.get(id(event)) if closed is not None else channels.pop(event.channel_id, None)
                 if channel is not None:
                     channel._on_closed(event)
-            elif kind is proto.ChannelFlowChanged:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    channel._set_flow(event.active)
-                    listeners = channel._listeners_of("flow")
-                    if listeners:
-                        self._emit(listeners, FlowEvent(event.channel_id, event.active), channel)
-            elif kind is proto.ConnectionBlocked:
-                log.warning("the broker blocked the connection: %s", event.reason)
-                self._set_blocked(True)
-                listeners = self._listeners_of("blocked")
-                if listeners:
-                    self._emit(listeners, BlockedEvent(event.reason))
-            elif kind is proto.ConnectionUnblocked:
-                log.info("the broker unblocked the connection")
-                self._set_blocked(False)
-                listeners = self._listeners_of("unblocked")
-                if listeners:
-                    self._emit(listeners, UnblockedEvent())
-            elif kind is proto.SecretUpdated:
-                _settle(self._secret_waiter, None)
-            elif kind is proto.ConnectionOpened:
-                with self._lock:
-                    self._fire(ConnectionSignal.HANDSHAKE_DONE)
-                _settle(self._handshake_waiter, event)
             elif kind is proto.ConnectionClosedEvent:
-                if event.by_broker:
-                    lifecycle = self._lifecycle
-                    if lifecycle.state is ConnectionStatus.CLOSED_BY_BROKER and lifecycle.error is not None:
-                        return lifecycle.error  # made when it was read
-                    return self._broker_close_error(event)
-                _settle(self._close_waiter, None)  # close() takes it from here
-                return None
+                return self._on_connection_closed(event)  # nothing comes after it
+            else:
+                on_channel = _CHANNEL_EVENTS.get(kind)
+                if on_channel is None:
+                    _CONNECTION_EVENTS[kind](self, event)
+                else:
+                    channel = channels.get(event.channel_id)
+                    if channel is not None:
+                        on_channel(channel, event)
         if run:
             self._deliver_run(run_channel, run)
         if self._batched:
             self._hand_over_batches()
         return None
+
+    def _on_blocked(self, event: proto.ConnectionBlocked) -> None:
+        log.warning("the broker blocked the connection: %s", event.reason)
+        self._set_blocked(True)
+        listeners = self._listeners_of("blocked")
+        if listeners:
+            self._emit(listeners, BlockedEvent(event.reason))
+
+    def _on_unblocked(self, event: proto.ConnectionUnblocked) -> None:
+        log.info("the broker unblocked the connection")
+        self._set_blocked(False)
+        listeners = self._listeners_of("unblocked")
+        if listeners:
+            self._emit(listeners, UnblockedEvent())
+
+    def _on_secret_updated(self, event: proto.SecretUpdated) -> None:
+        _settle(self._secret_waiter, None)
+
+    def _on_opened(self, event: proto.ConnectionOpened) -> None:
+        with self._lock:
+            self._fire(ConnectionSignal.HANDSHAKE_DONE)
+        _settle(self._handshake_waiter, event)
+
+    def _on_connection_closed(self, event: proto.ConnectionClosedEvent) -> Optional[BaseException]:
+        """Our close answered (close() takes it from here), or the broker's close: the
+        error its loss is handled with, once the dispatch is over."""
+        if not event.by_broker:
+            _settle(self._close_waiter, None)
+            return None
+        lifecycle = self._lifecycle
+        if lifecycle.state is ConnectionStatus.CLOSED_BY_BROKER and lifecycle.error is not None:
+            return lifecycle.error  # made when it was read
+        return self._broker_close_error(event)
 
     def _deliver_run(self, channel_id: Any, messages: list[Message]) -> None:
         """Deliveries of one read, in order, to one consumer tag of one channel."""
@@ -1354,6 +1341,27 @@ class ChannelBase(Generic[_M]):
         else:
             self._flow.clear()
 
+    def _on_method_reply(self, event: proto.MethodReply) -> None:
+        self._reply(event.method)
+
+    def _on_get_result(self, event: proto.GetResult) -> None:
+        message = event.message
+        if message is not None:
+            message.channel = self
+        self._reply(message)
+
+    def _on_opened(self, event: proto.ChannelOpened) -> None:
+        self._reply(None)
+
+    def _on_cancel_event(self, event: proto.ConsumerCancelled) -> None:
+        self._on_consumer_cancelled(event.consumer_tag)
+
+    def _on_flow_changed(self, event: proto.ChannelFlowChanged) -> None:
+        self._set_flow(event.active)
+        listeners = self._listeners_of("flow")
+        if listeners:
+            self._connection._emit(listeners, FlowEvent(event.channel_id, event.active), self)
+
     def _on_return(self, message: ReturnedMessage) -> None:
         for fn in self._return_callbacks:
             self._connection._io.run_callback(fn, message, "return", self)
@@ -1564,6 +1572,24 @@ class ConsumerBase:
 
     def __repr__(self) -> str:
         return f"<Consumer {self.consumer_tag!r} on {self.queue!r}{'' if self.active else ' (ended)'}>"
+
+
+# What the dispatch does with each event of the core, by its class (a delivery, a confirm and
+# a close are handled in the loop itself): events of a channel go to its object, if it has one.
+_CHANNEL_EVENTS: dict[type, Callable[[Any, Any], None]] = {
+    proto.MethodReply: ChannelBase._on_method_reply,
+    proto.GetResult: ChannelBase._on_get_result,
+    proto.ChannelOpened: ChannelBase._on_opened,
+    ReturnedMessage: ChannelBase._on_return,
+    proto.ConsumerCancelled: ChannelBase._on_cancel_event,
+    proto.ChannelFlowChanged: ChannelBase._on_flow_changed,
+}
+_CONNECTION_EVENTS: dict[type, Callable[[Any, Any], None]] = {
+    proto.ConnectionBlocked: ConnectionBase._on_blocked,
+    proto.ConnectionUnblocked: ConnectionBase._on_unblocked,
+    proto.SecretUpdated: ConnectionBase._on_secret_updated,
+    proto.ConnectionOpened: ConnectionBase._on_opened,
+}
 
 
 def _remove(listeners: list[Any], fn: Any) -> None:

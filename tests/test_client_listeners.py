@@ -324,12 +324,17 @@ def test_the_dispatch_answers_unknown_deliveries_after_it_never_from_inside(run,
             inside.active = False
 
     monkeypatch.setattr(ConnectionBase, "_dispatch", watched_dispatch)
-    for name in ("basic_ack", "basic_nack", "basic_reject", "send_method", "connection_lost", "drain_unconfirmed"):
-        def watched(self, *args, _name=name, _real=getattr(proto.ConnectionProtocol, name), **kwargs):
+    def watching(name):
+        real = getattr(proto.ConnectionProtocol, name)
+
+        def watched(self, *args, **kwargs):
             if getattr(inside, "active", False):
-                calls_inside.append(_name)
-            return _real(self, *args, **kwargs)
-        monkeypatch.setattr(proto.ConnectionProtocol, name, watched)
+                calls_inside.append(name)
+            return real(self, *args, **kwargs)
+        return watched
+
+    for name in ("basic_ack", "basic_nack", "basic_reject", "send_method", "connection_lost", "drain_unconfirmed"):
+        monkeypatch.setattr(proto.ConnectionProtocol, name, watching(name))
 
     async def scenario(api):
         conn, ch, q, _ = await late_consumer(api, with_default=False)
