@@ -217,7 +217,7 @@ class ConnectionBase:
         # Answers the dispatch of a read owes the broker, (what, channel, tag): queued on the
         # core once the dispatch is over, never while it handles the core's output.
         self._owed: list[tuple[str, int, Any]] = []
-        self._flush_later: Any = False
+        self._flush_later: Any = 0  # the batch() depth (threads), or a flush scheduled on the loop (asyncio)
         self._core = proto.ConnectionProtocol()
         # The one state of this connection, and why calls fail (``_lifecycle.error``: set
         # by a loss or a close, kept through a recovery until everything is back).

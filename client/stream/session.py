@@ -113,7 +113,7 @@ class LinkBase:
         self._core = self._new_core()
         self._lifecycle = Lifecycle(f"stream link to {params}")
         self._peer: Any = None
-        self._flush_later: Any = False
+        self._flush_later: Any = 0  # the batch() depth (threads), or a flush scheduled on the loop (asyncio)
         self._observer = None  # the I/O reads it: nothing watches a stream link's bytes
         self._batched: list[Any] = []  # inboxes holding deliveries of the current read (blocking)
         # (subscription, credit) the dispatch of a read gives back: queued on the core after it
