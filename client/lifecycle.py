@@ -627,6 +627,7 @@ PRODUCER_PHASES: Final[Mapping[tuple[ProducerPhase, ProducerSignal], ProducerPha
     (_P.CLOSING, _PS.STOP): _P.STOPPING,
     (_P.CLOSING, _PS.FINISH): _P.FAILED,  # the sender failed: what it held fails with it
 
+    (_P.STOPPING, _PS.CLOSE): _P.STOPPING,  # a close() racing another one
     (_P.STOPPING, _PS.STOP): _P.STOPPING,
     (_P.STOPPING, _PS.SENDER_FAILED): _P.STOPPING,
     (_P.STOPPING, _PS.FINISH): _P.CLOSED,
@@ -634,7 +635,9 @@ PRODUCER_PHASES: Final[Mapping[tuple[ProducerPhase, ProducerSignal], ProducerPha
     (_P.FAILED, _PS.CLOSE): _P.FAILED,
     (_P.FAILED, _PS.STOP): _P.CLOSED,
 
+    (_P.CLOSED, _PS.CLOSE): _P.CLOSED,
     (_P.CLOSED, _PS.STOP): _P.CLOSED,
+    (_P.CLOSED, _PS.SENDER_FAILED): _P.CLOSED,  # a sender close() stopped waiting for, failing late
     (_P.CLOSED, _PS.FINISH): _P.CLOSED,
 }
 del _P, _PS
