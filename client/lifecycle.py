@@ -1,31 +1,200 @@
-"""A connection's lifecycle: one state from an explicit set, one table of transitions.
+"""Every state of the client, in one module: what can be, what can happen, and the tables.
 
-Everything a connection decides about itself (may a call go ahead, may an ack, is there a
-socket to write to, does a loss start a recovery, has the user closed it) is read from
-``Lifecycle.state``, and only ``Lifecycle.fire`` changes it, by looking up (state, event)
-in ``TRANSITIONS``.  An event that the table does not allow in a state is a bug of the
-client, not of the user: it raises ``InvalidStateError`` naming both.  Every change is
-logged at DEBUG on ``amqwire.client.lifecycle``.
+One vocabulary for every machine: a **state** enum, a **signal** enum (what happened: the
+input of the table; the events the core returns are something else, ``events.py``), and a
+**table** mapping (state, signal) -> state, written out pair by pair.  ``fire`` is the one
+way a state changes: it looks the pair up, logs the change at DEBUG on
+``amqwire.client.lifecycle``, and raises ``InvalidStateError`` naming both when the table has
+no such pair: a signal that a state does not allow is a bug of the client, not of the user.
+What else the client knows about a state (may a call go ahead, is there a socket) is a
+read-only view of it, set by the transition, never a flag kept by hand.
 
-The state carries one datum with it: ``error``, why calls fail (the loss, the broker's
-close, or the user's close), set by the events that mean it and cleared by the ones that
-end it.
+The machines, from the wire up:
+
+- the sans-IO core's connection (``ConnectionState``: one socket's handshake and close) and
+  channels (``ChannelStatus``), run by ``protocol.ConnectionProtocol``;
+- a logical connection (``ConnectionStatus``: it outlives the sockets a recovery replaces),
+  run by ``Lifecycle``; the stream client's links and connections use it too;
+- a channel (``ChannelPhase``), a consumer (``ConsumerPhase``), a channel's synchronous
+  request (``RequestPhase``), run by ``Machine`` (as the stream client's producers and
+  consumers are, ``stream/lifecycle.py``);
+- a Producer (``ProducerPhase``) and its sender (``SenderPhase``).
 """
 from __future__ import annotations
 
 import enum
 import logging
-from typing import Any, Callable, Optional
+from collections.abc import Mapping
+from typing import Any, Callable, Final, Optional, TypeVar
 
 from .errors import InvalidStateError
 
 log = logging.getLogger("amqwire.client.lifecycle")
 
 __all__ = [
+    "fire",
+    "ConnectionState", "WireSignal", "CONNECTION_TRANSITIONS",
+    "ChannelStatus", "WireChannelSignal", "CHANNEL_TRANSITIONS",
+    "HandshakeStep", "HandshakeSignal", "HANDSHAKE_STEPS",
     "ConnectionStatus", "ConnectionSignal", "TRANSITIONS", "Lifecycle",
     "ChannelPhase", "ChannelSignal", "CHANNEL_PHASES", "CHANNEL_OPEN_PHASES",
     "ConsumerPhase", "ConsumerSignal", "CONSUMER_PHASES", "Machine",
+    "RequestPhase", "RequestSignal", "REQUEST_PHASES",
+    "ProducerPhase", "ProducerSignal", "PRODUCER_PHASES", "SenderPhase", "SenderSignal", "SENDER_PHASES",
 ]
+
+_State = TypeVar("_State")
+
+
+def fire(table: Mapping[tuple[_State, Any], _State], subject: str, current: _State, signal: Any) -> _State:
+    """The state ``table`` gives ``current`` on ``signal``; InvalidStateError naming both
+    when it gives none.  ``subject`` ("the connection", "channel 3") names the machine in
+    the message and the DEBUG line (written for a change only)."""
+    new = table.get((current, signal))
+    if new is None:
+        raise InvalidStateError(f"{subject}: {signal} is not possible while {current}")
+    if new is not current:
+        log.debug("%s: %s -> %s (%s)", subject, current, new, signal)
+    return new
+
+
+# --------------------------------------------------------------------------- the core: one socket
+
+
+class ConnectionState(str, enum.Enum):
+    """Where the core's connection is.  A str enum: ``core.state == "open"`` holds."""
+
+    NEW = "new"  # before initiate()
+    HANDSHAKE = "handshake"  # the protocol header is out; until connection.open-ok
+    OPEN = "open"
+    CLOSING = "closing"  # connection.close is out; until close-ok (or the broker's close)
+    CLOSED = "closed"
+    # The broker broke the protocol (a malformed frame, a method out of place): our
+    # connection.close with the reply code is queued; only its answer can come next.
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        # "open", not "ConnectionState.OPEN", in messages and f-strings on every Python
+        return self.value
+
+
+class WireSignal(enum.Enum):
+    """What can happen to the core's connection: the keys of CONNECTION_TRANSITIONS."""
+
+    SEND_PROTOCOL_HEADER = "send protocol header"  # initiate()
+    RECV_OPEN_OK = "recv open-ok"
+    SEND_CLOSE = "send close"  # close(); before initiate() there is nothing to close
+    RECV_CLOSE = "recv close"  # the broker's connection.close (answered with close-ok)
+    RECV_CLOSE_OK = "recv close-ok"
+    AUTH_FAILED = "auth failed"  # no mechanism in common, or a challenge nobody answers
+    PROTOCOL_ERROR = "protocol error"  # a malformed frame or a method out of place
+    LOST = "lost"  # the transport lost the socket (connection_lost())
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ChannelStatus(enum.IntEnum):
+    """Where one of the core's channels is (``ChannelState.state``)."""
+
+    CLOSED = 0  # closed and released, or its connection is closing, closed or in error
+    OPENING = 1  # channel.open is out; until open-ok
+    OPEN = 2
+    CLOSING = 3  # our channel.close is out; until close-ok
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+class WireChannelSignal(enum.Enum):
+    """What can happen to one of the core's channels: the keys of CHANNEL_TRANSITIONS.  A
+    channel starts in OPENING when channel.open is queued."""
+
+    RECV_OPEN_OK = "recv open-ok"
+    SEND_CLOSE = "send close"
+    RECV_CLOSE = "recv close"  # the broker's channel.close (answered with close-ok)
+    RECV_CLOSE_OK = "recv close-ok"
+    CONNECTION_DOWN = "connection down"  # the connection went closing, closed or error
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_W, _WS = ConnectionState, WireSignal
+CONNECTION_TRANSITIONS: Final[Mapping[tuple[ConnectionState, WireSignal], ConnectionState]] = {
+    (_W.NEW, _WS.SEND_PROTOCOL_HEADER): _W.HANDSHAKE,
+    (_W.NEW, _WS.SEND_CLOSE): _W.CLOSED,
+    (_W.NEW, _WS.LOST): _W.CLOSED,
+
+    (_W.HANDSHAKE, _WS.RECV_OPEN_OK): _W.OPEN,
+    (_W.HANDSHAKE, _WS.SEND_CLOSE): _W.CLOSING,
+    (_W.HANDSHAKE, _WS.RECV_CLOSE): _W.CLOSED,
+    (_W.HANDSHAKE, _WS.AUTH_FAILED): _W.CLOSED,
+    (_W.HANDSHAKE, _WS.PROTOCOL_ERROR): _W.ERROR,
+    (_W.HANDSHAKE, _WS.LOST): _W.CLOSED,
+
+    (_W.OPEN, _WS.SEND_CLOSE): _W.CLOSING,
+    (_W.OPEN, _WS.RECV_CLOSE): _W.CLOSED,
+    (_W.OPEN, _WS.PROTOCOL_ERROR): _W.ERROR,
+    (_W.OPEN, _WS.LOST): _W.CLOSED,
+
+    (_W.CLOSING, _WS.RECV_CLOSE_OK): _W.CLOSED,
+    (_W.CLOSING, _WS.RECV_CLOSE): _W.CLOSED,
+    (_W.CLOSING, _WS.PROTOCOL_ERROR): _W.ERROR,
+    (_W.CLOSING, _WS.LOST): _W.CLOSED,
+
+    (_W.ERROR, _WS.RECV_CLOSE_OK): _W.CLOSED,
+    (_W.ERROR, _WS.RECV_CLOSE): _W.CLOSED,
+    (_W.ERROR, _WS.LOST): _W.CLOSED,
+}
+
+_CS, _CWS = ChannelStatus, WireChannelSignal
+CHANNEL_TRANSITIONS: Final[Mapping[tuple[ChannelStatus, WireChannelSignal], ChannelStatus]] = {
+    (_CS.OPENING, _CWS.RECV_OPEN_OK): _CS.OPEN,
+    (_CS.OPENING, _CWS.SEND_CLOSE): _CS.CLOSING,
+    (_CS.OPENING, _CWS.RECV_CLOSE): _CS.CLOSED,
+    (_CS.OPENING, _CWS.CONNECTION_DOWN): _CS.CLOSED,
+
+    (_CS.OPEN, _CWS.SEND_CLOSE): _CS.CLOSING,
+    (_CS.OPEN, _CWS.RECV_CLOSE): _CS.CLOSED,
+    (_CS.OPEN, _CWS.CONNECTION_DOWN): _CS.CLOSED,
+
+    (_CS.CLOSING, _CWS.RECV_CLOSE_OK): _CS.CLOSED,
+    (_CS.CLOSING, _CWS.CONNECTION_DOWN): _CS.CLOSED,
+}
+del _W, _WS, _CS, _CWS
+
+
+class HandshakeStep(enum.Enum):
+    """Which method of the broker the core's handshake waits for (in HANDSHAKE); any other
+    one on channel 0 is a protocol error."""
+
+    START = "connection.start"
+    TUNE = "connection.tune"  # start-ok is out (connection.secure challenges may come first)
+    OPEN_OK = "connection.open-ok"  # tune-ok and connection.open are out
+    DONE = "done"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class HandshakeSignal(enum.Enum):
+    RECV_START = "recv start"
+    RECV_TUNE = "recv tune"
+    RECV_OPEN_OK = "recv open-ok"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+HANDSHAKE_STEPS: Final[Mapping[tuple[HandshakeStep, HandshakeSignal], HandshakeStep]] = {
+    (HandshakeStep.START, HandshakeSignal.RECV_START): HandshakeStep.TUNE,
+    (HandshakeStep.TUNE, HandshakeSignal.RECV_TUNE): HandshakeStep.OPEN_OK,
+    (HandshakeStep.OPEN_OK, HandshakeSignal.RECV_OPEN_OK): HandshakeStep.DONE,
+}
+
+
+# --------------------------------------------------------------------------- a logical connection
 
 
 class ConnectionStatus(enum.Enum):
@@ -80,47 +249,69 @@ USABLE_STATES = frozenset({S.OPEN, S.BLOCKED})
 ANSWERABLE_STATES = frozenset({S.OPEN, S.BLOCKED, S.RESTORING})
 FINAL_STATES = frozenset({S.CLOSED, S.FAILED})
 
-# (state, event) -> state.  Losses and gives-up may be reported twice (the reader and a
-# writer, a recovery thread and close()): the second finds a state that maps to itself.
-TRANSITIONS: dict[tuple[ConnectionStatus, ConnectionSignal], ConnectionStatus] = {
+# (state, signal) -> state.  Losses and gives-up may be reported twice (the reader and a
+# writer, a recovery thread and close()): the second finds a state that maps to itself.  What
+# the broker sent may be read just before its socket is lost and handled just after (the
+# reader and the loss are on different threads, or in one read): for a socket that is gone,
+# or a connection being closed, those wire signals change nothing.
+TRANSITIONS: Final[Mapping[tuple[ConnectionStatus, ConnectionSignal], ConnectionStatus]] = {
     (S.NEW, E.SOCKET_UP): S.CONNECTING,
+    (S.NEW, E.HANDSHAKE_DONE): S.NEW,
     (S.NEW, E.CONNECT_FAILED): S.FAILED,
+    (S.NEW, E.BLOCK): S.NEW,
+    (S.NEW, E.UNBLOCK): S.NEW,
+    (S.NEW, E.BROKER_CLOSE): S.NEW,
     (S.NEW, E.LOST): S.NEW,
     (S.NEW, E.LOST_RECOVERABLE): S.NEW,
     (S.NEW, E.CLOSE): S.CLOSED,
+
     (S.CONNECTING, E.HANDSHAKE_DONE): S.OPEN,
+    (S.CONNECTING, E.BLOCK): S.CONNECTING,
+    (S.CONNECTING, E.UNBLOCK): S.CONNECTING,
     (S.CONNECTING, E.BROKER_CLOSE): S.CONNECTING,  # a refused login: the loss follows
     (S.CONNECTING, E.LOST): S.NEW,  # the next broker, or connect() raises
     (S.CONNECTING, E.LOST_RECOVERABLE): S.NEW,
     (S.CONNECTING, E.CLOSE): S.CLOSED,
+
     (S.OPEN, E.BLOCK): S.BLOCKED,
     (S.OPEN, E.UNBLOCK): S.OPEN,
     (S.OPEN, E.BROKER_CLOSE): S.CLOSED_BY_BROKER,
     (S.OPEN, E.LOST): S.FAILED,
     (S.OPEN, E.LOST_RECOVERABLE): S.DOWN,
     (S.OPEN, E.CLOSE): S.CLOSING,
+
     (S.BLOCKED, E.BLOCK): S.BLOCKED,
     (S.BLOCKED, E.UNBLOCK): S.OPEN,
     (S.BLOCKED, E.BROKER_CLOSE): S.CLOSED_BY_BROKER,
     (S.BLOCKED, E.LOST): S.FAILED,
     (S.BLOCKED, E.LOST_RECOVERABLE): S.DOWN,
     (S.BLOCKED, E.CLOSE): S.CLOSING,
+
     (S.CLOSED_BY_BROKER, E.BLOCK): S.CLOSED_BY_BROKER,
     (S.CLOSED_BY_BROKER, E.UNBLOCK): S.CLOSED_BY_BROKER,
     (S.CLOSED_BY_BROKER, E.BROKER_CLOSE): S.CLOSED_BY_BROKER,
     (S.CLOSED_BY_BROKER, E.LOST): S.FAILED,
     (S.CLOSED_BY_BROKER, E.LOST_RECOVERABLE): S.DOWN,
     (S.CLOSED_BY_BROKER, E.CLOSE): S.CLOSING,
+
     (S.DOWN, E.SOCKET_UP): S.RECONNECTING,
+    (S.DOWN, E.HANDSHAKE_DONE): S.DOWN,  # read before the loss, handled after it: moot
+    (S.DOWN, E.BLOCK): S.DOWN,
+    (S.DOWN, E.UNBLOCK): S.DOWN,
+    (S.DOWN, E.BROKER_CLOSE): S.DOWN,
     (S.DOWN, E.LOST): S.DOWN,
     (S.DOWN, E.LOST_RECOVERABLE): S.DOWN,
     (S.DOWN, E.GIVE_UP): S.FAILED,
     (S.DOWN, E.CLOSE): S.CLOSED,
+
     (S.RECONNECTING, E.HANDSHAKE_DONE): S.RESTORING,
+    (S.RECONNECTING, E.BLOCK): S.RECONNECTING,
+    (S.RECONNECTING, E.UNBLOCK): S.RECONNECTING,
     (S.RECONNECTING, E.BROKER_CLOSE): S.RECONNECTING,
     (S.RECONNECTING, E.LOST): S.DOWN,  # a failed attempt: the recovery decides what next
     (S.RECONNECTING, E.LOST_RECOVERABLE): S.DOWN,
     (S.RECONNECTING, E.CLOSE): S.CLOSING,  # no close handshake: the socket is aborted
+
     (S.RESTORING, E.BLOCK): S.RESTORING,  # the core keeps it: RESTORED reads it
     (S.RESTORING, E.UNBLOCK): S.RESTORING,
     (S.RESTORING, E.BROKER_CLOSE): S.RESTORING,
@@ -128,32 +319,33 @@ TRANSITIONS: dict[tuple[ConnectionStatus, ConnectionSignal], ConnectionStatus] =
     (S.RESTORING, E.LOST_RECOVERABLE): S.DOWN,
     (S.RESTORING, E.RESTORED): S.OPEN,
     (S.RESTORING, E.CLOSE): S.CLOSING,
+
+    (S.CLOSING, E.HANDSHAKE_DONE): S.CLOSING,  # what the broker sent, handled after close(): moot
     (S.CLOSING, E.BLOCK): S.CLOSING,
     (S.CLOSING, E.UNBLOCK): S.CLOSING,
     (S.CLOSING, E.BROKER_CLOSE): S.CLOSING,
     (S.CLOSING, E.LOST): S.CLOSED,
     (S.CLOSING, E.LOST_RECOVERABLE): S.CLOSED,
     (S.CLOSING, E.CLOSE): S.CLOSING,
+
+    (S.CLOSED, E.HANDSHAKE_DONE): S.CLOSED,
+    (S.CLOSED, E.BLOCK): S.CLOSED,
+    (S.CLOSED, E.UNBLOCK): S.CLOSED,
+    (S.CLOSED, E.BROKER_CLOSE): S.CLOSED,
     (S.CLOSED, E.LOST): S.CLOSED,
     (S.CLOSED, E.LOST_RECOVERABLE): S.CLOSED,
     (S.CLOSED, E.GIVE_UP): S.CLOSED,
     (S.CLOSED, E.CLOSE): S.CLOSED,
+
+    (S.FAILED, E.HANDSHAKE_DONE): S.FAILED,
+    (S.FAILED, E.BLOCK): S.FAILED,
+    (S.FAILED, E.UNBLOCK): S.FAILED,
+    (S.FAILED, E.BROKER_CLOSE): S.FAILED,
     (S.FAILED, E.LOST): S.FAILED,
     (S.FAILED, E.LOST_RECOVERABLE): S.FAILED,
     (S.FAILED, E.GIVE_UP): S.FAILED,
     (S.FAILED, E.CLOSE): S.CLOSED,
 }
-
-# What the broker sent may be read just before its socket is lost and handled just after (the
-# reader and the loss are on different threads, or in one read): for a socket that is gone,
-# or a connection being closed, those wire events change nothing.
-for _state in (S.NEW, S.DOWN, S.CLOSING, S.CLOSED, S.FAILED):
-    for _event in (E.HANDSHAKE_DONE, E.BLOCK, E.UNBLOCK, E.BROKER_CLOSE):
-        TRANSITIONS.setdefault((_state, _event), _state)
-for _event in (E.BLOCK, E.UNBLOCK):
-    TRANSITIONS.setdefault((S.CONNECTING, _event), S.CONNECTING)
-    TRANSITIONS.setdefault((S.RECONNECTING, _event), S.RECONNECTING)
-del _state, _event
 
 
 class Lifecycle:
@@ -186,18 +378,14 @@ class Lifecycle:
         """Take the transition of ``event``; returns the state it left.  ``error``: why
         calls fail from now on, for the events that bring one (kept if one is set)."""
         old = self.state
-        new = TRANSITIONS.get((old, event))
-        if new is None:
-            raise InvalidStateError(f"{self.name}: {event} is not possible while {old}")
+        new = fire(TRANSITIONS, self.name, old, event)
         self._enter(new)
         if new is S.OPEN:
             self.error = None  # connected, or recovered
         elif error is not None and self.error is None:
             self.error = error  # the first reason stays: a loss is not hidden by the close after it
-        if new is not old:
-            log.debug("%s: %s -> %s (%s)", self.name, old, new, event)
-            if self.watch is not None:
-                self.watch(old, new)
+        if new is not old and self.watch is not None:
+            self.watch(old, new)
         return old
 
     def __repr__(self) -> str:
@@ -244,49 +432,61 @@ class ChannelSignal(enum.Enum):
 CS, CE = ChannelPhase, ChannelSignal
 #: The phases in which a channel is open (calls go ahead, except publishes while RENEWING).
 CHANNEL_OPEN_PHASES = frozenset({CS.OPEN, CS.RESTORED, CS.STALLED, CS.RENEWING})
-CHANNEL_PHASES: dict[tuple[ChannelPhase, ChannelSignal], ChannelPhase] = {
+CHANNEL_PHASES: Final[Mapping[tuple[ChannelPhase, ChannelSignal], ChannelPhase]] = {
     (CS.OPENING, CE.OPENED): CS.OPEN,
     (CS.OPENING, CE.CONNECTION_DOWN): CS.CLOSED,  # its open fails: the caller gets the error
     (CS.OPENING, CE.CONNECTION_GONE): CS.CLOSED,
     (CS.OPENING, CE.CLOSED): CS.CLOSED,
+
     (CS.OPEN, CE.CONNECTION_DOWN): CS.DOWN,
     (CS.OPEN, CE.CONNECTION_GONE): CS.CLOSED,
     (CS.OPEN, CE.CLOSED): CS.CLOSED,
-    (CS.DOWN, CE.CONNECTION_DOWN): CS.DOWN,  # a failed recovery attempt
-    (CS.DOWN, CE.REOPENED): CS.RESTORED,
-    (CS.DOWN, CE.CONNECTION_GONE): CS.CLOSED,
-    (CS.DOWN, CE.CLOSED): CS.CLOSED,
-    # A channel restored by a recovery: an ack ends the watch; only nacks stall it
-    (CS.RESTORED, CE.ACKED): CS.OPEN,
+    (CS.OPEN, CE.ACKED): CS.OPEN,  # a verdict read just before an ack ended the watch: nothing changes
+    (CS.OPEN, CE.RENEW_GIVEN_UP): CS.OPEN,
+
+    (CS.RESTORED, CE.CONNECTION_DOWN): CS.DOWN,
+    (CS.RESTORED, CE.CONNECTION_GONE): CS.CLOSED,
+    (CS.RESTORED, CE.CLOSED): CS.CLOSED,
+    (CS.RESTORED, CE.ACKED): CS.OPEN,  # an ack ends the watch; only nacks stall it
     (CS.RESTORED, CE.NACKED_RUN): CS.STALLED,
     (CS.RESTORED, CE.RENEW_GIVEN_UP): CS.OPEN,
+
+    (CS.STALLED, CE.CONNECTION_DOWN): CS.DOWN,
+    (CS.STALLED, CE.CONNECTION_GONE): CS.CLOSED,
+    (CS.STALLED, CE.CLOSED): CS.CLOSED,
     (CS.STALLED, CE.ACKED): CS.OPEN,  # a late ack: it publishes after all
     (CS.STALLED, CE.RENEW): CS.RENEWING,
     (CS.STALLED, CE.RENEW_GIVEN_UP): CS.OPEN,
+
+    (CS.RENEWING, CE.CONNECTION_DOWN): CS.DOWN,
+    (CS.RENEWING, CE.CONNECTION_GONE): CS.CLOSED,
+    (CS.RENEWING, CE.CLOSED): CS.CLOSED,
     (CS.RENEWING, CE.ACKED): CS.RENEWING,  # of the channel being replaced
     (CS.RENEWING, CE.RENEWED): CS.RESTORED,  # watched again: the fresh one may stall too
     (CS.RENEWING, CE.RENEW_GIVEN_UP): CS.OPEN,
     (CS.RENEWING, CE.RENEW_CANCELLED): CS.STALLED,
-    # closed while its open-ok was on the way (the loss, the user): the waiting flow sees it
-    (CS.CLOSED, CE.OPENED): CS.CLOSED,
-    (CS.CLOSED, CE.REOPENED): CS.CLOSED,
+
+    (CS.DOWN, CE.CONNECTION_DOWN): CS.DOWN,  # a failed recovery attempt
+    (CS.DOWN, CE.REOPENED): CS.RESTORED,
+    (CS.DOWN, CE.CONNECTION_GONE): CS.CLOSED,
+    (CS.DOWN, CE.CLOSED): CS.CLOSED,
+    (CS.DOWN, CE.ACKED): CS.DOWN,  # a verdict or a renewal that a loss overtook: nothing changes
+    (CS.DOWN, CE.RENEW): CS.DOWN,
+    (CS.DOWN, CE.RENEWED): CS.DOWN,
+    (CS.DOWN, CE.RENEW_GIVEN_UP): CS.DOWN,
+    (CS.DOWN, CE.RENEW_CANCELLED): CS.DOWN,
+
+    (CS.CLOSED, CE.OPENED): CS.CLOSED,  # closed while its open-ok was on the way: the waiting flow sees it
     (CS.CLOSED, CE.CONNECTION_DOWN): CS.CLOSED,
+    (CS.CLOSED, CE.REOPENED): CS.CLOSED,
     (CS.CLOSED, CE.CONNECTION_GONE): CS.CLOSED,
     (CS.CLOSED, CE.CLOSED): CS.CLOSED,
+    (CS.CLOSED, CE.ACKED): CS.CLOSED,  # a verdict or a renewal that a close overtook: nothing changes
+    (CS.CLOSED, CE.RENEW): CS.CLOSED,
+    (CS.CLOSED, CE.RENEWED): CS.CLOSED,
+    (CS.CLOSED, CE.RENEW_GIVEN_UP): CS.CLOSED,
+    (CS.CLOSED, CE.RENEW_CANCELLED): CS.CLOSED,
 }
-for _phase in (CS.RESTORED, CS.STALLED, CS.RENEWING):  # open: they go down and close as OPEN does
-    CHANNEL_PHASES[(_phase, CE.CONNECTION_DOWN)] = CS.DOWN
-    CHANNEL_PHASES[(_phase, CE.CONNECTION_GONE)] = CS.CLOSED
-    CHANNEL_PHASES[(_phase, CE.CLOSED)] = CS.CLOSED
-for _phase in (CS.OPEN, CS.DOWN, CS.CLOSED):
-    # A verdict read just before an ack ended the watch, a loss, or a close: nothing changes.
-    for _signal in (CE.ACKED, CE.RENEW_GIVEN_UP):
-        CHANNEL_PHASES[(_phase, _signal)] = _phase
-# A renewal that a loss or a close overtook: it ends where they left the channel.
-for _signal in (CE.RENEWED, CE.RENEW, CE.RENEW_CANCELLED):
-    CHANNEL_PHASES[(CS.DOWN, _signal)] = CS.DOWN
-    CHANNEL_PHASES[(CS.CLOSED, _signal)] = CS.CLOSED
-del _phase, _signal
 
 
 class ConsumerPhase(enum.Enum):
@@ -304,10 +504,50 @@ class ConsumerSignal(enum.Enum):
         return self.value
 
 
-CONSUMER_PHASES: dict[tuple[ConsumerPhase, ConsumerSignal], ConsumerPhase] = {
+CONSUMER_PHASES: Final[Mapping[tuple[ConsumerPhase, ConsumerSignal], ConsumerPhase]] = {
     (ConsumerPhase.ACTIVE, ConsumerSignal.END): ConsumerPhase.ENDED,
     (ConsumerPhase.ENDED, ConsumerSignal.END): ConsumerPhase.ENDED,  # only the first reason counts
 }
+
+
+class RequestPhase(enum.Enum):
+    """Where a channel's synchronous request is (one at a time per channel)."""
+
+    IDLE = "idle"            # none out
+    WAITING = "waiting"      # out; its caller waits for the reply
+    # Its caller stopped waiting (a timeout, a cancellation): the reply still comes, is
+    # undone (a message got goes back, a consumer is cancelled), and the next request waits for it.
+    ABANDONED = "abandoned"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RequestSignal(enum.Enum):
+    SEND = "request sent"
+    REPLY = "reply read"
+    ABANDON = "its caller gave up"
+    END = "the channel closed or was lost"  # the waiter fails, or answers the close
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_R, _RS = RequestPhase, RequestSignal
+REQUEST_PHASES: Final[Mapping[tuple[RequestPhase, RequestSignal], RequestPhase]] = {
+    (_R.IDLE, _RS.SEND): _R.WAITING,
+    (_R.IDLE, _RS.REPLY): _R.IDLE,  # read after a close or a loss ended the request
+    (_R.IDLE, _RS.END): _R.IDLE,
+
+    (_R.WAITING, _RS.SEND): _R.WAITING,  # a reopen's or renewal's request whose wait failed: replaced
+    (_R.WAITING, _RS.REPLY): _R.IDLE,
+    (_R.WAITING, _RS.ABANDON): _R.ABANDONED,
+    (_R.WAITING, _RS.END): _R.IDLE,
+
+    (_R.ABANDONED, _RS.REPLY): _R.IDLE,
+    (_R.ABANDONED, _RS.END): _R.IDLE,
+}
+del _R, _RS
 
 
 class Machine:
@@ -316,7 +556,7 @@ class Machine:
 
     __slots__ = ("state", "reason", "name", "_table", "_final", "watch")
 
-    def __init__(self, table: dict[Any, Any], initial: Any, final: Any, name: str) -> None:
+    def __init__(self, table: Mapping[Any, Any], initial: Any, final: Any, name: str) -> None:
         self.state = initial
         self.reason: Any = None
         self.name = name
@@ -328,17 +568,102 @@ class Machine:
     def fire(self, event: Any, reason: Any = None) -> Any:
         """Take the transition of ``event``; returns the state it left."""
         old = self.state
-        new = self._table.get((old, event))
-        if new is None:
-            raise InvalidStateError(f"{self.name}: {event} is not possible while {old}")
-        self.state = new
-        if new is self._final and old is not new:
-            self.reason = reason
+        new = self.state = fire(self._table, self.name, old, event)
         if new is not old:
-            log.debug("%s: %s -> %s (%s)", self.name, old, new, event)
+            if new is self._final:
+                self.reason = reason
             if self.watch is not None:
                 self.watch(old, new)
         return old
 
     def __repr__(self) -> str:
         return f"<Machine {self.name} {self.state}>"
+
+
+# --------------------------------------------------------------------------- the Producer (client/producer)
+
+
+class ProducerPhase(enum.Enum):
+    """Where a Producer (``amqwire.client.Producer``, over AMQP 0-9-1 brokers) is."""
+
+    NEW = "new"            # made; asyncio: not awaited yet (sends are queued meanwhile)
+    OPEN = "open"          # connecting or connected, its sender running
+    CLOSING = "closing"    # close(), or its sender failed: sends are refused, what is held is flushed
+    STOPPING = "stopping"  # flushed (or out of time): the sender ends once everything is settled
+    FAILED = "failed"      # its sender failed and so did what it held; close() still closes the connections
+    CLOSED = "closed"      # what was left failed, the connections are closing: nothing is drained any more
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ProducerSignal(enum.Enum):
+    START = "start"
+    CLOSE = "close()"
+    STOP = "flushed: stop the sender"
+    SENDER_FAILED = "the sender failed"
+    FINISH = "what was left failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_P, _PS = ProducerPhase, ProducerSignal
+#: Sends are refused.
+PRODUCER_REFUSING_PHASES: Final = frozenset({_P.CLOSING, _P.STOPPING, _P.FAILED, _P.CLOSED})
+#: The sender ends once nothing is pending; no broker is connected to any more.
+PRODUCER_STOPPING_PHASES: Final = frozenset({_P.STOPPING, _P.CLOSED})
+#: Nothing offered is drained into the queue any more: it is failed where it is.
+PRODUCER_FINISHED_PHASES: Final = frozenset({_P.FAILED, _P.CLOSED})
+PRODUCER_PHASES: Final[Mapping[tuple[ProducerPhase, ProducerSignal], ProducerPhase]] = {
+    (_P.NEW, _PS.START): _P.OPEN,
+    (_P.NEW, _PS.CLOSE): _P.CLOSING,
+
+    (_P.OPEN, _PS.CLOSE): _P.CLOSING,
+    (_P.OPEN, _PS.SENDER_FAILED): _P.CLOSING,
+
+    (_P.CLOSING, _PS.CLOSE): _P.CLOSING,  # a second close() while the first flushes
+    (_P.CLOSING, _PS.SENDER_FAILED): _P.CLOSING,
+    (_P.CLOSING, _PS.STOP): _P.STOPPING,
+    (_P.CLOSING, _PS.FINISH): _P.FAILED,  # the sender failed: what it held fails with it
+
+    (_P.STOPPING, _PS.CLOSE): _P.STOPPING,  # a close() racing another one
+    (_P.STOPPING, _PS.STOP): _P.STOPPING,
+    (_P.STOPPING, _PS.SENDER_FAILED): _P.STOPPING,
+    (_P.STOPPING, _PS.FINISH): _P.CLOSED,
+
+    (_P.FAILED, _PS.CLOSE): _P.FAILED,
+    (_P.FAILED, _PS.STOP): _P.CLOSED,
+
+    (_P.CLOSED, _PS.CLOSE): _P.CLOSED,
+    (_P.CLOSED, _PS.STOP): _P.CLOSED,
+    (_P.CLOSED, _PS.SENDER_FAILED): _P.CLOSED,  # a sender close() stopped waiting for, failing late
+    (_P.CLOSED, _PS.FINISH): _P.CLOSED,
+}
+del _P, _PS
+
+
+class SenderPhase(enum.Enum):
+    """Whether a Producer's sender (its thread or task) works or waits for work."""
+
+    BUSY = "busy"
+    IDLE = "idle"  # nothing to write: an offer that finds it so wakes it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SenderSignal(enum.Enum):
+    WAIT = "nothing to write"
+    WAKE = "work for it"  # racing callers may wake it twice: harmless
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SENDER_PHASES: Final[Mapping[tuple[SenderPhase, SenderSignal], SenderPhase]] = {
+    (SenderPhase.BUSY, SenderSignal.WAIT): SenderPhase.IDLE,
+    (SenderPhase.BUSY, SenderSignal.WAKE): SenderPhase.BUSY,
+    (SenderPhase.IDLE, SenderSignal.WAIT): SenderPhase.IDLE,  # round again without a wake (a timeout, a race)
+    (SenderPhase.IDLE, SenderSignal.WAKE): SenderPhase.BUSY,
+}

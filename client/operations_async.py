@@ -212,7 +212,7 @@ class AsyncConnection(ConnectionBase):
             self._check()
             cid = self._core.open_channel(channel_id)
             channel = AsyncChannel(self, cid)
-            channel._waiter = waiter
+            channel._request_sent(waiter)
             self._channels[cid] = channel
         self._io.flush()
         limit = self.rpc_timeout if timeout is None else timeout
@@ -330,7 +330,6 @@ class AsyncConnection(ConnectionBase):
             old = self._fire(ConnectionSignal.CLOSE)
         if old is ConnectionStatus.CLOSING or old is ConnectionStatus.CLOSED:
             return
-        self._recovered.set()
         self._io.cancel_recovery()
         if old in OPENED_STATES:
             waiter = self._io.new_waiter()
@@ -355,14 +354,14 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
     """An AMQP channel.  A channel is meant for one thread (or task) at a time; requests
     from several are serialized."""
 
-    __slots__ = ("_stop_consuming",)
+    __slots__ = ("_consuming_stops",)
 
     _connection: AsyncConnection
     _waits: ChannelWaits
 
     def __init__(self, connection: AsyncConnection, channel_id: int) -> None:
         super().__init__(connection, channel_id)
-        self._stop_consuming = False
+        self._consuming_stops = 0  # stop_consuming() calls: a start_consuming() runs until the next
 
     async def __aenter__(self: _Self) -> _Self:
         return self
@@ -378,15 +377,15 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
         def start_consuming(self) -> None:
             """Run consumer callbacks in this thread until stop_consuming() or no consumers
             are left."""
-            self._stop_consuming = False
+            stops = self._consuming_stops
             connection = self._connection
-            while not self._stop_consuming and any(c.callback is not None for c in self._consumers.values()):
+            while self._consuming_stops == stops and any(c.callback is not None for c in self._consumers.values()):
                 connection.process_events(0.2)
                 if self._lifecycle.state is ChannelPhase.CLOSED:
                     self._check()
 
         def stop_consuming(self) -> None:
-            self._stop_consuming = True
+            self._consuming_stops += 1
 
     # requests ------------------------------------------------------------------------------
 
@@ -399,7 +398,7 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
         limit = connection.rpc_timeout if timeout is None else timeout
         deadline = _deadline(limit)
         async with self._waits.rpc_lock:
-            stale = self._stale
+            stale = self._stale_reply()
             if stale is not None and not stale.done():
                 try:
                     await connection._io.wait(stale, _left(deadline))
@@ -418,7 +417,7 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
                 except InvalidStateError:
                     self._check()
                     raise
-                self._waiter = waiter
+                self._request_sent(waiter, method)
             connection._io.flush()
             try:
                 reply = await connection._io.wait(waiter, _left(deadline))
@@ -529,7 +528,6 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
 
     async def basic_get(self, queue: str, *, no_ack: bool = False, timeout: Optional[float] = None) -> Optional[AsyncMessage]:
         """One message from the queue, or None if it is empty (``message_count``: how many remain)."""
-        self._get_no_ack = no_ack
         tracing = self._connection._tracing
         started = 0 if tracing is None else tracing.now()
         message: Optional[AsyncMessage] = await self._rpc(BasicGet(0, queue, no_ack), timeout, record=False)
@@ -591,9 +589,8 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
         await self._rpc(ConfirmSelect(False), timeout, record=False)
-        if not self._confirm:
+        if not self._confirm_window:
             self._restart_seqnos()
-        self._confirm = True
         self._confirm_window = max_in_flight
         self._set_watched(self._lifecycle.state is ChannelPhase.RESTORED)
 
@@ -681,7 +678,7 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
             with connection._tracing.sending(self, exchange, routing_key, body, properties) as traced:
                 await self.basic_publish(exchange, routing_key, body, traced, mandatory=mandatory, timeout=timeout)
             return
-        if self._confirm:
+        if self._confirm_window:
             deadline = _deadline(timeout)
             token: Any = await self.publish_async(
                 exchange, routing_key, body, properties, mandatory=mandatory, timeout=timeout
@@ -726,7 +723,7 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
         back-pressure; ``timeout`` bounds that wait.  ``callback(future)`` runs once the
         broker has answered (blocking: on the I/O thread; asyncio: in the loop).
         """
-        if not self._confirm:
+        if not self._confirm_window:
             raise InvalidStateError("publish_async needs confirm mode: call confirm_select() first")
         connection = self._connection
         if connection._tracing is not None and connection._tracing.outside_send():
@@ -750,9 +747,7 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
                 raise
             self._unsettled += 1
             if connection._observer is not None and connection._metrics is not None:
-                if not self._stamp_pending:  # stamped when written (see ConnectionBase._take_output)
-                    self._stamp_pending = True
-                    connection._to_stamp.append(self)
+                connection._to_stamp[self] = None  # stamped when written (see ConnectionBase._take_output)
         if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
         return self._waits.issued(token, seqno)
@@ -773,9 +768,9 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
         if not connection._lifecycle.usable or self._lifecycle.state is ChannelPhase.CLOSED:
             self._check()
         deadline = _deadline(timeout)
-        if connection._held or self._flow_paused or self._confirm:
-            await self._wait_for_room(count if self._confirm else 0, deadline)
-        token = self._waits.new_token(count, None) if self._confirm else None
+        if connection._held or self._flow_paused or self._confirm_window:
+            await self._wait_for_room(count if self._confirm_window else 0, deadline)
+        token = self._waits.new_token(count, None) if self._confirm_window else None
         if _LOCKED_SECTION:
             if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
                 self._check()
@@ -787,9 +782,8 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
             if token is not None:
                 self._unsettled += count
             if connection._observer is not None and connection._metrics is not None:
-                if token is not None and count and not self._stamp_pending:
-                    self._stamp_pending = True
-                    connection._to_stamp.append(self)
+                if token is not None and count:
+                    connection._to_stamp[self] = None
         if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
         if token is None:
@@ -800,7 +794,7 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
         """Wait until the broker has answered every publish; raise the first failure since
         the last call (PublishNacked, MessageReturned or PublishUnconfirmed, with
         ``.failures`` listing them all)."""
-        if not self._confirm:
+        if not self._confirm_window:
             raise InvalidStateError("wait_for_confirms needs confirm mode: call confirm_select() first")
         self._connection._flush_quietly()
         if self._unsettled > 0:
@@ -849,7 +843,7 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
         tag = consumer._method.consumer_tag
         if consumer._method.no_ack:
             self._no_ack_consumers += 1  # metrics: its deliveries need no settling
-            self._connection._no_ack_seen = True
+            self._connection._no_ack_consumers_started += 1
         if tag:
             self._consumers[tag] = consumer
         self._pending_consumer = consumer
@@ -997,9 +991,8 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
         try:
             with connection._lock:
                 connection._core.close_channel(self.channel_id, reply_code, reply_text)
-                outstanding = self._waiter
-                self._waiter = waiter
-                self._stale = None
+                outstanding = self._request_ended()
+                self._request_sent(waiter)
             if outstanding is not None and not outstanding.done():
                 outstanding.set_exception(InvalidStateError(f"channel {self.channel_id} was closed"))
             connection._io.flush()
@@ -1016,8 +1009,8 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
             if not connection._lifecycle.has_socket:
                 raise connection._lifecycle.error or ConnectionLost("the connection is gone")
             connection._core.open_channel(self.channel_id, self._tag_base)
-            self._waiter = waiter
-            self._stale = None
+            self._request_ended()  # the old socket's, failed with it
+            self._request_sent(waiter)
             self._unsettled = 0  # nothing can be in flight: publishing waits for the recovery
             self._restart_seqnos()
             self._restart_delivery_tags()
@@ -1034,7 +1027,7 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
         if self._qos is not None:
             count, size, global_ = self._qos
             await self._rpc(BasicQos(size, count, global_), None, check=False, record=False)
-        if self._confirm:
+        if self._confirm_window:
             await self._rpc(ConfirmSelect(False), None, check=False, record=False)
 
     async def _renew(self) -> None:
@@ -1066,7 +1059,7 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
             await connection._io.sleep(delay)
             limit = connection.params.connection_timeout
             async with self._waits.rpc_lock:
-                stale = self._stale
+                stale = self._stale_reply()
                 if stale is not None and not stale.done():
                     await connection._io.wait(stale, limit)
                 waiter = connection._io.new_waiter()
@@ -1076,7 +1069,7 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
                     tag_base = self._tag_base if state is None else state.tag_base + state.last_delivery_tag
                     new = connection._core.open_channel(None, tag_base)
                     connection._channels[new] = self  # its replies come to this object
-                    self._waiter = waiter
+                    self._request_sent(waiter)
                 connection._io.flush()
                 await connection._io.wait(waiter, limit)
                 if self._qos is not None:
@@ -1154,7 +1147,7 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
         with connection._lock:
             self._check_renewing()
             connection._core.send_method(channel_id, method)
-            self._waiter = waiter
+            self._request_sent(waiter, method)
         connection._io.flush()
         return await connection._io.wait(waiter, limit)
 

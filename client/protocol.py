@@ -8,8 +8,8 @@ request per channel, content assembly (in the codec's CommandParser), publisher 
 returns, consumer cancel notifications and channel.flow.
 
 Illegal calls raise ``InvalidStateError`` before anything is queued.  The connection and
-each channel are state machines (``states.py``: ``ConnectionState``, ``ChannelStatus``) whose
-every change is an event looked up in ``CONNECTION_TRANSITIONS`` / ``CHANNEL_TRANSITIONS``.
+each channel are state machines (``lifecycle.py``: ``ConnectionState``, ``ChannelStatus``) whose
+every change is a signal looked up in ``CONNECTION_TRANSITIONS`` / ``CHANNEL_TRANSITIONS``.
 Errors of the peer (a malformed frame, a method out of place) raise the codec's error from
 ``receive_data`` after queuing a connection.close with its reply code; the connection is then
 in the ERROR state, where only the close handshake goes on and every call raises.  Methods
@@ -87,25 +87,27 @@ from .events import (
     SecretUpdated,
 )
 from .message import Message, ReturnedMessage
-from .states import (
+from .lifecycle import (
     CHANNEL_TRANSITIONS,
     CONNECTION_TRANSITIONS,
-    ChannelEvent,
+    HANDSHAKE_STEPS,
     ChannelStatus,
-    ConnectionEvent,
     ConnectionState,
-    transition,
+    HandshakeSignal,
+    HandshakeStep,
+    WireChannelSignal,
+    WireSignal,
+    fire,
 )
 
 __all__ = [
     "ConnectionProtocol",
     "ConnectionState",
-    "ConnectionEvent",
+    "WireSignal",
     "ChannelStatus",
-    "ChannelEvent",
+    "WireChannelSignal",
     "CONNECTION_TRANSITIONS",
     "CHANNEL_TRANSITIONS",
-    "transition",
     "Event",
     "ConfirmTracker",
     "HeartbeatMonitor",
@@ -401,9 +403,9 @@ class ChannelState:
     def is_open(self) -> bool:
         return self.state is _CHANNEL_OPEN
 
-    def _apply(self, event: ChannelEvent) -> None:
+    def _fire(self, event: WireChannelSignal) -> None:
         """The one place a channel's state changes (by the core only)."""
-        self.state = transition(CHANNEL_TRANSITIONS, f"channel {self.id}", self.state, event)
+        self.state = fire(CHANNEL_TRANSITIONS, f"channel {self.id}", self.state, event)
 
 
 class ConnectionProtocol:
@@ -417,10 +419,10 @@ class ConnectionProtocol:
         "_want_frame_max", "_want_heartbeat", "_locale", "_on_secure", "client_properties",
         "state", "server_properties", "channel_max", "frame_max", "heartbeat", "blocked",
         "close_reason", "_parser", "_writer", "_iov", "_channels", "_next_channel",
-        "_secret_pending", "_started", "_broker_closed", "channels_released", "_local_close",
+        "_secret_request", "_handshake", "_broker_closed", "channels_released", "_local_close",
         "bytes_sent", "bytes_received", "publishes_acked", "publishes_nacked",
         "publishes_returned", "gets_received", "_publishes_beside_writer", "heartbeats_sent",
-        "protocol_error", "_error_close", "_unreadable", "flush_due",
+        "protocol_error", "_error_close", "_parse_error", "flush_due",
         "__weakref__"
     )
 
@@ -461,7 +463,8 @@ class ConnectionProtocol:
         self.close_reason: Optional[ConnectionClosedEvent] = None
         self.protocol_error: Optional[str] = None  # what the broker did wrong (the error state)
         self._error_close: Optional[tuple[int, str]] = None  # the connection.close it made us send
-        self._unreadable = False  # the parser failed: the bytes after the bad frame mean nothing
+        # Why the parser failed: the bytes after the bad frame mean nothing
+        self._parse_error: Optional[CodecError] = None
         self._parser = CommandParser(
             max(frame_max or 131072, 4096) if frame_max else 131072, delivery_type=Message
         )
@@ -469,8 +472,9 @@ class ConnectionProtocol:
         self._iov: list[Any] = []
         self._channels: dict[int, ChannelState] = {}
         self._next_channel = 1
-        self._secret_pending = False
-        self._started = False  # connection.start seen
+        # connection.update-secret while its ok is awaited: channel 0's one request
+        self._secret_request: Optional[ConnectionUpdateSecret] = None
+        self._handshake = HandshakeStep.START
         # channel -> (code, text, class, method) of channels the broker closed, until the
         # number is reused: later calls on them raise that error, not a generic one
         self._broker_closed: dict[int, tuple[Any, ...]] = {}
@@ -552,7 +556,7 @@ class ConnectionProtocol:
         if self.state is not ConnectionState.NEW:
             raise InvalidStateError(f"the connection was already started (state {self.state})")
         self._writer.protocol_header()
-        self._fire(ConnectionEvent.SEND_PROTOCOL_HEADER)
+        self._fire(WireSignal.SEND_PROTOCOL_HEADER)
 
     def _check_open(self) -> None:
         if self.state is not _CONNECTION_OPEN:
@@ -578,29 +582,29 @@ class ConnectionProtocol:
         if self.state is not ConnectionState.NEW:
             self._writer.method(0, ConnectionClose(reply_code, reply_text, 0, 0))
             self._local_close = (reply_code, reply_text)
-        self._fire(ConnectionEvent.SEND_CLOSE)
+        self._fire(WireSignal.SEND_CLOSE)
 
     def connection_lost(self) -> None:
         """The transport lost the socket: the connection is closed, whatever it was (its
         channels with it; ``drain_unconfirmed`` still reports their publishes).  Once
         closed, nothing changes."""
         if self.state is not ConnectionState.CLOSED:
-            self._fire(ConnectionEvent.LOST)
+            self._fire(WireSignal.LOST)
 
     def close_reason_sent(self) -> tuple[int, str]:
         """Reply code and text of the connection.close we sent (200 until one was)."""
         code, text = self._local_close
         return int(code), str(text)
 
-    def _fire(self, event: ConnectionEvent) -> None:
+    def _fire(self, event: WireSignal) -> None:
         """The one place the connection state changes; once it is not open (or opening), no
         channel takes calls any more."""
-        new = transition(CONNECTION_TRANSITIONS, "the connection", self.state, event)
+        new = fire(CONNECTION_TRANSITIONS, "the connection", self.state, event)
         self.state = new
         if new is not _CONNECTION_OPEN and new is not ConnectionState.HANDSHAKE:
             for channel in self._channels.values():
                 if channel.state is not ChannelStatus.CLOSED:
-                    channel._apply(ChannelEvent.CONNECTION_DOWN)
+                    channel._fire(WireChannelSignal.CONNECTION_DOWN)
 
     def send_heartbeat(self) -> None:
         if self.state in (ConnectionState.OPEN, ConnectionState.HANDSHAKE, ConnectionState.CLOSING):
@@ -609,13 +613,16 @@ class ConnectionProtocol:
 
     def update_secret(self, new_secret: Union[str, bytes], reason: str) -> None:
         self._check_open()
-        if self._secret_pending:
+        if self._secret_request is not None:
             raise InvalidStateError("an update-secret is already waiting for its reply")
-        self._writer.method(0, ConnectionUpdateSecret(new_secret, reason))
-        self._secret_pending = True
+        self._secret_request = ConnectionUpdateSecret(new_secret, reason)
+        self._writer.method(0, self._secret_request)
+
+    def _handshake_step(self, signal: HandshakeSignal) -> None:
+        self._handshake = fire(HANDSHAKE_STEPS, "the handshake", self._handshake, signal)
 
     def _auth_failed(self, text: str) -> AuthenticationError:
-        self._fire(ConnectionEvent.AUTH_FAILED)
+        self._fire(WireSignal.AUTH_FAILED)
         return AuthenticationError(text)
 
     def _auth_response(self) -> bytes:
@@ -635,10 +642,10 @@ class ConnectionProtocol:
         cls = type(method)
         if cls is ConnectionClose:
             self._writer.method(0, ConnectionCloseOk())
-            self._finish_close(events, ConnectionEvent.RECV_CLOSE, self._broker_close_event(method))
+            self._finish_close(events, WireSignal.RECV_CLOSE, self._broker_close_event(method))
         elif state is ConnectionState.CLOSING or state is ConnectionState.ERROR:
             if cls is ConnectionCloseOk:
-                self._finish_close(events, ConnectionEvent.RECV_CLOSE_OK, self._local_close_event())
+                self._finish_close(events, WireSignal.RECV_CLOSE_OK, self._local_close_event())
             # everything else is discarded while closing, as the spec says
         else:
             handlers = _HANDSHAKE_METHODS if state is ConnectionState.HANDSHAKE else _OPEN_METHODS
@@ -653,10 +660,10 @@ class ConnectionProtocol:
         self._protocol_error(_COMMAND_INVALID, f"unexpected {method.NAME} {where}", method)
 
     def _on_start(self, start: Any, events: list[Any]) -> None:
-        if self._started:
+        if self._handshake is not HandshakeStep.START:
             self._unexpected_on_zero(start)
             return
-        self._started = True
+        self._handshake_step(HandshakeSignal.RECV_START)
         if (start.version_major, start.version_minor) != (0, 9):
             self._protocol_error(
                 _COMMAND_INVALID, f"the broker speaks AMQP {start.version_major}-{start.version_minor}, not 0-9", start
@@ -682,9 +689,10 @@ class ConnectionProtocol:
         self._writer.method(0, ConnectionSecureOk(self._on_secure(secure.challenge)))
 
     def _on_tune(self, tune: Any, events: list[Any]) -> None:
-        if not self._started:
+        if self._handshake is not HandshakeStep.TUNE:
             self._unexpected_on_zero(tune)
             return
+        self._handshake_step(HandshakeSignal.RECV_TUNE)
         channel_max = _negotiate(self._want_channel_max, tune.channel_max) or 65535
         frame_max = _negotiate(self._want_frame_max, tune.frame_max) or 131072
         heartbeat = _negotiate(self._want_heartbeat, tune.heartbeat)
@@ -701,10 +709,11 @@ class ConnectionProtocol:
         self._writer.method(0, ConnectionOpen(self.vhost))
 
     def _on_open_ok(self, method: Any, events: list[Any]) -> None:
-        if not self.frame_max:  # no tune came
+        if self._handshake is not HandshakeStep.OPEN_OK:
             self._unexpected_on_zero(method)
             return
-        self._fire(ConnectionEvent.RECV_OPEN_OK)
+        self._handshake_step(HandshakeSignal.RECV_OPEN_OK)
+        self._fire(WireSignal.RECV_OPEN_OK)
         events.append(ConnectionOpened(self.server_properties, self.channel_max, self.frame_max, self.heartbeat))
 
     def _on_blocked(self, method: Any, events: list[Any]) -> None:
@@ -716,10 +725,10 @@ class ConnectionProtocol:
         events.append(ConnectionUnblocked())
 
     def _on_update_secret_ok(self, method: Any, events: list[Any]) -> None:
-        if not self._secret_pending:
+        if self._secret_request is None:
             self._unexpected_on_zero(method)
             return
-        self._secret_pending = False
+        self._secret_request = None
         events.append(SecretUpdated())
 
     def _broker_close_event(self, method: Any) -> ConnectionClosedEvent:
@@ -732,7 +741,7 @@ class ConnectionProtocol:
         code, text = self._error_close or self._local_close
         return ConnectionClosedEvent(code, text, 0, 0, False)
 
-    def _finish_close(self, events: list[Any], how: ConnectionEvent, event: ConnectionClosedEvent) -> None:
+    def _finish_close(self, events: list[Any], how: WireSignal, event: ConnectionClosedEvent) -> None:
         event.handshake = event.handshake or self.state is ConnectionState.HANDSHAKE
         self._fire(how)
         self.close_reason = event
@@ -758,7 +767,7 @@ class ConnectionProtocol:
             self._writer.method(0, ConnectionClose(reply_code, text[:255], class_id, method_id))
             self._error_close = (reply_code, text[:255])
         self.protocol_error = text
-        self._fire(ConnectionEvent.PROTOCOL_ERROR)
+        self._fire(WireSignal.PROTOCOL_ERROR)
 
     # ------------------------------------------------------------------ input
 
@@ -766,7 +775,7 @@ class ConnectionProtocol:
         """Feed bytes from the broker; returns the events they complete, in order."""
         state = self.state
         if state is not _CONNECTION_OPEN:
-            if state is ConnectionState.CLOSED or self._unreadable:
+            if state is ConnectionState.CLOSED or self._parse_error is not None:
                 return []
             if state is ConnectionState.NEW:
                 raise InvalidStateError("the connection is new: call initiate() before feeding it data")
@@ -779,7 +788,7 @@ class ConnectionProtocol:
                 self._handle(exc.parsed or [], events)
             except CodecError:
                 pass  # the parse error below is reported; the connection closes either way
-            self._unreadable = True
+            self._parse_error = exc
             reply_code = None if isinstance(exc, ProtocolHeaderError) else exc.reply_code
             self._enter_error(reply_code, str(exc))
             exc.events = events  # type: ignore[attr-defined]
@@ -880,7 +889,7 @@ class ConnectionProtocol:
         _CHANNEL_METHODS.get(type(method), _on_reply)(self, state, method, command, events)
 
     def _on_close_ok_while_closing(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
-        unconfirmed = self._release(state.id, ChannelEvent.RECV_CLOSE_OK)
+        unconfirmed = self._release(state.id, WireChannelSignal.RECV_CLOSE_OK)
         code, text, class_id, method_id, by_broker = state.close_reason or (
             _REPLY_SUCCESS, "Normal shutdown", 0, 0, False
         )
@@ -894,7 +903,7 @@ class ConnectionProtocol:
     def _on_channel_close(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
         channel = state.id
         self._writer.method(channel, ChannelCloseOk())
-        unconfirmed = self._release(channel, ChannelEvent.RECV_CLOSE)
+        unconfirmed = self._release(channel, WireChannelSignal.RECV_CLOSE)
         self._broker_closed[channel] = (method.reply_code, method.reply_text, method.class_id, method.method_id)
         events.append(
             ChannelClosedEvent(
@@ -936,7 +945,7 @@ class ConnectionProtocol:
             handler(self, state, method, command, events)
 
     def _on_channel_open_ok(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
-        state._apply(ChannelEvent.RECV_OPEN_OK)
+        state._fire(WireChannelSignal.RECV_OPEN_OK)
         events.append(ChannelOpened(state.id))
 
     def _on_get_ok(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
@@ -1031,7 +1040,7 @@ class ConnectionProtocol:
         self._next_channel = candidate + 1 if candidate < self.channel_max else 1
         return candidate
 
-    def _release(self, channel: int, how: ChannelEvent) -> list[Any]:
+    def _release(self, channel: int, how: WireChannelSignal) -> list[Any]:
         """Free the channel number; returns (seqno, token) of its unconfirmed publishes."""
         self.channels_released += 1
         state = self._channels.pop(channel, None)
@@ -1039,7 +1048,7 @@ class ConnectionProtocol:
             self._next_channel = channel
         if state is None:
             return []
-        state._apply(how)
+        state._fire(how)
         if state.confirms is None:
             return []
         return list(zip(*state.confirms.drain()))
@@ -1050,7 +1059,7 @@ class ConnectionProtocol:
         if channel in self._broker_closed and channel not in self._channels:
             return
         state = self._open_state(channel, allow_opening=True)
-        state._apply(ChannelEvent.SEND_CLOSE)
+        state._fire(WireChannelSignal.SEND_CLOSE)
         state.pending = None
         state.close_reason = (reply_code, reply_text, 0, 0, False)
         self._writer.method(channel, ChannelClose(reply_code, reply_text, 0, 0))

@@ -73,6 +73,9 @@ from .lifecycle import (
     ConsumerPhase,
     Lifecycle,
     Machine,
+    REQUEST_PHASES,
+    RequestPhase,
+    RequestSignal,
 )
 from .metrics import MetricsCollector
 from .observer import Listeners, Observer
@@ -86,6 +89,8 @@ if TYPE_CHECKING:
 _clock = time.monotonic
 _CHANNEL_OPEN = ChannelPhase.OPEN
 _ANY = 1 << 62  # a confirm waiter that wants every change
+# What the dispatch of a read may owe the broker (ConnectionBase._owe)
+_REJECT, _NACK, _CANCEL = "basic.reject", "basic.nack", "basic.cancel"
 log = logging.getLogger("amqwire.client")
 _E = TypeVar("_E")
 #: the transport's message as type checkers see it: Message (blocking) or AsyncMessage
@@ -157,8 +162,8 @@ class ConnectionBase:
         "_unblocked", "_recovered", "_handshake_waiter", "_close_waiter", "_secret_waiter",
         "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
         "exception_handler", "_observer", "_seen_published", "_to_stamp",
-        "_stamped", "_no_ack_seen", "_seen_acked", "_seen_nacked", "_seen_returned",
-        "_seen_delivered", "_seen_got", "_tracing", "_peer", "__weakref__"
+        "_stamped", "_no_ack_consumers_started", "_seen_acked", "_seen_nacked", "_seen_returned",
+        "_seen_delivered", "_seen_got", "_tracing", "_peer", "_owed", "__weakref__"
     )
 
     _channels: dict[int, Any]
@@ -209,16 +214,19 @@ class ConnectionBase:
         self._lock = self._io.new_lock()
         self._channels = {}
         self._batched: list[Any] = []  # consumers holding deliveries of the current read
-        self._flush_later: Any = False
+        # Answers the dispatch of a read owes the broker, (what, channel, tag): queued on the
+        # core once the dispatch is over, never while it handles the core's output.
+        self._owed: list[tuple[str, int, Any]] = []
+        self._flush_later: Any = 0  # the batch() depth (threads), or a flush scheduled on the loop (asyncio)
         self._core = proto.ConnectionProtocol()
         # The one state of this connection, and why calls fail (``_lifecycle.error``: set
         # by a loss or a close, kept through a recovery until everything is back).
         self._lifecycle = Lifecycle(f"connection to {parameters[0]}")
-        # Blocked by the broker or by a full socket buffer: the one attribute a publish
-        # reads before it takes the slow path (written by _update_held only).
-        self._held = False
         self._writable = self._io.new_flag()
         self._writable.set()
+        # Blocked by the broker or by a full socket buffer: the one attribute a publish
+        # reads before it takes the slow path (a view written by _update_held only).
+        self._update_held()
         self._unblocked = self._io.new_flag()
         self._unblocked.set()
         self._recovered = self._io.new_flag()
@@ -245,9 +253,10 @@ class ConnectionBase:
         if metrics is not None:
             self._lifecycle.watch = _ConnectionGauge(metrics)
         self._seen_published = 0  # the core's count of queued publishes, reported to the metrics
-        self._to_stamp: list[Any] = []  # channels with confirm-mode publishes not written yet
+        # channels with confirm-mode publishes not written yet (a dict as an ordered set)
+        self._to_stamp: dict[Any, None] = {}
         self._stamped: list[Any] = []  # channels with written confirm-mode publishes unsettled
-        self._no_ack_seen = False  # a no_ack consumer was ever started: its deliveries need no ack
+        self._no_ack_consumers_started = 0  # their deliveries need no ack (metrics)
         # the core's totals, counted already
         self._seen_acked = self._seen_nacked = self._seen_returned = self._seen_delivered = self._seen_got = 0
 
@@ -370,7 +379,7 @@ class ConnectionBase:
         if delivered or got:
             self._seen_delivered += delivered
             self._seen_got += got
-            if self._no_ack_seen or got:
+            if self._no_ack_consumers_started or got:
                 self._note_settled_on_delivery(events)
             delivered += got
         confirmed = core.publishes_acked - self._seen_acked
@@ -404,7 +413,8 @@ class ConnectionBase:
                         self._note_no_ack(channel, event.delivery_tag)
             elif kind is proto.GetResult and event.message is not None:
                 channel = channels.get(event.channel_id)
-                if channel is not None and channel._get_no_ack:
+                # a reply not dispatched yet: its request is still the channel's
+                if channel is not None and getattr(channel._request_method, "no_ack", False):
                     self._note_no_ack(channel, event.message.delivery_tag)
 
     @staticmethod
@@ -444,8 +454,19 @@ class ConnectionBase:
 
     def _fire(self, event: ConnectionSignal, error: Optional[BaseException] = None) -> ConnectionStatus:
         """The one way the connection's state changes (under ``_lock``); returns the old one."""
-        old = self._lifecycle.fire(event, error)
+        lifecycle = self._lifecycle
+        old = lifecycle.fire(event, error)
         self._update_held()
+        # What waits reads of the state, written here alone: publishes wait while the broker
+        # blocks the connection, wait_recovered() while a recovery is under way.
+        if lifecycle.state is ConnectionStatus.BLOCKED:
+            self._unblocked.clear()
+        else:
+            self._unblocked.set()
+        if lifecycle.recovering:
+            self._recovered.clear()
+        else:
+            self._recovered.set()
         return old
 
     def __repr__(self) -> str:
@@ -555,9 +576,34 @@ class ConnectionBase:
         if core.pending_output:
             self._flush_quietly()
         if events:
-            self._dispatch(events, closed, channels)
+            lost = self._dispatch(events, closed, channels)
+            if self._owed:
+                self._pay_owed()
+            if lost is not None:  # the broker's close, before any fault of the same read
+                error = lost
         if error is not None:
             self._on_lost(error)
+
+    def _owe(self, what: str, channel_id: int, tag: Any) -> None:
+        """An answer to the broker that the dispatch found due: queued after it (_pay_owed)."""
+        self._owed.append((what, channel_id, tag))
+
+    def _pay_owed(self) -> None:
+        """Queue what the dispatch owes the broker on the core, and write it."""
+        core = self._core
+        with self._lock:
+            owed, self._owed = self._owed, []
+            for what, channel_id, tag in owed:
+                try:
+                    if what is _REJECT:
+                        core.basic_reject(channel_id, tag, True)
+                    elif what is _NACK:
+                        core.basic_nack(channel_id, tag, False, True)
+                    else:
+                        core.send_method(channel_id, BasicCancel(tag, True))
+                except InvalidStateError:
+                    pass  # the channel is going: the broker requeues or forgets it anyway
+        self._flush_quietly()
 
     def _broker_close_error(self, event: proto.ConnectionClosedEvent) -> BaseException:
         if event.handshake and event.reply_code == 403:
@@ -583,12 +629,15 @@ class ConnectionBase:
         return closed
 
     def _dispatch(self, events: list[Any], closed: Optional[dict[int, Any]] = None,
-                  read_channels: Optional[dict[int, Any]] = None) -> None:
+                  read_channels: Optional[dict[int, Any]] = None) -> Optional[BaseException]:
+        """Hand the core's events to channels, consumers, waiters and listeners, without
+        calling the core: what they owe the broker is queued after (_pay_owed), and a
+        close by the broker is returned, the loss to handle once the dispatch is over."""
         if one_run(events):  # the hot path of consuming: the whole read to one consumer
             self._deliver_run(events[0].channel_id, events)
             if self._batched:
                 self._hand_over_batches()
-            return
+            return None
         channels = self._channels
         # Consecutive deliveries to one consumer go to it as one run: one lookup and one
         # call per run, not per message.
@@ -619,74 +668,58 @@ class ConnectionBase:
                     channel = read_channels.get(event.channel_id)
                 if channel is not None:
                     channel._on_confirmed(event)
-            elif kind is proto.MethodReply:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    channel._reply(event.method)
-            elif kind is proto.GetResult:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    message = event.message
-                    if message is not None:
-                        message.channel = channel
-                    channel._reply(message)
-            elif kind is proto.ChannelOpened:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    channel._reply(None)
-            elif kind is ReturnedMessage:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    channel._on_return(event)
-            elif kind is proto.ConsumerCancelled:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    channel._on_consumer_cancelled(event.consumer_tag)
             elif kind is proto.ChannelClosedEvent:
                 channel = closed.get(id(event)) if closed is not None else channels.pop(event.channel_id, None)
                 if channel is not None:
                     channel._on_closed(event)
-            elif kind is proto.ChannelFlowChanged:
-                channel = channels.get(event.channel_id)
-                if channel is not None:
-                    channel._set_flow(event.active)
-                    listeners = channel._listeners_of("flow")
-                    if listeners:
-                        self._emit(listeners, FlowEvent(event.channel_id, event.active), channel)
-            elif kind is proto.ConnectionBlocked:
-                log.warning("the broker blocked the connection: %s", event.reason)
-                self._set_blocked(True)
-                listeners = self._listeners_of("blocked")
-                if listeners:
-                    self._emit(listeners, BlockedEvent(event.reason))
-            elif kind is proto.ConnectionUnblocked:
-                log.info("the broker unblocked the connection")
-                self._set_blocked(False)
-                listeners = self._listeners_of("unblocked")
-                if listeners:
-                    self._emit(listeners, UnblockedEvent())
-            elif kind is proto.SecretUpdated:
-                _settle(self._secret_waiter, None)
-            elif kind is proto.ConnectionOpened:
-                with self._lock:
-                    self._fire(ConnectionSignal.HANDSHAKE_DONE)
-                _settle(self._handshake_waiter, event)
             elif kind is proto.ConnectionClosedEvent:
-                if event.by_broker:
-                    lifecycle = self._lifecycle
-                    if lifecycle.state is ConnectionStatus.CLOSED_BY_BROKER and lifecycle.error is not None:
-                        error = lifecycle.error  # made when it was read
-                    else:
-                        error = self._broker_close_error(event)
-                    self._flush_quietly()  # our close-ok
-                    self._on_lost(error)
+                return self._on_connection_closed(event)  # nothing comes after it
+            else:
+                on_channel = _CHANNEL_EVENTS.get(kind)
+                if on_channel is None:
+                    _CONNECTION_EVENTS[kind](self, event)
                 else:
-                    _settle(self._close_waiter, None)  # close() takes it from here
-                return
+                    channel = channels.get(event.channel_id)
+                    if channel is not None:
+                        on_channel(channel, event)
         if run:
             self._deliver_run(run_channel, run)
         if self._batched:
             self._hand_over_batches()
+        return None
+
+    def _on_blocked(self, event: proto.ConnectionBlocked) -> None:
+        log.warning("the broker blocked the connection: %s", event.reason)
+        self._set_blocked(True)
+        listeners = self._listeners_of("blocked")
+        if listeners:
+            self._emit(listeners, BlockedEvent(event.reason))
+
+    def _on_unblocked(self, event: proto.ConnectionUnblocked) -> None:
+        log.info("the broker unblocked the connection")
+        self._set_blocked(False)
+        listeners = self._listeners_of("unblocked")
+        if listeners:
+            self._emit(listeners, UnblockedEvent())
+
+    def _on_secret_updated(self, event: proto.SecretUpdated) -> None:
+        _settle(self._secret_waiter, None)
+
+    def _on_opened(self, event: proto.ConnectionOpened) -> None:
+        with self._lock:
+            self._fire(ConnectionSignal.HANDSHAKE_DONE)
+        _settle(self._handshake_waiter, event)
+
+    def _on_connection_closed(self, event: proto.ConnectionClosedEvent) -> Optional[BaseException]:
+        """Our close answered (close() takes it from here), or the broker's close: the
+        error its loss is handled with, once the dispatch is over."""
+        if not event.by_broker:
+            _settle(self._close_waiter, None)
+            return None
+        lifecycle = self._lifecycle
+        if lifecycle.state is ConnectionStatus.CLOSED_BY_BROKER and lifecycle.error is not None:
+            return lifecycle.error  # made when it was read
+        return self._broker_close_error(event)
 
     def _deliver_run(self, channel_id: Any, messages: list[Message]) -> None:
         """Deliveries of one read, in order, to one consumer tag of one channel."""
@@ -706,14 +739,11 @@ class ConnectionBase:
         self._wake_blocked()
 
     def _wake_blocked(self) -> None:
-        """Publishes waiting while blocked go on (or raise) once the connection is not."""
-        if self._lifecycle.state is ConnectionStatus.BLOCKED:
-            self._unblocked.clear()
-            if self.blocked_action == "raise":  # publishes waiting for window room raise now
-                for channel in list(self._channels.values()):
-                    channel._waits.notify_progress()
-        else:
-            self._unblocked.set()
+        """Publishes waiting for window room raise once the connection is blocked, with
+        blocked_action 'raise' (those waiting for it to be unblocked wake by _unblocked)."""
+        if self._lifecycle.state is ConnectionStatus.BLOCKED and self.blocked_action == "raise":
+            for channel in list(self._channels.values()):
+                channel._waits.notify_progress()
 
     def _set_write_paused(self, paused: bool) -> None:
         """The socket's write buffer is full (asyncio's pause_writing), or has room again."""
@@ -741,10 +771,6 @@ class ConnectionBase:
             # A loss during a recovery fails that attempt only: the recovery loop decides.
             recovering = lifecycle.recovering
             starts_recovery = opened and recovering and old not in RECOVERING_STATES
-            if starts_recovery:
-                # Decided with the error, under the lock: whoever sees the error and waits
-                # for the recovery (wait_recovered) must find _recovered cleared.
-                self._recovered.clear()
             unconfirmed = self._core.drain_unconfirmed() if opened else {}
             # The channels whose futures were just drained, taken with them: a close() on
             # another thread may replace _channels (_give_up) before they are failed below,
@@ -759,7 +785,6 @@ class ConnectionBase:
         _fail(self._handshake_waiter, error)
         _settle(self._close_waiter, None)
         _fail(self._secret_waiter, error)
-        self._wake_blocked()
         if not opened:
             return  # a handshake that failed: whoever connects raises it
         if old is not ConnectionStatus.CLOSING:
@@ -798,7 +823,6 @@ class ConnectionBase:
         for channel in list(self._channels.values()):
             channel._on_connection_lost(error, (), False)
         self._channels = {}  # a new dict, not cleared: see _data_received
-        self._recovered.set()
         listeners = self._listeners_of("close") if announced_recovering else ()
         if listeners:
             self._emit(listeners, self._shutdown_event(error, False))
@@ -810,7 +834,6 @@ class ConnectionBase:
             if self._core.blocked is not None:  # blocked while restoring: the core kept it
                 self._fire(ConnectionSignal.BLOCK)
         self._wake_blocked()
-        self._recovered.set()
         log.info("recovery: connection to %s restored", self.params)
         if self._metrics is not None:
             self._metrics.connection_recovered()
@@ -827,14 +850,14 @@ class ChannelBase(Generic[_M]):
     # inline; past that the instance gets a dict and calls of its methods are no longer specialized
     # (on a publish that cost ~700 more instructions).
     __slots__ = (
-        "_connection", "channel_id", "_waiter", "_stale", "_lifecycle", "_consumers",
-        "_pending_consumer", "_return_callbacks", "_confirm", "_max_in_flight", "_confirm_window", "_unsettled",
+        "_connection", "channel_id", "_waiter", "_request", "_lifecycle", "_consumers",
+        "_pending_consumer", "_return_callbacks", "_max_in_flight", "_confirm_window", "_unsettled",
         "_failures", "_flow_paused", "_flow", "_tag_base", "_qos",
-        "_default_consumer", "_default_cancel", "_unknown_logged", "_no_ack_orphans", "_stale_method",
+        "_default_consumer", "_default_cancel", "_unknown_deliveries", "_no_ack_orphans", "_request_method",
         "_listeners",
         "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
-        "_stamp_low", "_stamp_pending", "_settled_upto", "_settled", "_no_ack_tags",
-        "_no_ack_consumers", "_get_no_ack", "_waits", "_nack_watch", "__weakref__"
+        "_stamp_low", "_settled_upto", "_settled", "_no_ack_tags",
+        "_no_ack_consumers", "_waits", "_nack_watch", "__weakref__"
     )
 
     _connection: Any
@@ -842,8 +865,12 @@ class ChannelBase(Generic[_M]):
     def __init__(self, connection: Any, channel_id: int) -> None:
         self._connection = connection
         self.channel_id = channel_id
-        self._waiter: Any = None  # the outstanding RPC's waiter
-        self._stale: Any = None  # the waiter of an RPC given up on (timeout, cancel)
+        # Its synchronous request (lifecycle.py): the method out, and the waiter its reply
+        # settles (once abandoned, a fresh one, which the next request waits for).  Changed
+        # by _request_sent, _request_ended, _reply and _abandon only.
+        self._request = Machine(REQUEST_PHASES, RequestPhase.IDLE, None, f"channel {channel_id}'s request")
+        self._waiter: Any = None
+        self._request_method: Any = None
         # Its one state (opening, open, down, closed) and, once closed, why.
         self._lifecycle = Machine(CHANNEL_PHASES, ChannelPhase.OPENING, ChannelPhase.CLOSED, f"channel {channel_id}")
         metrics = connection._metrics
@@ -852,23 +879,22 @@ class ChannelBase(Generic[_M]):
         self._consumers: dict[str, Any] = {}
         self._pending_consumer: Any = None
         self._return_callbacks: list[Any] = []
-        self._confirm = False
         self._max_in_flight = 0  # unconfirmed publishes allowed now: the window, or less while watched
-        self._confirm_window = 0  # confirm_select's max_in_flight
+        self._confirm_window = 0  # confirm_select's max_in_flight; 0: not in confirm mode
         self._unsettled = 0  # confirm-mode publishes whose futures are not settled yet
         self._failures: list[Any] = []  # failed confirm tokens not reported by wait_for_confirms yet
-        self._flow_paused = False  # publishes wait: the broker's channel.flow(active=False), or a renewal
+        # Publishes wait while it is clear: the broker's channel.flow(active=False), or a
+        # renewal; _flow_paused is its view for the hot path (written by _set_flow only).
         self._flow = connection._io.new_flag()
-        self._flow.set()
+        self._set_flow(True)
         self._tag_base = 0  # the delivery tags of a reopened channel go on after this one
         self._qos: Optional[tuple[Any, ...]] = None
         self._default_consumer: Optional[Callable[[_M], Any]] = None
         self._default_cancel: Optional[Callable[[str], Any]] = None
-        self._unknown_logged = False
+        self._unknown_deliveries = 0  # for consumer tags it does not know: logged once
         # consumer tags whose deliveries must not be nacked: no_ack consumers abandoned
         # before their consume-ok (a nack of an unacked-mode tag would close the channel)
         self._no_ack_orphans: set[str] = set()
-        self._stale_method: Any = None
         self._listeners: Optional[Listeners] = None  # None while no listener is registered
         # metrics (only with a collector): when confirm-mode publishes were written, one
         # entry per socket write (reset when seqnos restart: confirm_select, a reopen).
@@ -885,12 +911,10 @@ class ChannelBase(Generic[_M]):
         self._stamp_times: list[float] = []  # ... and when that write happened
         self._stamp_head = 0
         self._stamp_low = 1  # the lowest seqno whose latency is not counted yet
-        self._stamp_pending = False  # in the connection's _to_stamp
         self._settled_upto = 0
         self._settled: set[int] = set()
         self._no_ack_tags: set[int] = set()
         self._no_ack_consumers = 0
-        self._get_no_ack = False
         self._waits = connection._io.channel_waits(self)  # confirm futures, waits for confirms
         # after a recovery: when a channel whose publishes are only nacked is renewed
         self._nack_watch = NackWatch(connection.recovery)
@@ -991,9 +1015,7 @@ class ChannelBase(Generic[_M]):
                 connection._core.close_channel(self.channel_id, reply_code, reply_text)
             except InvalidStateError:
                 return
-            waiter = self._waiter
-            self._waiter = None
-            self._stale = None
+            waiter = self._request_ended()
         _fail(waiter, InvalidStateError(f"channel {self.channel_id} was closed"))
         connection._flush_quietly()
 
@@ -1073,26 +1095,43 @@ class ChannelBase(Generic[_M]):
 
     # replies ---------------------------------------------------------------------------
 
+    def _request_sent(self, waiter: Any, method: Any = None) -> None:
+        """A synchronous request went out (under ``_lock``): ``waiter`` gets its reply."""
+        self._request.fire(RequestSignal.SEND)
+        self._waiter = waiter
+        self._request_method = method
+
+    def _request_ended(self) -> Any:
+        """The channel closed or was lost (under ``_lock``): the request's waiter, for the
+        caller to fail (or to answer the close)."""
+        self._request.fire(RequestSignal.END)
+        waiter = self._waiter
+        self._waiter = self._request_method = None
+        return waiter
+
+    def _stale_reply(self) -> Any:
+        """The waiter a request must wait on first: the abandoned request's, settled by its
+        reply; None when no request was abandoned."""
+        return self._waiter if self._request.state is RequestPhase.ABANDONED else None
+
     def _reply(self, value: Any) -> None:
+        """The reply to the channel's request (from the dispatch).  The reply to a request
+        given up on is undone, by answers the connection owes once the dispatch is over."""
         connection = self._connection
         with connection._lock:
             waiter = self._waiter
-            self._waiter = None
-            if waiter is None or waiter is not self._stale:
-                _settle(waiter, value)
-                return
-            self._stale = None
-            waiter.set_result(value)
-            # The reply to a request given up on: undo what it did.
-            if type(value) is Message:  # a basic.get nobody takes: back to the queue
-                connection._core.basic_reject(self.channel_id, value.delivery_tag, True)
-            elif type(value) is BasicConsumeOk:  # a consumer nobody reads
-                if getattr(self._stale_method, "no_ack", False):
-                    self._no_ack_orphans.add(value.consumer_tag)
-                connection._core.send_method(self.channel_id, BasicCancel(value.consumer_tag, True))
-            else:
-                return
-        connection._flush_quietly()
+            method = self._request_method
+            abandoned = self._request.fire(RequestSignal.REPLY) is RequestPhase.ABANDONED
+            self._waiter = self._request_method = None
+        _settle(waiter, value)
+        if not abandoned:
+            return
+        if type(value) is Message:  # a basic.get nobody takes: back to the queue
+            connection._owe(_REJECT, self.channel_id, value.delivery_tag)
+        elif type(value) is BasicConsumeOk:  # a consumer nobody reads
+            if getattr(method, "no_ack", False):
+                self._no_ack_orphans.add(value.consumer_tag)
+            connection._owe(_CANCEL, self.channel_id, value.consumer_tag)
 
     def _abandon(self, waiter: Any, method: Any = None) -> None:
         """An RPC stopped waiting (timeout, cancellation): its reply may still come, and the
@@ -1100,9 +1139,9 @@ class ChannelBase(Generic[_M]):
         with self._connection._lock:
             if waiter.done() or self._waiter is not waiter:
                 return
-            stale = self._connection._io.new_waiter()
-            self._waiter = self._stale = stale
-            self._stale_method = method
+            self._request.fire(RequestSignal.ABANDON)
+            self._waiter = self._connection._io.new_waiter()
+            self._request_method = method
 
     # confirms --------------------------------------------------------------------------
 
@@ -1204,7 +1243,6 @@ class ChannelBase(Generic[_M]):
     def _stamp(self, now: float) -> None:
         """The connection wrote this channel's confirm-mode publishes up to now (under
         ``_lock``): one entry for all of them."""
-        self._stamp_pending = False
         state = self._connection._core.channel_state(self.channel_id)
         if state is None or state.confirms is None:
             return
@@ -1296,11 +1334,33 @@ class ChannelBase(Generic[_M]):
                 metrics.rejected(count)
 
     def _set_flow(self, active: bool) -> None:
+        """The one way the channel's flow changes: its flag, and the view of it."""
         self._flow_paused = not active
         if active:
             self._flow.set()
         else:
             self._flow.clear()
+
+    def _on_method_reply(self, event: proto.MethodReply) -> None:
+        self._reply(event.method)
+
+    def _on_get_result(self, event: proto.GetResult) -> None:
+        message = event.message
+        if message is not None:
+            message.channel = self
+        self._reply(message)
+
+    def _on_opened(self, event: proto.ChannelOpened) -> None:
+        self._reply(None)
+
+    def _on_cancel_event(self, event: proto.ConsumerCancelled) -> None:
+        self._on_consumer_cancelled(event.consumer_tag)
+
+    def _on_flow_changed(self, event: proto.ChannelFlowChanged) -> None:
+        self._set_flow(event.active)
+        listeners = self._listeners_of("flow")
+        if listeners:
+            self._connection._emit(listeners, FlowEvent(event.channel_id, event.active), self)
 
     def _on_return(self, message: ReturnedMessage) -> None:
         for fn in self._return_callbacks:
@@ -1333,21 +1393,15 @@ class ChannelBase(Generic[_M]):
         if self._default_consumer is not None:
             self._connection._io.run_callback(self._default_consumer, message, "default_consumer", self)
             return
-        if not self._unknown_logged:
-            self._unknown_logged = True
+        self._unknown_deliveries += 1
+        if self._unknown_deliveries == 1:
             log.warning(
                 "channel %d: delivery for unknown consumer %r nacked back to its queue (no default consumer set; "
                 "not logged again for this channel)", self.channel_id, message.consumer_tag,
             )
         if message.consumer_tag in self._no_ack_orphans:
             return  # delivered settled already: nothing to give back
-        connection = self._connection
-        with connection._lock:
-            try:
-                connection._core.basic_nack(self.channel_id, message.delivery_tag, False, True)
-            except InvalidStateError:
-                return  # the channel is going: the broker requeues it anyway
-        connection._flush_quietly()
+        self._connection._owe(_NACK, self.channel_id, message.delivery_tag)
 
     def _on_consumer_cancelled(self, consumer_tag: str) -> None:
         consumer = self._consumers.pop(consumer_tag, None)
@@ -1371,8 +1425,7 @@ class ChannelBase(Generic[_M]):
         self._consumer_events(ConsumerEventKind.CHANNEL_CLOSED, error, False)
         if not event.by_broker:  # our close() is waiting for this
             with self._connection._lock:
-                waiter = self._waiter
-                self._waiter = None
+                waiter = self._request_ended()
             _settle(waiter, None)
         self._fail_everything(error, event.unconfirmed, False)
 
@@ -1396,9 +1449,7 @@ class ChannelBase(Generic[_M]):
 
     def _fail_everything(self, error: BaseException, unconfirmed: Any, recovering: bool) -> None:
         with self._connection._lock:
-            waiter = self._waiter
-            self._waiter = None
-            self._stale = None
+            waiter = self._request_ended()
         _fail(waiter, error)
         failed = 0
         for seqno, token in unconfirmed:
@@ -1521,6 +1572,24 @@ class ConsumerBase:
 
     def __repr__(self) -> str:
         return f"<Consumer {self.consumer_tag!r} on {self.queue!r}{'' if self.active else ' (ended)'}>"
+
+
+# What the dispatch does with each event of the core, by its class (a delivery, a confirm and
+# a close are handled in the loop itself): events of a channel go to its object, if it has one.
+_CHANNEL_EVENTS: dict[type, Callable[[Any, Any], None]] = {
+    proto.MethodReply: ChannelBase._on_method_reply,
+    proto.GetResult: ChannelBase._on_get_result,
+    proto.ChannelOpened: ChannelBase._on_opened,
+    ReturnedMessage: ChannelBase._on_return,
+    proto.ConsumerCancelled: ChannelBase._on_cancel_event,
+    proto.ChannelFlowChanged: ChannelBase._on_flow_changed,
+}
+_CONNECTION_EVENTS: dict[type, Callable[[Any, Any], None]] = {
+    proto.ConnectionBlocked: ConnectionBase._on_blocked,
+    proto.ConnectionUnblocked: ConnectionBase._on_unblocked,
+    proto.SecretUpdated: ConnectionBase._on_secret_updated,
+    proto.ConnectionOpened: ConnectionBase._on_opened,
+}
 
 
 def _remove(listeners: list[Any], fn: Any) -> None:

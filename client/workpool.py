@@ -42,12 +42,16 @@ class WorkPool:
         self._queues: dict[Any, _Queue] = {}
         self._ready: deque[Any] = deque()
         self._wakeup = threading.Condition(self._lock)
-        self._stopping = False
         self._threads = [
             threading.Thread(target=self._worker, name=f"{name}-{index + 1}", daemon=True) for index in range(size)
         ]
         for thread in self._threads:
             thread.start()
+
+    @property
+    def _stopping(self) -> bool:
+        """stop() was called (under the lock): its marker stays in the ready queue."""
+        return _STOP in self._ready
 
     @property
     def size(self) -> int:
@@ -74,7 +78,6 @@ class WorkPool:
     def stop(self, wait: Optional[float] = None) -> None:
         """Let the workers finish what is queued, then end them (``wait``: join them that long)."""
         with self._lock:
-            self._stopping = True
             self._ready.append(_STOP)
             self._wakeup.notify_all()
         if wait is not None:

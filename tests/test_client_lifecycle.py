@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
 import threading
 
@@ -199,22 +200,38 @@ def test_channel_and_consumer_tables_raise_naming_both_and_keep_the_first_reason
     from amqwire.client.lifecycle import (
         CHANNEL_PHASES,
         CONSUMER_PHASES,
+        HANDSHAKE_STEPS,
+        PRODUCER_PHASES,
+        REQUEST_PHASES,
+        SENDER_PHASES,
         ChannelSignal,
         ChannelPhase,
         ConsumerSignal,
         ConsumerPhase,
+        HandshakeSignal,
+        HandshakeStep,
         Machine,
+        ProducerPhase,
+        ProducerSignal,
+        RequestPhase,
+        RequestSignal,
+        SenderPhase,
+        SenderSignal,
     )
 
     for table, states, events in ((CHANNEL_PHASES, ChannelPhase, ChannelSignal),
-                                  (CONSUMER_PHASES, ConsumerPhase, ConsumerSignal)):
+                                  (CONSUMER_PHASES, ConsumerPhase, ConsumerSignal),
+                                  (REQUEST_PHASES, RequestPhase, RequestSignal),
+                                  (PRODUCER_PHASES, ProducerPhase, ProducerSignal),
+                                  (SENDER_PHASES, SenderPhase, SenderSignal),
+                                  (HANDSHAKE_STEPS, HandshakeStep, HandshakeSignal)):
         for state in states:
             for event in events:
                 machine = Machine(table, state, None, "thing 1")
                 if (state, event) in table:
                     assert machine.fire(event) is state and machine.state is table[state, event]
                 else:
-                    with pytest.raises(InvalidStateError, match=f"thing 1: {event} is not possible while {state}"):
+                    with pytest.raises(InvalidStateError, match=re.escape(f"thing 1: {event} is not possible while {state}")):
                         machine.fire(event)
     channel = Machine(CHANNEL_PHASES, ChannelPhase.OPENING, ChannelPhase.CLOSED, "channel 1")
     channel.fire(ChannelSignal.OPENED)
@@ -225,6 +242,35 @@ def test_channel_and_consumer_tables_raise_naming_both_and_keep_the_first_reason
     channel.fire(ChannelSignal.CLOSED, first)
     channel.fire(ChannelSignal.CONNECTION_GONE, second)
     assert channel.state is ChannelPhase.CLOSED and channel.reason is first
+
+
+def test_a_request_given_up_on_is_waited_for_and_the_producer_closes_one_way():
+    from amqwire.client.lifecycle import (
+        PRODUCER_PHASES,
+        REQUEST_PHASES,
+        Machine,
+        ProducerPhase as P,
+        ProducerSignal as PS,
+        RequestPhase as R,
+        RequestSignal as RS,
+    )
+
+    request = Machine(REQUEST_PHASES, R.IDLE, None, "channel 1's request")
+    for signal, state in ((RS.SEND, R.WAITING), (RS.ABANDON, R.ABANDONED), (RS.REPLY, R.IDLE),
+                          (RS.SEND, R.WAITING), (RS.END, R.IDLE)):
+        request.fire(signal)
+        assert request.state is state
+    with pytest.raises(InvalidStateError, match="channel 1's request: its caller gave up is not possible while idle"):
+        request.fire(RS.ABANDON)
+    closing = [PS.START, PS.CLOSE, PS.STOP, PS.FINISH]
+    producer = Machine(PRODUCER_PHASES, P.NEW, P.CLOSED, "producer")
+    assert [producer.fire(signal) for signal in closing] == [P.NEW, P.OPEN, P.CLOSING, P.STOPPING]
+    assert producer.state is P.CLOSED
+    # a sender that failed: refused at once, what it held failed, close() still closes
+    producer = Machine(PRODUCER_PHASES, P.NEW, P.CLOSED, "producer")
+    for signal in (PS.START, PS.SENDER_FAILED, PS.FINISH, PS.CLOSE, PS.STOP, PS.FINISH):
+        producer.fire(signal)
+    assert producer.state is P.CLOSED
 
 
 def test_a_channel_goes_down_with_its_connection_and_comes_back_open(run):

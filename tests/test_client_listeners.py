@@ -304,6 +304,49 @@ def test_deliveries_for_an_unknown_consumer_are_nacked_back(run, caplog):
     assert len(warnings) == 1, "logged once per channel"
 
 
+def test_the_dispatch_answers_unknown_deliveries_after_it_never_from_inside(run, monkeypatch):
+    # The core's output is handled without calling back into the core: the nacks the
+    # dispatch owes are queued once it is over.
+    import threading
+
+    from amqwire.client import protocol as proto
+    from amqwire.client.session import ConnectionBase
+
+    inside = threading.local()
+    calls_inside: list[str] = []
+    dispatch = ConnectionBase._dispatch
+
+    def watched_dispatch(self, *args, **kwargs):
+        inside.active = True
+        try:
+            return dispatch(self, *args, **kwargs)
+        finally:
+            inside.active = False
+
+    monkeypatch.setattr(ConnectionBase, "_dispatch", watched_dispatch)
+    def watching(name):
+        real = getattr(proto.ConnectionProtocol, name)
+
+        def watched(self, *args, **kwargs):
+            if getattr(inside, "active", False):
+                calls_inside.append(name)
+            return real(self, *args, **kwargs)
+        return watched
+
+    for name in ("basic_ack", "basic_nack", "basic_reject", "send_method", "connection_lost", "drain_unconfirmed"):
+        monkeypatch.setattr(proto.ConnectionProtocol, name, watching(name))
+
+    async def scenario(api):
+        conn, ch, q, _ = await late_consumer(api, with_default=False)
+        deadline = time.monotonic() + 15
+        while (await ch.queue_declare(q, passive=True)).message_count != 3:
+            assert time.monotonic() < deadline, "the orphan deliveries never went back to the queue"
+            await asyncio.sleep(0.05)
+
+    run(scenario)
+    assert calls_inside == []
+
+
 # --------------------------------------------------------------------------- exception handler
 
 

@@ -52,6 +52,7 @@ from amqwire.codec import (
 )
 from amqwire.client import protocol as proto
 from amqwire.client.errors import AMQPError, AuthenticationError, InvalidStateError, NotFound
+from amqwire.client.lifecycle import fire
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # the contract calls the channel.flow event ChannelFlow; the module names it ChannelFlowChanged
@@ -1477,8 +1478,8 @@ def test_initiate_twice():
 
 ConnectionState = proto.ConnectionState
 ChannelStatus = proto.ChannelStatus
-ConnectionEvent = proto.ConnectionEvent
-ChannelEvent = proto.ChannelEvent
+ConnectionEvent = proto.WireSignal
+ChannelEvent = proto.WireChannelSignal
 TABLES = {"connection": proto.CONNECTION_TRANSITIONS, "channel": proto.CHANNEL_TRANSITIONS}
 EVENTS = {"connection": ConnectionEvent, "channel": ChannelEvent}
 INITIAL_STATES = {"connection": ConnectionState.NEW, "channel": ChannelStatus.OPENING}
@@ -1555,46 +1556,44 @@ ILLEGAL_TRANSITIONS = [
 
 @pytest.mark.parametrize("machine, current, event", ILLEGAL_TRANSITIONS)
 def test_every_pair_not_in_the_table_raises_naming_state_and_event(machine, current, event):
-    message = f"{machine} cannot take {event.value} in state {current.name.lower()}"
+    message = f"{machine}: {event.value} is not possible while {current.name.lower()}"
     with pytest.raises(InvalidStateError, match=f"^{message}$"):
-        proto.transition(TABLES[machine], machine, current, event)
+        fire(TABLES[machine], machine, current, event)
 
 
 @pytest.mark.parametrize("machine", sorted(TABLES))
 def test_every_pair_in_the_table_goes_where_it_says(machine):
     for (current, event), new in TABLES[machine].items():
-        assert proto.transition(TABLES[machine], machine, current, event) is new
+        assert fire(TABLES[machine], machine, current, event) is new
 
 
 def test_the_core_refuses_an_illegal_state_change_and_keeps_its_state():
     p, broker, _ = connect()
     cid = open_channel(p, broker)
-    with pytest.raises(InvalidStateError, match="the connection cannot take send protocol header in state open"):
+    with pytest.raises(InvalidStateError, match="the connection: send protocol header is not possible while open"):
         p._fire(ConnectionEvent.SEND_PROTOCOL_HEADER)
     assert p.state is ConnectionState.OPEN
     record = p.channel_state(cid)
-    with pytest.raises(InvalidStateError, match=f"channel {cid} cannot take recv open-ok in state open"):
-        record._apply(ChannelEvent.RECV_OPEN_OK)
+    with pytest.raises(InvalidStateError, match=f"channel {cid}: recv open-ok is not possible while open"):
+        record._fire(ChannelEvent.RECV_OPEN_OK)
     assert record.state is ChannelStatus.OPEN
 
 
-# Every state change is logged at DEBUG by proto.transition: record (from, event, to) from the log.
+# Every state change is logged at DEBUG by lifecycle.fire: record (from, signal, to) from the log.
 class _TransitionLog(logging.Handler):
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.changes = []
 
     def emit(self, record):
-        subject, current, new, event = record.args
-        if subject == "the connection":
-            self.changes.append((ConnectionState[current.upper()], ConnectionEvent(event), ConnectionState[new.upper()]))
-        else:
-            self.changes.append((ChannelStatus[current.upper()], ChannelEvent(event), ChannelStatus[new.upper()]))
+        subject, current, new, signal = record.args
+        if subject == "the connection" or subject.startswith("channel "):
+            self.changes.append((current, signal, new))
 
 
 @pytest.fixture
 def state_changes():
-    logger = logging.getLogger("amqwire.client.protocol")
+    logger = logging.getLogger("amqwire.client.lifecycle")
     handler, level = _TransitionLog(), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
@@ -1949,7 +1948,7 @@ def test_data_before_initiate_is_refused():
 
 
 # The core's modules; every other module reads the core through its public names only.
-CORE_MODULES = {"protocol.py", "events.py", "states.py"}
+CORE_MODULES = {"protocol.py", "events.py", "lifecycle.py"}
 CORE_NAMES = {"core", "_core", "proto", "protocol"}
 
 
@@ -2352,11 +2351,13 @@ PUBLIC_BEFORE_THE_SPLIT = [
 
 
 def test_the_core_names_still_import_from_protocol():
-    from amqwire.client import events, states
+    from amqwire.client import events, lifecycle
 
     for name in PUBLIC_BEFORE_THE_SPLIT:
         assert hasattr(proto, name), name
-    assert set(events.__all__) <= set(proto.__all__) and set(states.__all__) <= set(proto.__all__)
-    for module in (events, states):
-        for name in module.__all__:
+    wire = ["ConnectionState", "WireSignal", "ChannelStatus", "WireChannelSignal", "CONNECTION_TRANSITIONS",
+            "CHANNEL_TRANSITIONS"]
+    assert set(events.__all__) <= set(proto.__all__) and set(wire) <= set(proto.__all__)
+    for module, names in ((events, events.__all__), (lifecycle, wire)):
+        for name in names:
             assert getattr(proto, name) is getattr(module, name), name

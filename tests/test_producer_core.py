@@ -23,6 +23,7 @@ from amqwire.client.errors import (
 )
 from amqwire.client.encoding import decode_body, zstd_available
 from amqwire.client.message import Message, ReturnedMessage
+from amqwire.client.lifecycle import ProducerSignal, SenderSignal
 from amqwire.client.producer.compression import Compressor
 from amqwire.client.producer.core import ProducerCore
 from amqwire.client.producer.errors import BufferFullError, SendFailed, SendTimeout
@@ -538,7 +539,7 @@ def test_offers_wait_in_the_inbox_until_the_lock_holder_counts_them_in_order():
 
 def test_an_offer_wakes_an_idle_sender_once():
     core = make_core()
-    core._sender_idle = True
+    core._sender_fire(SenderSignal.WAIT)
     _offered(core)
     _offered(core)
     assert core._backend.wakes == 1 and not core._sender_idle
@@ -552,7 +553,7 @@ def test_whoever_moves_offers_found_by_no_one_awake_wakes_the_sender():
     _offered(core)
     _offered(core)
     assert core._backend.wakes == 0  # the sender was busy
-    core._sender_idle = True
+    core._sender_fire(SenderSignal.WAIT)
     core.stats()
     assert core._backend.wakes == 1 and not core._sender_idle
     core.stats()  # nothing moved: no wake
@@ -561,7 +562,7 @@ def test_whoever_moves_offers_found_by_no_one_awake_wakes_the_sender():
     core = make_core(linger=0.005, buffer_memory=290, compression=None)
     _offered(core, b"a" * 100)
     _offered(core, b"a" * 100)
-    core._sender_idle = True
+    core._sender_fire(SenderSignal.WAIT)
     slow, ok = _offered(core, b"a" * 40)  # 3 x the largest > 290: the slow path
     assert not ok
     with core._lock:
@@ -611,7 +612,8 @@ def test_settling_wakes_the_waiters_only_when_a_flush_or_a_caller_waiting_for_ro
 def test_an_offer_racing_close_is_refused_or_settled_never_stranded():
     def close_now() -> None:  # close() runs between the offer's check and its append
         core._backend.before_future = None
-        core._closed = True
+        core._fire(ProducerSignal.CLOSE)
+        core._fire(ProducerSignal.STOP)
         core._fail_all(InvalidStateError("the producer was closed before the send completed"))
 
     core = make_core()
@@ -621,7 +623,8 @@ def test_an_offer_racing_close_is_refused_or_settled_never_stranded():
     assert not core._inbox and core.stats().pending == 0
     core = make_core()
     queued, _ = _offered(core)
-    core._closed = True
+    core._fire(ProducerSignal.CLOSE)
+    core._fire(ProducerSignal.STOP)
     core._fail_all(InvalidStateError("closed"))  # close() drains what was offered and fails it
     assert queued.done and isinstance(queued.future.outcomes[0][1], InvalidStateError)
     assert not core._inbox and core.stats().pending == 0
@@ -645,7 +648,7 @@ def test_bad_input_is_refused_at_the_call_with_the_codecs_typed_errors():
     with pytest.raises(ValueError, match="timeout must be"):
         queue(core, timeout=0)
     assert core.stats().sent == 0 and not core._queue
-    core._closed = True
+    core._fire(ProducerSignal.CLOSE)
     with pytest.raises(InvalidStateError, match="closed"):
         queue(core)
 

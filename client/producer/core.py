@@ -22,6 +22,18 @@ from amqwire.codec import AMQPSyntaxError, BasicProperties, FrameWriter, encode_
 from .. import delays
 from ..delays import ROCKETMQ_LEVELS, check_levels
 from ..errors import InvalidStateError, MessageReturned, PublishNacked
+from ..lifecycle import (
+    PRODUCER_FINISHED_PHASES,
+    PRODUCER_PHASES,
+    PRODUCER_REFUSING_PHASES,
+    PRODUCER_STOPPING_PHASES,
+    SENDER_PHASES,
+    Machine,
+    ProducerPhase,
+    ProducerSignal,
+    SenderPhase,
+    SenderSignal,
+)
 from ..url import ParametersLike, parameters_list
 from .compression import Compressor
 from .errors import BufferFullError, SendFailed, SendTimeout
@@ -87,7 +99,7 @@ class ProducerCore:
         "after_send", "_connect_options", "_random", "_inbox", "_largest", "_finished", "_queue",
         "_queued_bytes", "_retrying", "_inflight", "_buffered", "_pending", "_epochs", "_epoch",
         "_next_sweep", "_no_broker_until", "_sender_idle", "_flushing", "_room_waiters", "_pace_at", "_pacing",
-        "_closed", "_stopping",
+        "_closed", "_stopping", "_phase", "_sender",
         "_waiting", "_sent", "_confirmed", "_oneway", "_retried", "_failed", "_bytes",
         "_latencies", "_backend", "_lock", "_new_future", "_resolve", "_resolve_all", "_wake", "_notify",
         "_tracing", "delay_levels",
@@ -194,7 +206,6 @@ class ProducerCore:
         # into _queue (_drain), where everything is counted.
         self._inbox: Deque[OutgoingMessage] = deque()
         self._largest = 0  # the largest message offered: bounds the inbox's bytes
-        self._finished = False  # close() failed what was left: nothing is drained any more
         self._queue: Deque[OutgoingMessage] = deque()
         self._queued_bytes = 0
         self._retrying: list[OutgoingMessage] = []  # waiting for their back-off
@@ -205,7 +216,6 @@ class ProducerCore:
         self._epoch = 0
         self._next_sweep = FOREVER
         self._no_broker_until = 0.0
-        self._sender_idle = False
         self._flushing = 0
         # callers waiting for room in the buffer: while there are none, a settled send wakes
         # the waiters (flushes) only when it completes an epoch
@@ -214,8 +224,14 @@ class ProducerCore:
         # waits until the sender has taken them down to half (see Producer._pace in flows_async.py).
         self._pace_at = 2 * max(max_in_flight, batch_size)
         self._pacing = 0  # callers waiting so
-        self._closed = False  # no more sends
-        self._stopping = False  # the sender ends once everything is settled
+        # Where the producer and its sender are (lifecycle.py).  What the hot paths read of
+        # them are views, written by _fire and _sender_fire alone: _closed (no more sends),
+        # _stopping (the sender ends once everything is settled), _finished (what was left
+        # failed: nothing is drained any more), _sender_idle (an offer must wake it).
+        self._phase = Machine(PRODUCER_PHASES, ProducerPhase.NEW, ProducerPhase.CLOSED, "producer")
+        self._sender = Machine(SENDER_PHASES, SenderPhase.BUSY, None, "producer's sender")
+        self._fire(None)
+        self._sender_fire(None)
         self._waiting = "the producer's queue"  # what the sender waits for now
         # statistics
         self._sent = 0
@@ -323,7 +339,7 @@ class ProducerCore:
             self._reclaim(message)
         if self._sender_idle and (self.linger == 0 or len(inbox) == 1 or len(inbox) >= self.batch_size
                                   or self._queued_bytes + len(inbox) * self._largest >= self.batch_bytes):
-            self._sender_idle = False  # racing callers may wake it twice: harmless
+            self._sender_fire(SenderSignal.WAKE)
             self._wake()
         return True
 
@@ -391,7 +407,7 @@ class ProducerCore:
             self._next_sweep = message.deadline
         if self._sender_idle and (self.linger == 0 or was_empty or len(self._queue) >= self.batch_size
                                   or self._queued_bytes >= self.batch_bytes):
-            self._sender_idle = False
+            self._sender_fire(SenderSignal.WAKE)
             return 2
         return 1
 
@@ -469,7 +485,7 @@ class ProducerCore:
             message.stage = f"the back-off before retry {len(message.attempts)}"
             self._retrying.append(message)
             self._retried += 1
-            self._sender_idle = False
+            self._sender_fire(SenderSignal.WAKE)
         self._wake()
 
     def _backoff(self, attempt: int) -> float:
@@ -583,7 +599,7 @@ class ProducerCore:
                     message.not_before = 0.0
                     message.stage = "the producer's queue"
                     self._retrying.append(message)
-            self._sender_idle = False
+            self._sender_fire(SenderSignal.WAKE)
         self._wake()
 
     def _confirmed_cb(self, message: OutgoingMessage, broker: Broker, write: int) -> Callable[[Any], None]:
@@ -704,16 +720,31 @@ class ProducerCore:
             epoch = self._epoch
             self._epoch += 1
             self._flushing += 1
-            self._sender_idle = False
+            self._sender_fire(SenderSignal.WAKE)
         self._wake()
         return epoch
+
+    def _fire(self, signal: Optional[ProducerSignal]) -> None:
+        """The one way the producer's phase changes (under ``_lock``; None: set the views)."""
+        if signal is not None:
+            self._phase.fire(signal)
+        phase = self._phase.state
+        self._closed = phase in PRODUCER_REFUSING_PHASES
+        self._stopping = phase in PRODUCER_STOPPING_PHASES
+        self._finished = phase in PRODUCER_FINISHED_PHASES
+
+    def _sender_fire(self, signal: Optional[SenderSignal]) -> None:
+        """The one way the sender's phase changes (None: set the view)."""
+        if signal is not None:
+            self._sender.fire(signal)
+        self._sender_idle = self._sender.state is SenderPhase.IDLE
 
     def _fail_all(self, error: BaseException, writing: Sequence[OutgoingMessage] = ()) -> None:
         """Settle everything still held (the producer is closing, or its sender died with
         the batch it was ``writing``)."""
         with self._lock:
             self._drain()
-            self._finished = True
+            self._fire(ProducerSignal.FINISH)
             held = list(writing) + list(self._queue) + self._retrying + list(self._inflight)
             self._queue.clear()
             self._queued_bytes = 0
@@ -727,7 +758,7 @@ class ProducerCore:
             # offers it holds may have found the sender busy, and woken nobody).
             wake = self._drain() > 0 and self._sender_idle
             if wake:
-                self._sender_idle = False
+                self._sender_fire(SenderSignal.WAKE)
             p50, p90, p99, pmax = self._latencies.percentiles(50, 90, 99, 100)
             stats = ProducerStats(
                 sent=self._sent, confirmed=self._confirmed, oneway=self._oneway, retried=self._retried,

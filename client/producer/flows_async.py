@@ -26,6 +26,7 @@ from ..errors import (
     InvalidStateError,
     OperationTimeout,
 )
+from ..lifecycle import ProducerPhase, ProducerSignal, SenderSignal
 from ..url import ParametersLike
 from .core import TICK, ProducerCore
 from .message import Body, OutgoingMessage, SendResult
@@ -52,14 +53,13 @@ class Producer(ProducerCore):
     runs in.
     """
 
-    __slots__ = ("_started", "_wait_result")
+    __slots__ = ("_wait_result",)
 
     _backend: AsyncioWaiting  # the core's slot, typed as this transport's backend
 
     def __init__(self, urls: Union[ParametersLike, Sequence[ParametersLike], None] = None, **options: Any) -> None:
         super().__init__(AsyncioWaiting(), urls, **options)
         self._wait_result = self._backend.wait_result  # once per send: bound here
-        self._started = False
         if False and not TYPE_CHECKING:  # blocking only
             self._open_once()
 
@@ -68,8 +68,9 @@ class Producer(ProducerCore):
             return self._open_once().__await__()
 
     async def _open_once(self: _Self) -> _Self:
-        if not self._started:
-            self._started = True
+        if self._phase.state is ProducerPhase.NEW:
+            with self._lock:
+                self._fire(ProducerSignal.START)
             await self._start()
         return self
 
@@ -275,14 +276,14 @@ class Producer(ProducerCore):
             await self._backend.join_sender(timeout)
             return
         with self._lock:
-            self._closed = True
+            self._fire(ProducerSignal.CLOSE)
         try:
             await self.flush(timeout)
         except OperationTimeout:
             log.warning("producer closed with %d sends unsettled after %s s", self._pending, timeout)
         with self._lock:
-            self._stopping = True
-            self._sender_idle = False
+            self._fire(ProducerSignal.STOP)
+            self._sender_fire(SenderSignal.WAKE)
         self._wake()
         await self._backend.join_sender(TICK * 4)
         self._fail_all(InvalidStateError("the producer was closed before the send completed"))
@@ -309,7 +310,7 @@ class Producer(ProducerCore):
                             return
                         # in this order: an offer that sees the sender idle wakes it after the clear
                         self._backend.clear_work()
-                        self._sender_idle = True
+                        self._sender_fire(SenderSignal.WAIT)
                 if batch:
                     if self._pacing and len(self._inbox) + len(self._queue) <= self._pace_at // 2:
                         self._notify()  # callers pacing themselves can go on
@@ -320,7 +321,7 @@ class Producer(ProducerCore):
         except BaseException as exc:
             log.exception("producer: the sender failed")
             with self._lock:
-                self._closed = True  # nothing would send what comes next: refused at the call
+                self._fire(ProducerSignal.SENDER_FAILED)  # nothing would send what comes next: refused at the call
             # The batch it was writing is in no queue: it fails with the rest (settling is once).
             self._fail_all(InvalidStateError(f"the producer's sender failed: {exc!r}"), batch)
             if not isinstance(exc, Exception):

@@ -28,6 +28,7 @@ from ..errors import (
     InvalidStateError,
     OperationTimeout,
 )
+from ..lifecycle import ProducerPhase, ProducerSignal, SenderSignal
 from ..url import ParametersLike
 from .core import TICK, ProducerCore
 from .message import Body, OutgoingMessage, SendResult
@@ -51,19 +52,19 @@ class Producer(ProducerCore):
     runs in.
     """
 
-    __slots__ = ("_started", "_wait_result")
+    __slots__ = ("_wait_result",)
 
     _backend: ThreadWaiting  # the core's slot, typed as this transport's backend
 
     def __init__(self, urls: Union[ParametersLike, Sequence[ParametersLike], None] = None, **options: Any) -> None:
         super().__init__(ThreadWaiting(), urls, **options)
         self._wait_result = self._backend.wait_result  # once per send: bound here
-        self._started = False
         self._open_once()
 
     def _open_once(self: _Self) -> _Self:
-        if not self._started:
-            self._started = True
+        if self._phase.state is ProducerPhase.NEW:
+            with self._lock:
+                self._fire(ProducerSignal.START)
             self._start()
         return self
 
@@ -269,14 +270,14 @@ class Producer(ProducerCore):
             self._backend.join_sender(timeout)
             return
         with self._lock:
-            self._closed = True
+            self._fire(ProducerSignal.CLOSE)
         try:
             self.flush(timeout)
         except OperationTimeout:
             log.warning("producer closed with %d sends unsettled after %s s", self._pending, timeout)
         with self._lock:
-            self._stopping = True
-            self._sender_idle = False
+            self._fire(ProducerSignal.STOP)
+            self._sender_fire(SenderSignal.WAKE)
         self._wake()
         self._backend.join_sender(TICK * 4)
         self._fail_all(InvalidStateError("the producer was closed before the send completed"))
@@ -303,7 +304,7 @@ class Producer(ProducerCore):
                             return
                         # in this order: an offer that sees the sender idle wakes it after the clear
                         self._backend.clear_work()
-                        self._sender_idle = True
+                        self._sender_fire(SenderSignal.WAIT)
                 if batch:
                     if self._pacing and len(self._inbox) + len(self._queue) <= self._pace_at // 2:
                         self._notify()  # callers pacing themselves can go on
@@ -314,7 +315,7 @@ class Producer(ProducerCore):
         except BaseException as exc:
             log.exception("producer: the sender failed")
             with self._lock:
-                self._closed = True  # nothing would send what comes next: refused at the call
+                self._fire(ProducerSignal.SENDER_FAILED)  # nothing would send what comes next: refused at the call
             # The batch it was writing is in no queue: it fails with the rest (settling is once).
             self._fail_all(InvalidStateError(f"the producer's sender failed: {exc!r}"), batch)
             if not isinstance(exc, Exception):

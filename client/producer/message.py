@@ -32,7 +32,7 @@ class OutgoingMessage:
     the wire (compressed, with the message id)."""
 
     __slots__ = (
-        "exchange", "routing_key", "body", "_properties", "_with_id", "mandatory", "message_id", "oneway",
+        "exchange", "routing_key", "body", "_properties", "_id_to_add", "mandatory", "message_id", "oneway",
         "timeout", "deadline", "started", "attempts", "future", "size", "not_before", "stage",
         "epoch", "done", "broker", "solo", "span", "key", "delay_route",
     )
@@ -43,11 +43,12 @@ class OutgoingMessage:
         self.exchange = exchange
         self.routing_key = routing_key
         self.body = body
-        # with_id: message_id was made by the producer and is not in _properties yet.  The
-        # properties carrying it are made when asked for: a long-lived object less per send
-        # (the garbage collector's work grows with every object alive until the confirm).
+        # with_id: message_id was made by the producer and is not in _properties yet
+        # (_id_to_add).  The properties carrying it are made when asked for: a long-lived
+        # object less per send (the garbage collector's work grows with every object alive
+        # until the confirm).
         self._properties = properties
-        self._with_id = with_id
+        self._id_to_add = message_id if with_id else None
         self.mandatory = mandatory
         self.message_id = message_id
         self.oneway = oneway
@@ -69,23 +70,24 @@ class OutgoingMessage:
 
     @property
     def properties(self) -> Optional[BasicProperties]:
-        if self._with_id:
+        if self._id_to_add is not None:
             self._properties = self.wire_properties()
-            self._with_id = False
+            self._id_to_add = None
         return self._properties
 
     @properties.setter
     def properties(self, value: Optional[BasicProperties]) -> None:
         self._properties = value
-        self._with_id = False
+        self._id_to_add = None
 
     def wire_properties(self) -> Optional[BasicProperties]:
         """The properties to encode (``properties``, without keeping what it makes)."""
-        if not self._with_id:
+        message_id = self._id_to_add
+        if message_id is None:
             return self._properties
         if self._properties is None:
-            return BasicProperties(message_id=self.message_id)
-        return replace_properties(self._properties, message_id=self.message_id)
+            return BasicProperties(message_id=message_id)
+        return replace_properties(self._properties, message_id=message_id)
 
     def __repr__(self) -> str:
         return (f"<OutgoingMessage {self.message_id} exchange={self.exchange!r} "

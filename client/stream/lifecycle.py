@@ -14,6 +14,8 @@ a bug of the client: ``InvalidStateError`` names both.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from typing import Final
 
 from ..lifecycle import Machine
 
@@ -51,30 +53,38 @@ class ProducerSignal(enum.Enum):
 P, PE = ProducerPhase, ProducerSignal
 #: Sends are written now (in the others they wait, or fail in the final ones).
 PRODUCER_SENDING_PHASES = frozenset({P.OPEN, P.CLOSING})
-PRODUCER_PHASES: dict[tuple[ProducerPhase, ProducerSignal], ProducerPhase] = {
+PRODUCER_PHASES: Final[Mapping[tuple[ProducerPhase, ProducerSignal], ProducerPhase]] = {
     (P.DECLARING, PE.DECLARED): P.OPEN,
     (P.DECLARING, PE.LOST): P.DOWN,
     (P.DECLARING, PE.FAIL): P.FAILED,
     (P.DECLARING, PE.CLOSE): P.CLOSED,  # closed while its relocation runs: nothing left on the broker
+
     (P.OPEN, PE.LOST): P.DOWN,
     (P.OPEN, PE.FAIL): P.FAILED,
     (P.OPEN, PE.CLOSE): P.CLOSING,
+
     (P.DOWN, PE.LOST): P.DOWN,  # a relocation attempt failed
     (P.DOWN, PE.RELOCATE): P.DECLARING,
     (P.DOWN, PE.FAIL): P.FAILED,
     (P.DOWN, PE.CLOSE): P.CLOSED,
-    (P.CLOSING, PE.CLOSED): P.CLOSED,
+
     (P.CLOSING, PE.LOST): P.CLOSED,  # lost while closing: what was unconfirmed has failed
     (P.CLOSING, PE.FAIL): P.CLOSED,
     (P.CLOSING, PE.CLOSE): P.CLOSING,
+    (P.CLOSING, PE.CLOSED): P.CLOSED,
+
+    (P.CLOSED, PE.DECLARED): P.CLOSED,
+    (P.CLOSED, PE.LOST): P.CLOSED,  # late news of a producer that ended changes nothing
+    (P.CLOSED, PE.FAIL): P.CLOSED,
     (P.CLOSED, PE.CLOSE): P.CLOSED,
+    (P.CLOSED, PE.CLOSED): P.CLOSED,
+
+    (P.FAILED, PE.DECLARED): P.FAILED,
+    (P.FAILED, PE.LOST): P.FAILED,  # late news, as above
+    (P.FAILED, PE.FAIL): P.FAILED,
     (P.FAILED, PE.CLOSE): P.CLOSED,
+    (P.FAILED, PE.CLOSED): P.FAILED,
 }
-# Late news of a producer that ended changes nothing.
-for _signal in (PE.LOST, PE.FAIL, PE.CLOSED, PE.DECLARED):
-    PRODUCER_PHASES.setdefault((P.CLOSED, _signal), P.CLOSED)
-    PRODUCER_PHASES.setdefault((P.FAILED, _signal), P.FAILED)
-del _signal
 
 
 class ConsumerPhase(enum.Enum):
@@ -106,35 +116,51 @@ class ConsumerSignal(enum.Enum):
 C, CE = ConsumerPhase, ConsumerSignal
 #: The iterator waits for more in these (in the others it ends, or raises why).
 CONSUMER_LIVE_PHASES = frozenset({C.SUBSCRIBING, C.ACTIVE, C.DOWN})
-CONSUMER_PHASES: dict[tuple[ConsumerPhase, ConsumerSignal], ConsumerPhase] = {
+CONSUMER_PHASES: Final[Mapping[tuple[ConsumerPhase, ConsumerSignal], ConsumerPhase]] = {
     (C.SUBSCRIBING, CE.SUBSCRIBED): C.ACTIVE,
     (C.SUBSCRIBING, CE.LOST): C.DOWN,
+    (C.SUBSCRIBING, CE.END): C.ENDED,  # the end was reached before the resubscription: nothing more to read
     (C.SUBSCRIBING, CE.FAIL): C.FAILED,
     (C.SUBSCRIBING, CE.CLOSE): C.CLOSED,
-    (C.SUBSCRIBING, CE.END): C.ENDED,  # the end was reached before the resubscription: nothing more to read
+
     (C.ACTIVE, CE.LOST): C.DOWN,
     (C.ACTIVE, CE.END): C.ENDED,
     (C.ACTIVE, CE.FAIL): C.FAILED,
     (C.ACTIVE, CE.CLOSE): C.CLOSING,
+
     (C.DOWN, CE.LOST): C.DOWN,
     (C.DOWN, CE.RESUBSCRIBE): C.SUBSCRIBING,
     (C.DOWN, CE.END): C.ENDED,
     (C.DOWN, CE.FAIL): C.FAILED,
     (C.DOWN, CE.CLOSE): C.CLOSED,
-    (C.CLOSING, CE.CLOSED): C.CLOSED,
-    (C.CLOSING, CE.LOST): C.CLOSED,
-    (C.CLOSING, CE.FAIL): C.CLOSED,
-    (C.CLOSING, CE.END): C.CLOSING,
-    (C.CLOSING, CE.CLOSE): C.CLOSING,
+
+    (C.ENDED, CE.SUBSCRIBED): C.ENDED,
+    (C.ENDED, CE.LOST): C.ENDED,  # late news of a consumer that ended changes nothing
+    (C.ENDED, CE.END): C.ENDED,
+    (C.ENDED, CE.FAIL): C.ENDED,
     (C.ENDED, CE.CLOSE): C.CLOSED,
+    (C.ENDED, CE.CLOSED): C.ENDED,
+
+    (C.CLOSING, CE.LOST): C.CLOSED,
+    (C.CLOSING, CE.END): C.CLOSING,
+    (C.CLOSING, CE.FAIL): C.CLOSED,
+    (C.CLOSING, CE.CLOSE): C.CLOSING,
+    (C.CLOSING, CE.CLOSED): C.CLOSED,
+
+    (C.CLOSED, CE.SUBSCRIBED): C.CLOSED,
+    (C.CLOSED, CE.LOST): C.CLOSED,  # late news, as above
+    (C.CLOSED, CE.END): C.CLOSED,
+    (C.CLOSED, CE.FAIL): C.CLOSED,
     (C.CLOSED, CE.CLOSE): C.CLOSED,
+    (C.CLOSED, CE.CLOSED): C.CLOSED,
+
+    (C.FAILED, CE.SUBSCRIBED): C.FAILED,
+    (C.FAILED, CE.LOST): C.FAILED,  # late news, as above
+    (C.FAILED, CE.END): C.FAILED,
+    (C.FAILED, CE.FAIL): C.FAILED,
     (C.FAILED, CE.CLOSE): C.CLOSED,
+    (C.FAILED, CE.CLOSED): C.FAILED,
 }
-for _event in (CE.LOST, CE.FAIL, CE.CLOSED, CE.END, CE.SUBSCRIBED):
-    CONSUMER_PHASES.setdefault((C.ENDED, _event), C.ENDED)
-    CONSUMER_PHASES.setdefault((C.CLOSED, _event), C.CLOSED)
-    CONSUMER_PHASES.setdefault((C.FAILED, _event), C.FAILED)
-del _event
 
 
 def new_producer_machine(name: str) -> Machine:

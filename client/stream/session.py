@@ -100,7 +100,7 @@ class LinkBase:
         "_env", "params", "_io", "_lock", "_core", "_lifecycle", "_ssl_context", "_peer", "_flush_later",
         "_observer", "_batched", "_writable", "heartbeat", "frame_max", "server_properties",
         "connection_properties", "node", "_waiters", "_handshake_waiter", "_producers", "_consumers",
-        "exception_handler", "__weakref__",
+        "exception_handler", "_owed_credit", "__weakref__",
     )
 
     def __init__(self, env: Any, params: StreamParameters, io: Callable[[Any], Any]) -> None:
@@ -113,9 +113,11 @@ class LinkBase:
         self._core = self._new_core()
         self._lifecycle = Lifecycle(f"stream link to {params}")
         self._peer: Any = None
-        self._flush_later: Any = False
+        self._flush_later: Any = 0  # the batch() depth (threads), or a flush scheduled on the loop (asyncio)
         self._observer = None  # the I/O reads it: nothing watches a stream link's bytes
         self._batched: list[Any] = []  # inboxes holding deliveries of the current read (blocking)
+        # (subscription, credit) the dispatch of a read gives back: queued on the core after it
+        self._owed_credit: list[tuple[int, int]] = []
         self._writable = self._io.new_flag()
         self._writable.set()
         self.heartbeat = 0
@@ -232,16 +234,35 @@ class LinkBase:
             lock.release()
         if core.pending_output:
             self._flush_quietly()
+        moved: list[tuple[str, int]] = []
         if events:
-            self._dispatch(events)
+            lost = self._dispatch(events, moved)
+            if lost is not None:  # the broker's close, before any fault of the same read
+                error = lost
         if self._batched:
             batched, self._batched = self._batched, []
             for inbox in batched:
                 inbox.hand_over()
+        if self._owed_credit:
+            self._pay_owed_credit()
+        for stream, code in moved:
+            self._env._on_stream_moved(self, stream, code)
         if error is not None:
             self._on_lost(error)
 
-    def _dispatch(self, events: list[Any]) -> None:
+    def _pay_owed_credit(self) -> None:
+        with self._lock:
+            owed, self._owed_credit = self._owed_credit, []
+            if self._lifecycle.usable:
+                for subscription_id, credit in owed:
+                    self._core.credit(subscription_id, credit)
+        self._flush_quietly()
+
+    def _dispatch(self, events: list[Any], moved: list[tuple[str, int]]) -> Optional[BaseException]:
+        """Hand the core's events to producers, consumers and waiters, without calling the
+        core: credit given back is queued after (_pay_owed_credit), the streams the broker
+        moved go to ``moved``, and a close by the broker is returned, the loss to handle
+        once the dispatch is over."""
         for event in events:
             kind = type(event)
             if kind is proto.Confirmed:
@@ -261,7 +282,7 @@ class LinkBase:
                 if producer is not None:
                     producer._on_publish_errors(event.errors)
             elif kind is proto.MetadataChanged:
-                self._env._on_stream_moved(self, event.stream, event.code)
+                moved.append((event.stream, event.code))
             elif kind is proto.CreditRefused:
                 log.warning("%s: the broker refused credit for subscription %d: %s", self.params,
                             event.subscription_id, response_error(event.code, "credit"))
@@ -270,10 +291,8 @@ class LinkBase:
             elif kind is proto.HandshakeFailed:
                 _fail(self._handshake_waiter, event.error)
             elif kind is proto.BrokerClosed:
-                error = self._lifecycle.error or StreamConnectionClosed(event.code, event.reason, str(self.params))
-                self._flush_quietly()  # our CloseResponse
-                self._on_lost(error)
-                return
+                return self._lifecycle.error or StreamConnectionClosed(event.code, event.reason, str(self.params))
+        return None
 
     def _handshake_done(self, event: proto.HandshakeDone) -> None:
         self.frame_max = event.frame_max
@@ -842,7 +861,7 @@ class StreamConsumerBase:
             if end is not None and next_offset is not None and next_offset > end:
                 self._reach_end()
                 return
-            link._credit(self._subscription_id, 1)
+            link._owed_credit.append((self._subscription_id, 1))  # queued once the dispatch is over
             return
         messages = [StreamMessage(start + index, timestamp, data) for index, data in enumerate(records)]
         last = start + len(records) - 1
