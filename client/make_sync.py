@@ -62,6 +62,7 @@ RENAMES = {
     "io_asyncio": "io_threads",
     "AsyncioIO": "ThreadIO",
     "ConfirmFuture": "PublishFuture",
+    "AsyncConnectionIO": "SyncConnectionIO",
     # the stream-protocol client (client/stream/)
     "AsyncLink": "SyncLink",
     "AsyncStreamConnection": "SyncStreamConnection",

@@ -50,6 +50,7 @@ from amqwire.codec import (
 from amqwire.codec.parser import DeliveryIterator
 
 from .io_asyncio import Opener, AsyncioIO, ChannelWaits, ConfirmFuture, Inbox
+from .io_contract import AsyncConnectionIO
 from .lifecycle import CHANNEL_OPEN_PHASES, OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
@@ -103,10 +104,13 @@ class AsyncConnection(ConnectionBase):
 
     __slots__ = ()  # all in ConnectionBase's
 
-    _io: AsyncioIO
+    _io: AsyncConnectionIO
 
     def __init__(self, parameters: list[ConnectionParameters], *, consumer_workers: int = 0, **options: Any) -> None:
-        super().__init__(parameters, lambda connection: AsyncioIO(connection, consumer_workers), **options)
+        def io(connection: ConnectionBase) -> AsyncConnectionIO:
+            return AsyncioIO(connection, consumer_workers)
+
+        super().__init__(parameters, io, **options)
 
     def channel(self, channel_id: Optional[int] = None, *, timeout: Optional[float] = None) -> Opener[AsyncChannel]:
         """Open a channel (the lowest free number unless given).  asyncio: ``ch = await

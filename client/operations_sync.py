@@ -52,6 +52,7 @@ from amqwire.codec import (
 from amqwire.codec.parser import DeliveryIterator
 
 from .io_threads import ThreadIO, ChannelWaits, PublishFuture, Inbox
+from .io_contract import SyncConnectionIO
 from .lifecycle import CHANNEL_OPEN_PHASES, OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
@@ -102,10 +103,13 @@ class SyncConnection(ConnectionBase):
 
     __slots__ = ()  # all in ConnectionBase's
 
-    _io: ThreadIO
+    _io: SyncConnectionIO
 
     def __init__(self, parameters: list[ConnectionParameters], *, consumer_workers: int = 0, **options: Any) -> None:
-        super().__init__(parameters, lambda connection: ThreadIO(connection, consumer_workers), **options)
+        def io(connection: ConnectionBase) -> SyncConnectionIO:
+            return ThreadIO(connection, consumer_workers)
+
+        super().__init__(parameters, io, **options)
 
     def channel(self, channel_id: Optional[int] = None, *, timeout: Optional[float] = None) -> SyncChannel:
         """Open a channel (the lowest free number unless given).  asyncio: ``ch = await

@@ -31,6 +31,7 @@ from ..errors import (
     OperationTimeout,
 )
 from ..io_asyncio import Opener, AsyncioIO
+from ..io_contract import AsyncConnectionIO
 from ..lifecycle import ConnectionSignal, ConnectionStatus
 from ..recovery import END
 from . import protocol as proto
@@ -111,10 +112,13 @@ class AsyncLink(LinkBase):
 
     __slots__ = ()
 
-    _io: AsyncioIO
+    _io: AsyncConnectionIO
 
     def __init__(self, env: Any, params: StreamParameters) -> None:
-        super().__init__(env, params, lambda link: AsyncioIO(link, 0))
+        def io(link: Any) -> AsyncConnectionIO:
+            return AsyncioIO(link, 0)
+
+        super().__init__(env, params, io)
 
     async def _open(self) -> None:
         """Connect and finish the handshake; raises why not (and the link is gone)."""

@@ -33,6 +33,7 @@ from ..errors import (
     OperationTimeout,
 )
 from ..io_threads import ThreadIO
+from ..io_contract import SyncConnectionIO
 from ..lifecycle import ConnectionSignal, ConnectionStatus
 from ..recovery import END
 from . import protocol as proto
@@ -109,10 +110,13 @@ class SyncLink(LinkBase):
 
     __slots__ = ()
 
-    _io: ThreadIO
+    _io: SyncConnectionIO
 
     def __init__(self, env: Any, params: StreamParameters) -> None:
-        super().__init__(env, params, lambda link: ThreadIO(link, 0))
+        def io(link: Any) -> SyncConnectionIO:
+            return ThreadIO(link, 0)
+
+        super().__init__(env, params, io)
 
     def _open(self) -> None:
         """Connect and finish the handshake; raises why not (and the link is gone)."""

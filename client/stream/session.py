@@ -36,6 +36,7 @@ from amqwire.codec import CodecError
 from amqwire.codec.stream.amqp10 import encode_message
 from amqwire.codec.stream.chunk import chunk_messages
 
+from ..io_contract import ConnectionIO
 from ..errors import AMQPConnectionError, AuthenticationError, ConnectionLost, InvalidStateError
 from ..lifecycle import OPENED_STATES, ConnectionSignal, ConnectionStatus, Lifecycle, Machine
 from ..listeners import CallbackError, ExceptionHandler, log_callback_error
@@ -103,7 +104,9 @@ class LinkBase:
         "exception_handler", "__weakref__",
     )
 
-    def __init__(self, env: Any, params: StreamParameters, io: Callable[[Any], Any]) -> None:
+    _io: ConnectionIO
+
+    def __init__(self, env: Any, params: StreamParameters, io: Callable[[Any], ConnectionIO]) -> None:
         self._env = env
         self.params = params
         self._ssl_context = env._ssl_context
