@@ -3,7 +3,7 @@
 The connection (``operations_sync.py``, generated) owns one ``StreamThreadWaiting`` and
 asks it for everything that depends on the transport, beyond each link's socket (the 0-9-1
 client's ``io_threads.ThreadIO``: its I/O thread reads, dispatches confirms and
-deliveries, and keeps the heartbeats): waiters, sleeping, background flows (threads), a
+deliveries, and keeps the heartbeats): sleeping, background flows (threads), a
 mutex, the producers' send futures (``StreamFuture``), the waits for their confirms, and
 when a producer's batch is written.  The asyncio counterpart is ``waiting_asyncio.py``.
 
@@ -21,98 +21,44 @@ import time
 from typing import Any, Callable, Optional
 
 from ..errors import AMQPConnectionError, InvalidStateError, OperationTimeout
-from ..io_threads import _Slot
+from ..io_threads import ThreadFuture, ThreadIO
 
 __all__ = ["StreamFuture", "StreamThreadWaiting", "ProducerWaits", "StreamInbox"]
 
 log = logging.getLogger("amqwire.client.stream")
 
 LINGER = 0.0005  # seconds a batch that is not full waits for more sends before it is written
-_CALLBACKS = threading.Lock()  # registering a callback against settling a future
 
 
-class StreamFuture:
+class StreamFuture(ThreadFuture[int]):
     """The outcome of one send (or one ``send_batch``): the publishing id once the broker
     confirmed it, or the error it failed with (``StreamPublishFailed``, ...)."""
 
-    __slots__ = ("_producer", "_state", "_value", "_error", "_callbacks")
+    __slots__ = ("_producer",)
 
     def __init__(self) -> None:
+        super().__init__()
         self._producer: Any = None  # set by the send that made it
-        self._state = 0  # 0 pending, 1 confirmed, 2 failed
-        self._value = 0
-        self._error: Optional[BaseException] = None
-        self._callbacks: Optional[list[list[Callable[["StreamFuture"], Any]]]] = None  # boxed
-
-    def done(self) -> bool:
-        return self._state != 0
-
-    def _wait(self, timeout: Optional[float]) -> None:
-        if self._state == 0:
-            self._producer._wait_settled(self, timeout)
 
     def result(self, timeout: Optional[float] = None) -> int:
         """The publishing id, once the broker confirmed the message; raises why it failed,
         or OperationTimeout if ``timeout`` passes first (the send goes on)."""
-        self._wait(timeout)
-        if self._error is not None:
-            raise self._error
-        return self._value
+        return super().result(timeout)
 
-    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        self._wait(timeout)
-        return self._error
-
-    def add_done_callback(self, fn: Callable[["StreamFuture"], Any]) -> None:
-        """``fn(future)``, once: now if the future is done, else when it settles (on the
-        thread that reads the broker's confirm: keep it short)."""
+    def _wait(self, timeout: Optional[float]) -> None:
+        # the producer writes its batch first, and reads the socket while the I/O thread is parked
         if self._state == 0:
-            # Settling takes no lock (it is the hot path of confirms): it sets _state, then
-            # reads _callbacks; this appends, then reads _state.  One of the two sees the
-            # other, and the box makes sure only one runs fn.
-            box = [fn]
-            with _CALLBACKS:
-                if self._callbacks is None:
-                    self._callbacks = [box]
-                else:
-                    self._callbacks.append(box)
-            if self._state == 0:
-                return
-            try:
-                fn = box.pop()
-            except IndexError:
-                return  # the settling thread ran it
-        _run(fn, self)
+            self._producer._wait_settled(self, timeout)
 
-    def _settle(self, value: int, error: Optional[BaseException]) -> None:
-        """Once: each future is settled by the one thread that took its send from the
-        producer's books (under its lock)."""
-        if self._state != 0:
-            return
-        self._value = value
-        self._error = error
-        self._state = 2 if error is not None else 1  # before reading _callbacks: see add_done_callback
-        if self._callbacks is not None:
-            self._run_callbacks()
-
-    def _run_callbacks(self) -> None:
-        for box in self._callbacks:  # type: ignore[union-attr]  # iterating a list others append to sees them
-            try:
-                fn = box.pop()
-            except IndexError:
-                continue
-            _run(fn, self)
+    def _run(self, fn: Callable[[Any], Any]) -> None:
+        try:
+            fn(self)
+        except Exception:
+            log.exception("send callback %r failed", fn)
 
     def __repr__(self) -> str:
         state = ("pending", "confirmed", "failed")[self._state]
         return f"<StreamFuture {state}>"
-
-
-def _run(fn: Callable[[StreamFuture], Any], future: StreamFuture) -> None:
-    try:
-        fn(future)
-    except Exception:
-        log.exception("send callback %r failed", fn)
 
 
 class StreamThreadWaiting:
@@ -129,19 +75,9 @@ class StreamThreadWaiting:
         self.linger = LINGER
 
     @staticmethod
-    def new_waiter() -> _Slot:
-        return _Slot()
-
-    @staticmethod
-    def wait(waiter: _Slot, timeout: Optional[float]) -> Any:
-        """The waiter's result; TimeoutError after ``timeout`` seconds."""
-        return waiter.result(timeout)
-
-    @staticmethod
     def new_lock() -> Any:
-        """The lock of a producer's, consumer's or the connection's state (the thread that
-        reads a socket and the callers share it)."""
-        return threading.RLock()
+        """The lock of a producer's, consumer's or the connection's state: the links'."""
+        return ThreadIO.new_lock()
 
     @staticmethod
     def new_mutex() -> Any:
@@ -150,7 +86,7 @@ class StreamThreadWaiting:
 
     @staticmethod
     def new_flag() -> threading.Event:
-        return threading.Event()
+        return ThreadIO.new_flag()
 
     @staticmethod
     def wait_flag(flag: threading.Event, timeout: Optional[float]) -> bool:
@@ -176,7 +112,7 @@ class StreamThreadWaiting:
 
     @staticmethod
     def settle(future: StreamFuture, publishing_id: int) -> None:
-        future._settle(publishing_id, None)
+        future.set_result(publishing_id)
 
     @staticmethod
     def settle_many(settled: list[tuple[StreamFuture, int]]) -> None:
@@ -184,13 +120,13 @@ class StreamThreadWaiting:
         for future, publishing_id in settled:
             if future._state == 0:
                 future._value = publishing_id
-                future._state = 1  # before reading _callbacks: see add_done_callback
-                if future._callbacks is not None:
-                    future._run_callbacks()
+                future._state = 1  # before reading _callbacks and _waiter: see ThreadFuture
+                if future._callbacks is not None or future._waiter is not None:
+                    future._wake()
 
     @staticmethod
     def fail(future: StreamFuture, error: BaseException) -> None:
-        future._settle(0, error)
+        future.set_exception(error)
 
     @staticmethod
     def producer_waits(producer: Any) -> "ProducerWaits":
