@@ -41,7 +41,8 @@ from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
 
 from . import protocol as proto
 from .connect import open_socket
-from .errors import AMQPConnectionError, HeartbeatTimeout, InvalidStateError, OperationTimeout
+from .errors import AMQPConnectionError, InvalidStateError
+from .io_contract import ProgressDeadline, heartbeat_check
 from .lifecycle import ConnectionStatus
 from .message import Message
 from .recovery import END
@@ -51,7 +52,7 @@ from .workpool import WorkPool
 
 log = logging.getLogger("amqwire.client")
 
-__all__ = ["ThreadIO", "ChannelWaits", "Inbox", "PublishFuture", "ThreadFuture"]
+__all__ = ["ThreadIO", "ChannelWaits", "Inbox", "Progress", "PublishFuture", "ThreadFuture"]
 
 _RECV_SIZE = 256 * 1024
 _PARK_MIN = 0.002  # the parked I/O thread's first look, then twice as long up to _PARK_MAX
@@ -360,6 +361,16 @@ class ThreadIO:
         read_lock = self._read_lock
         readable: Any = [sock]  # try a read first: while data flows it is there, and select() is a wasted call
         park = _PARK_MIN
+
+        def send_heartbeat() -> None:
+            if self._write_lock.acquire(blocking=False):  # else a writer holding the lock writes now
+                try:
+                    with connection._lock:
+                        connection._core.send_heartbeat()
+                        pieces = connection._take_output()
+                    self._write(sock, pieces)
+                finally:
+                    self._write_lock.release()
         try:
             while lifecycle.has_socket and self._sock is sock:
                 if self.parked:
@@ -385,21 +396,7 @@ class ThreadIO:
                                 readable = None
                         finally:
                             read_lock.release()
-                core = connection._core
-                if monitor.send_due(now, core.bytes_sent):
-                    if self._write_lock.acquire(blocking=False):
-                        try:
-                            with connection._lock:
-                                core.send_heartbeat()
-                                pieces = connection._take_output()
-                            self._write(sock, pieces)
-                        finally:
-                            self._write_lock.release()
-                    monitor.sent(now, core.bytes_sent)  # a writer holding the lock writes now
-                if monitor.timed_out(now):
-                    connection._on_lost(HeartbeatTimeout(
-                        f"no data from {connection.params} for {2 * connection.heartbeat} s (two heartbeat intervals)"
-                    ))
+                if not heartbeat_check(connection, monitor, now, send_heartbeat):
                     return
         except (OSError, ValueError) as exc:  # ValueError: select on a socket closed meanwhile
             if self._sock is sock:
@@ -525,17 +522,42 @@ class ThreadIO:
             raise
 
 
+class Progress:
+    """Threads waiting until a condition that others change holds: they look again at each
+    ``notify`` and at least every ``look`` seconds."""
+
+    __slots__ = ("_condition", "_waiting")
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._waiting = 0
+
+    def wait_until(self, ready: Callable[[], bool], deadline: ProgressDeadline, look: float) -> None:
+        """Until ``ready()``; OperationTimeout once ``deadline`` passes."""
+        with self._condition:
+            self._waiting += 1  # before ready() is read: a notify after it wakes this thread
+            try:
+                while not ready():
+                    self._condition.wait(deadline.left(look))
+            finally:
+                self._waiting -= 1
+
+    def notify(self) -> None:
+        if self._waiting:
+            with self._condition:
+                self._condition.notify_all()
+
+
 class ChannelWaits:
     """A channel's confirm futures and its waits for confirms, on threads."""
 
-    __slots__ = ("_channel", "_io", "rpc_lock", "_progress", "_progress_waiters")
+    __slots__ = ("_channel", "_io", "rpc_lock", "_progress")
 
     def __init__(self, channel: "ChannelBase[Message]", io: ThreadIO) -> None:
         self._channel = channel
         self._io = io
         self.rpc_lock = threading.Lock()  # one request at a time on the channel
-        self._progress = threading.Condition(threading.Lock())
-        self._progress_waiters = 0
+        self._progress = Progress()
 
     def wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str,
                       below: Optional[int] = None) -> None:
@@ -547,27 +569,18 @@ class ChannelWaits:
         channel = self._channel
         with contextlib.suppress(AMQPConnectionError, InvalidStateError, OSError):
             self._io.flush()  # the connection is gone: the futures say how it ended
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = ProgressDeadline(timeout, what, channel.channel_id)
         if self._io.parked:
-            self._io.read_while_waiting(ready, deadline)
-        with self._progress:
-            self._progress_waiters += 1
-            channel._progress_wanted(below)
-            try:
-                while not ready():
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise OperationTimeout(what, timeout, channel.channel_id)
-                    self._progress.wait(1.0 if left is None else min(left, 1.0))
-            finally:
-                self._progress_waiters -= 1
-                channel._progress_done(below)
+            self._io.read_while_waiting(ready, deadline.at)
+        channel._progress_wanted(below)
+        try:
+            self._progress.wait_until(ready, deadline, 1.0)
+        finally:
+            channel._progress_done(below)
 
     def notify_progress(self) -> None:
         """Confirms moved (or the channel failed): wake who waits for them."""
-        if self._progress_waiters:
-            with self._progress:
-                self._progress.notify_all()
+        self._progress.notify()
 
     @staticmethod
     def acked(tokens: list["PublishFuture"]) -> None:

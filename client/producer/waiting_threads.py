@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any, Callable, Optional, Sequence
 
 from ..blocking import connect
 from ..errors import OperationTimeout
-from ..io_threads import ThreadFuture
+from ..io_contract import ProgressDeadline
+from ..io_threads import Progress, ThreadFuture
 from ..url import ConnectionParameters
 from .core import TICK
 from .message import SendResult
@@ -58,13 +58,12 @@ class ThreadWaiting:
     the Producer's state, its ``SendFuture``s, the sender thread and what it and the
     callers wait on."""
 
-    __slots__ = ("lock", "_changed", "_waiters", "_work", "_thread")
+    __slots__ = ("lock", "_changed", "_work", "_thread")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         # callers waiting for room or a flush; notified only while there are some
-        self._changed = threading.Condition(threading.Lock())
-        self._waiters = 0
+        self._changed = Progress()
         self._work = threading.Event()  # the sender has something to do
         self._thread: Optional[threading.Thread] = None
 
@@ -111,25 +110,16 @@ class ThreadWaiting:
     # the callers ---------------------------------------------------------------------------
 
     def notify(self) -> None:
-        if self._waiters:
-            with self._changed:
-                self._changed.notify_all()
+        self._changed.notify()
 
     def wait_until(self, ready: Callable[[], bool], timeout: Optional[float]) -> bool:
         """Until ``ready()`` (checked at each ``notify`` and at least every TICK); False
         after ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._changed:
-            self._waiters += 1
-            try:
-                while not ready():
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return False
-                    self._changed.wait(TICK if left is None else min(left, TICK))
-                return True
-            finally:
-                self._waiters -= 1
+        try:
+            self._changed.wait_until(ready, ProgressDeadline(timeout, "room or a flush"), TICK)
+        except OperationTimeout:
+            return False
+        return True
 
     def wait_result(self, future: SendFuture) -> SendResult:
         return future.result()

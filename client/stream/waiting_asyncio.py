@@ -16,8 +16,8 @@ import functools
 import time
 from typing import Any, Callable, Coroutine, Optional
 
-from ..errors import OperationTimeout
-from ..io_asyncio import AsyncioIO, NoLock
+from ..io_asyncio import AsyncioIO, NoLock, Progress
+from ..io_contract import ProgressDeadline
 
 __all__ = ["AsyncioStreamFuture", "StreamAsyncioWaiting", "ProducerWaits", "StreamInbox"]
 
@@ -110,37 +110,19 @@ class StreamAsyncioWaiting:
 class ProducerWaits:
     """Callers of one producer waiting for confirms (room under ``max_in_flight``, a flush)."""
 
-    __slots__ = ("_loop", "_progress")
+    __slots__ = ("_progress",)
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._progress: Optional["asyncio.Future[None]"] = None
+        self._progress = Progress(loop)
 
     async def wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str) -> None:
         """Until ``ready()`` (checked whenever confirms or failures come); OperationTimeout
         naming ``what`` after ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not ready():
-            waiter = self._progress
-            if waiter is None or waiter.done():
-                waiter = self._progress = self._loop.create_future()
-            if deadline is None:
-                await waiter
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise OperationTimeout(what, timeout)
-            try:
-                await asyncio.wait_for(asyncio.shield(waiter), left)
-            except asyncio.TimeoutError:
-                raise OperationTimeout(what, timeout) from None
+        if not ready():
+            await self._progress.wait_until(ready, ProgressDeadline(timeout, what))
 
     def notify_progress(self) -> None:
-        waiter = self._progress
-        if waiter is not None:
-            self._progress = None
-            if not waiter.done():
-                waiter.set_result(None)
+        self._progress.notify()
 
 
 class StreamInbox:

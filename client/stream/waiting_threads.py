@@ -20,8 +20,9 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from ..errors import AMQPConnectionError, InvalidStateError, OperationTimeout
-from ..io_threads import ThreadFuture, ThreadIO
+from ..errors import AMQPConnectionError, InvalidStateError
+from ..io_contract import ProgressDeadline
+from ..io_threads import Progress, ThreadFuture, ThreadIO
 
 __all__ = ["StreamFuture", "StreamThreadWaiting", "ProducerWaits", "StreamInbox"]
 
@@ -173,37 +174,25 @@ class ProducerWaits:
     """Threads waiting for one producer's confirms (room under ``max_in_flight``, a flush,
     a future's result)."""
 
-    __slots__ = ("_producer", "_condition", "_waiting")
+    __slots__ = ("_producer", "_progress")
 
     def __init__(self, producer: Any) -> None:
         self._producer = producer
-        self._condition = threading.Condition(threading.Lock())
-        self._waiting = 0
+        self._progress = Progress()
 
     def wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str) -> None:
         """Until ``ready()`` (checked whenever confirms or failures come); OperationTimeout
         naming ``what`` after ``timeout``."""
         if ready():
             return
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = ProgressDeadline(timeout, what)
         io = self._producer._reading_io()
         if io is not None and io.parked:  # a consumer thread reads the socket: read for this wait too
-            io.read_while_waiting(ready, deadline)
-        with self._condition:
-            self._waiting += 1
-            try:
-                while not ready():
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise OperationTimeout(what, timeout)
-                    self._condition.wait(0.5 if left is None else min(left, 0.5))
-            finally:
-                self._waiting -= 1
+            io.read_while_waiting(ready, deadline.at)
+        self._progress.wait_until(ready, deadline, 0.5)
 
     def notify_progress(self) -> None:
-        if self._waiting:
-            with self._condition:
-                self._condition.notify_all()
+        self._progress.notify()
 
 
 class StreamInbox:
