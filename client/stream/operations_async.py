@@ -63,10 +63,6 @@ from .session import LinkBase, Node, ProducerBase, StreamConnectionBase, StreamC
 from .url import StreamParameters
 from .waiting_asyncio import AsyncioStreamFuture, StreamAsyncioWaiting
 
-if True:  # asyncio only
-    import asyncio
-    from typing import TYPE_CHECKING  # marks the blocking transport's blocks (make_sync.py)
-
 log = logging.getLogger("amqwire.client.stream")
 
 # The hot section of a send runs in the blocking twin under the producer's lock (make_sync.py
@@ -717,8 +713,6 @@ class AsyncStreamProducer(ProducerBase):
         if size > self._frame_limit - PUBLISH_FRAME_OVERHEAD:
             raise MessageTooLarge(size, self._frame_limit)
         future = self._new_future()
-        if False and not TYPE_CHECKING:  # blocking only
-            future._producer = self  # its result() writes the batch it is in, then waits
         written = schedule = False
         connection = self  # the locked section below takes connection._lock (make_sync.py): this producer's
         if _LOCKED_SECTION:
@@ -743,14 +737,7 @@ class AsyncStreamProducer(ProducerBase):
             link = connection._link
         if written:
             link._flush_quietly()
-            if True:  # asyncio only
-                # let the loop write what the socket did not take yet and read confirms: a
-                # caller that sends in a loop without awaiting anything would hold both back
-                await asyncio.sleep(0)
-            if False and not TYPE_CHECKING:  # blocking only
-                # read the confirms waiting on the socket in this thread (no hand-over to the
-                # I/O thread and back: a GIL switch each), as a consumer reads its deliveries
-                link._io.read_for(_nothing, 0)
+            await self._waiting.after_write(link)
         elif schedule:
             self._waiting.write_soon(self._write_pending)
         return future
@@ -768,8 +755,6 @@ class AsyncStreamProducer(ProducerBase):
         if largest > self._frame_limit - PUBLISH_FRAME_OVERHEAD:
             raise MessageTooLarge(largest, self._frame_limit)
         future = self._new_future()
-        if False and not TYPE_CHECKING:  # blocking only
-            future._producer = self
         if not messages:
             self._waiting.settle(future, self.last_publishing_id)
             return future
@@ -846,12 +831,6 @@ class AsyncStreamProducer(ProducerBase):
         await self._waits.wait_progress(lambda: not self._unconfirmed and not self._pending or
                                         self._machine.state in _ENDED, timeout, "the confirms of a flush")
 
-    if False and not TYPE_CHECKING:  # blocking only
-        def _wait_settled(self, future: Any, timeout: Optional[float]) -> None:
-            """A blocking future's result(): write the batch it may be in, then wait."""
-            self._flush_batch()
-            self._waits.wait_progress(future.done, timeout, "the broker's confirm")
-
     async def close(self, timeout: Optional[float] = 10.0) -> None:
         """Flush (waiting up to ``timeout`` for the confirms), then delete the publisher.
         Sends still unsettled then fail.  Safe to call twice."""
@@ -883,9 +862,6 @@ class AsyncStreamProducer(ProducerBase):
 _ACCEPTING = frozenset({ProducerPhase.OPEN, ProducerPhase.DOWN, ProducerPhase.DECLARING})
 
 
-def _nothing() -> bool:
-    """A wait that is never over: read_for then reads what the socket holds, and returns."""
-    return False
 _OPEN = ProducerPhase.OPEN
 _ENDED = frozenset({ProducerPhase.CLOSED, ProducerPhase.FAILED})
 

@@ -715,7 +715,6 @@ class SyncStreamProducer(ProducerBase):
         if size > self._frame_limit - PUBLISH_FRAME_OVERHEAD:
             raise MessageTooLarge(size, self._frame_limit)
         future = self._new_future()
-        future._producer = self  # its result() writes the batch it is in, then waits
         written = schedule = False
         connection = self  # the locked section below takes connection._lock (make_sync.py): this producer's
         connection._lock.acquire()
@@ -743,9 +742,7 @@ class SyncStreamProducer(ProducerBase):
             connection._lock.release()
         if written:
             link._flush_quietly()
-            # read the confirms waiting on the socket in this thread (no hand-over to the
-            # I/O thread and back: a GIL switch each), as a consumer reads its deliveries
-            link._io.read_for(_nothing, 0)
+            self._waiting.after_write(link)
         elif schedule:
             self._waiting.write_soon(self._write_pending)
         return future
@@ -763,7 +760,6 @@ class SyncStreamProducer(ProducerBase):
         if largest > self._frame_limit - PUBLISH_FRAME_OVERHEAD:
             raise MessageTooLarge(largest, self._frame_limit)
         future = self._new_future()
-        future._producer = self
         if not messages:
             self._waiting.settle(future, self.last_publishing_id)
             return future
@@ -840,11 +836,6 @@ class SyncStreamProducer(ProducerBase):
         self._waits.wait_progress(lambda: not self._unconfirmed and not self._pending or
                                         self._machine.state in _ENDED, timeout, "the confirms of a flush")
 
-    def _wait_settled(self, future: Any, timeout: Optional[float]) -> None:
-        """A blocking future's result(): write the batch it may be in, then wait."""
-        self._flush_batch()
-        self._waits.wait_progress(future.done, timeout, "the broker's confirm")
-
     def close(self, timeout: Optional[float] = 10.0) -> None:
         """Flush (waiting up to ``timeout`` for the confirms), then delete the publisher.
         Sends still unsettled then fail.  Safe to call twice."""
@@ -876,9 +867,6 @@ class SyncStreamProducer(ProducerBase):
 _ACCEPTING = frozenset({ProducerPhase.OPEN, ProducerPhase.DOWN, ProducerPhase.DECLARING})
 
 
-def _nothing() -> bool:
-    """A wait that is never over: read_for then reads what the socket holds, and returns."""
-    return False
 _OPEN = ProducerPhase.OPEN
 _ENDED = frozenset({ProducerPhase.CLOSED, ProducerPhase.FAILED})
 

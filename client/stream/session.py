@@ -437,7 +437,7 @@ class ProducerBase:
         self._waiting = env._waiting
         self._lock = env._waiting.new_lock()
         self._waits = self._waiting.producer_waits(self)
-        self._new_future = self._waiting.new_future  # bound once: one call less a send
+        self._new_future = self._waiting.future_maker(self)  # bound once: one call less a send
         self._link: Any = None
         self._publisher_id = -1
         self._next_id = 1  # automatic publishing ids: with a reference, after what the broker has

@@ -72,11 +72,17 @@ class StreamAsyncioWaiting:
 
     # producers ------------------------------------------------------------------------------
 
-    @property
-    def new_future(self) -> Callable[[], AsyncioStreamFuture]:
-        """Makes a send's future: the loop's Future type, called in C (loop.create_future
-        is a Python call more)."""
+    def future_maker(self, producer: Any) -> Callable[[], AsyncioStreamFuture]:
+        """Makes the futures of ``producer``'s sends: the loop's Future type, called in C
+        (loop.create_future is a Python call more)."""
         return functools.partial(asyncio.Future, loop=self.loop)
+
+    @staticmethod
+    async def after_write(link: Any) -> None:
+        """A send wrote its producer's batch: let the loop write what the socket did not
+        take yet and read confirms (a caller that sends in a loop without awaiting anything
+        would hold both back)."""
+        await asyncio.sleep(0)
 
     @staticmethod
     def settle(future: AsyncioStreamFuture, publishing_id: int) -> None:

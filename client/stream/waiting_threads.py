@@ -15,6 +15,7 @@ left unwritten.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
@@ -37,9 +38,9 @@ class StreamFuture(ThreadFuture[int]):
 
     __slots__ = ("_producer",)
 
-    def __init__(self) -> None:
+    def __init__(self, producer: Any) -> None:
         super().__init__()
-        self._producer: Any = None  # set by the send that made it
+        self._producer = producer  # the producer whose send made it
 
     def result(self, timeout: Optional[float] = None) -> int:
         """The publishing id, once the broker confirmed the message; raises why it failed,
@@ -47,9 +48,10 @@ class StreamFuture(ThreadFuture[int]):
         return super().result(timeout)
 
     def _wait(self, timeout: Optional[float]) -> None:
-        # the producer writes its batch first, and reads the socket while the I/O thread is parked
         if self._state == 0:
-            self._producer._wait_settled(self, timeout)
+            producer = self._producer
+            producer._flush_batch()  # the batch it may be in is written now, not after the linger
+            producer._waits.wait_progress(self.done, timeout, "the broker's confirm")
 
     def _run(self, fn: Callable[[Any], Any]) -> None:
         try:
@@ -108,8 +110,18 @@ class StreamThreadWaiting:
 
     # producers ------------------------------------------------------------------------------
 
-    #: Makes a send's future (its producer set by the send).
-    new_future = StreamFuture
+    @staticmethod
+    def future_maker(producer: Any) -> Callable[[], StreamFuture]:
+        """Makes the futures of ``producer``'s sends (their result() writes the batch they
+        are in, then waits)."""
+        return functools.partial(StreamFuture, producer)
+
+    @staticmethod
+    def after_write(link: Any) -> None:
+        """A send wrote its producer's batch: read the confirms waiting on the socket in
+        this thread (no hand-over to the I/O thread and back: a GIL switch each), as a
+        consumer reads its deliveries."""
+        link._io.read_for(_nothing, 0)
 
     @staticmethod
     def settle(future: StreamFuture, publishing_id: int) -> None:
@@ -259,3 +271,8 @@ class StreamInbox:
                         self._condition.wait(0.2 if left is None else min(left, 0.2))
                 finally:
                     self._waiting -= 1
+
+
+def _nothing() -> bool:
+    """A wait that is never over: read_for then reads what the socket holds, and returns."""
+    return False
