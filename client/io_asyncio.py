@@ -34,7 +34,8 @@ from .message import AsyncMessage, Message
 from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
 
-__all__ = ["AsyncioIO", "ChannelWaits", "ConfirmFuture", "Inbox", "Opener", "Progress"]
+__all__ = ["AsyncioChannelAPI", "AsyncioConnectionAPI", "AsyncioIO", "ChannelWaits", "ConfirmFuture", "Inbox", "Opener",
+           "Progress"]
 
 # Python 3.12's selector transport sends writelines() pieces with sendmsg; before, it joins them.
 _VECTORED_WRITELINES = sys.version_info >= (3, 12)
@@ -366,6 +367,20 @@ class _BatchFuture:
 
     def exception(self) -> Optional[BaseException]:
         return self.future.exception()
+
+
+class AsyncioConnectionAPI:
+    """What only the asyncio transport's Connection offers: nothing (the blocking one's
+    ``process_events`` is ``io_threads.ThreadConnectionAPI``)."""
+
+    __slots__ = ()
+
+
+class AsyncioChannelAPI:
+    """What only the asyncio transport's Channel offers: nothing (the blocking one's
+    ``start_consuming`` is ``io_threads.ThreadChannelAPI``)."""
+
+    __slots__ = ()
 
 
 class Progress:

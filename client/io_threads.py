@@ -37,13 +37,13 @@ import ssl
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
+from typing import Any, Callable, Generic, Iterator, Optional, Protocol, TypeVar
 
 from . import protocol as proto
 from .connect import open_socket
 from .errors import AMQPConnectionError, InvalidStateError
-from .io_contract import ProgressDeadline, heartbeat_check
-from .lifecycle import ConnectionStatus
+from .io_contract import ProgressDeadline, SyncConnectionIO, heartbeat_check
+from .lifecycle import ChannelPhase, ConnectionStatus
 from .message import Message
 from .recovery import END
 from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
@@ -52,7 +52,8 @@ from .workpool import WorkPool
 
 log = logging.getLogger("amqwire.client")
 
-__all__ = ["ThreadIO", "ChannelWaits", "Inbox", "Progress", "PublishFuture", "ThreadFuture"]
+__all__ = ["ThreadIO", "ChannelWaits", "Inbox", "Progress", "PublishFuture", "ThreadChannelAPI", "ThreadConnectionAPI",
+           "ThreadFuture"]
 
 _RECV_SIZE = 256 * 1024
 _PARK_MIN = 0.002  # the parked I/O thread's first look, then twice as long up to _PARK_MAX
@@ -520,6 +521,66 @@ class ThreadIO:
             if self._sock is sock:
                 connection._on_lost(AMQPConnectionError(f"interrupted while dispatching a read: {exc!r}"))
             raise
+
+
+class _CallbackRunner(Protocol):
+    @property
+    def _io(self) -> SyncConnectionIO: ...
+
+
+class _EventsConnection(Protocol):
+    def process_events(self, timeout: Optional[float] = ...) -> int: ...
+
+
+class _ConsumingChannel(Protocol):
+    _stop_consuming: bool
+
+    @property
+    def _connection(self) -> _EventsConnection: ...
+
+    @property
+    def _consumers(self) -> dict[str, Any]: ...
+
+    @property
+    def _lifecycle(self) -> Any: ...
+
+    def _check(self) -> None: ...
+
+
+class ThreadConnectionAPI:
+    """What only the blocking transport's Connection offers (asyncio runs callbacks in its
+    loop): callbacks run in the thread that asks for them."""
+
+    __slots__ = ()
+
+    def process_events(self: _CallbackRunner, timeout: Optional[float] = 0.0) -> int:
+        """Run queued consumer and return callbacks in this thread; returns how many ran.
+
+        Waits up to ``timeout`` seconds for the first one (None: until one arrives).  A
+        callback's exception goes to the exception handler (``connect(exception_handler=)``,
+        default: logged), and the next callbacks run.  With ``consumer_workers`` the pool
+        runs them instead, and this only waits (and raises when the connection is lost).
+        """
+        return self._io.process_events(timeout)
+
+
+class ThreadChannelAPI:
+    """What only the blocking transport's Channel offers: consuming in the calling thread."""
+
+    __slots__ = ()
+
+    def start_consuming(self: _ConsumingChannel) -> None:
+        """Run consumer callbacks in this thread until stop_consuming() or no consumers
+        are left."""
+        self._stop_consuming = False
+        connection = self._connection
+        while not self._stop_consuming and any(c.callback is not None for c in self._consumers.values()):
+            connection.process_events(0.2)
+            if self._lifecycle.state is ChannelPhase.CLOSED:
+                self._check()
+
+    def stop_consuming(self: _ConsumingChannel) -> None:
+        self._stop_consuming = True
 
 
 class Progress:

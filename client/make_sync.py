@@ -63,6 +63,8 @@ RENAMES = {
     "AsyncioIO": "ThreadIO",
     "ConfirmFuture": "PublishFuture",
     "AsyncConnectionIO": "SyncConnectionIO",
+    "AsyncioConnectionAPI": "ThreadConnectionAPI",  # the public calls only one transport has
+    "AsyncioChannelAPI": "ThreadChannelAPI",
     # the stream-protocol client (client/stream/)
     "AsyncLink": "SyncLink",
     "AsyncStreamConnection": "SyncStreamConnection",

@@ -49,7 +49,7 @@ from amqwire.codec import (
 )
 from amqwire.codec.parser import DeliveryIterator
 
-from .io_asyncio import Opener, AsyncioIO, ChannelWaits, ConfirmFuture, Inbox
+from .io_asyncio import Opener, AsyncioChannelAPI, AsyncioConnectionAPI, AsyncioIO, ChannelWaits, ConfirmFuture, Inbox
 from .io_contract import AsyncConnectionIO
 from .lifecycle import CHANNEL_OPEN_PHASES, OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
@@ -74,9 +74,6 @@ from .streams import (
 )
 from .url import ConnectionParameters
 
-if True:  # asyncio only
-    from typing import TYPE_CHECKING  # marks the blocking transport's blocks (make_sync.py)
-
 log = logging.getLogger("amqwire.client")
 
 Body = Union[bytes, bytearray, memoryview, str]
@@ -99,7 +96,7 @@ def _left(deadline: Optional[float]) -> Optional[float]:
     return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
 
-class AsyncConnection(ConnectionBase):
+class AsyncConnection(ConnectionBase, AsyncioConnectionAPI):
     """An AMQP connection.  Use it as a context manager, or call ``close()``."""
 
     __slots__ = ()  # all in ConnectionBase's
@@ -127,17 +124,6 @@ class AsyncConnection(ConnectionBase):
         """Threads of the consumer work pool (0: callbacks run in ``process_events``; asyncio:
         in the loop)."""
         return self._io.consumer_workers
-
-    if False and not TYPE_CHECKING:  # blocking only
-        def process_events(self, timeout: Optional[float] = 0.0) -> int:
-            """Run queued consumer and return callbacks in this thread; returns how many ran.
-
-            Waits up to ``timeout`` seconds for the first one (None: until one arrives).  A
-            callback's exception goes to the exception handler (``connect(exception_handler=)``,
-            default: logged), and the next callbacks run.  With ``consumer_workers`` the pool
-            runs them instead, and this only waits (and raises when the connection is lost).
-            """
-            return self._io.process_events(timeout)
 
     async def __aenter__(self: _Self) -> _Self:
         return self
@@ -355,7 +341,7 @@ class AsyncConnection(ConnectionBase):
         log.info("connection to %s closed", self.params)
 
 
-class AsyncChannel(ChannelBase[AsyncMessage]):
+class AsyncChannel(ChannelBase[AsyncMessage], AsyncioChannelAPI):
     """An AMQP channel.  A channel is meant for one thread (or task) at a time; requests
     from several are serialized."""
 
@@ -377,20 +363,6 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """Context manager: publishes inside are written together (few socket writes)."""
         return self._connection.batch()
-
-    if False and not TYPE_CHECKING:  # blocking only
-        def start_consuming(self) -> None:
-            """Run consumer callbacks in this thread until stop_consuming() or no consumers
-            are left."""
-            self._stop_consuming = False
-            connection = self._connection
-            while not self._stop_consuming and any(c.callback is not None for c in self._consumers.values()):
-                connection.process_events(0.2)
-                if self._lifecycle.state is ChannelPhase.CLOSED:
-                    self._check()
-
-        def stop_consuming(self) -> None:
-            self._stop_consuming = True
 
     # requests ------------------------------------------------------------------------------
 
