@@ -65,6 +65,7 @@ RENAMES = {
     "AsyncConnectionIO": "SyncConnectionIO",
     "AsyncioConnectionAPI": "ThreadConnectionAPI",  # the public calls only one transport has
     "AsyncioChannelAPI": "ThreadChannelAPI",
+    "AsyncioProducerAPI": "ThreadProducerAPI",
     # the stream-protocol client (client/stream/)
     "AsyncLink": "SyncLink",
     "AsyncStreamConnection": "SyncStreamConnection",

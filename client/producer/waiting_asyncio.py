@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Callable, Coroutine, Optional, Sequence
+from typing import Any, Awaitable, Callable, Coroutine, Generator, Optional, Protocol, Sequence, TypeVar
 
 from ..aio_connection import connect
 from ..errors import OperationTimeout
@@ -21,10 +21,28 @@ from .core import TICK
 from .message import SendResult
 from .policy import Broker
 
-__all__ = ["AsyncioSendFuture", "AsyncioWaiting"]
+__all__ = ["AsyncioProducerAPI", "AsyncioSendFuture", "AsyncioWaiting"]
 
 #: An asyncio Producer's send future: one of the loop's.
 AsyncioSendFuture = asyncio.Future[SendResult]
+
+
+class _OpensOnce(Protocol):
+    def _open_once(self) -> Awaitable[Any]: ...
+
+
+_Opened = TypeVar("_Opened", bound=_OpensOnce)
+
+
+class AsyncioProducerAPI:
+    """What only the asyncio Producer offers: ``await Producer(...)`` connects it and starts
+    its sender."""
+
+    __slots__ = ()
+
+    def __await__(self: _Opened) -> Generator[Any, None, _Opened]:
+        opened: _Opened = yield from self._open_once().__await__()
+        return opened
 
 
 class AsyncioWaiting:
@@ -43,6 +61,10 @@ class AsyncioWaiting:
 
     async def connect(self, params: ConnectionParameters, **options: Any) -> Any:
         return await connect(params, **options)
+
+    @staticmethod
+    def made(producer: Any) -> None:
+        """The Producer was made: it connects when awaited (``AsyncioProducerAPI``) or entered."""
 
     # settling (never waits) ----------------------------------------------------------------
 

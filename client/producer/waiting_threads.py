@@ -21,7 +21,7 @@ from .core import TICK
 from .message import SendResult
 from .policy import Broker
 
-__all__ = ["SendFuture", "ThreadWaiting"]
+__all__ = ["SendFuture", "ThreadProducerAPI", "ThreadWaiting"]
 
 log = logging.getLogger("amqwire.client.producer")
 
@@ -53,6 +53,13 @@ class SendFuture(ThreadFuture[SendResult]):
         return f"<SendFuture {state}>"
 
 
+class ThreadProducerAPI:
+    """What only the blocking Producer offers: nothing more (the asyncio one's ``__await__``
+    is ``waiting_asyncio.AsyncioProducerAPI``)."""
+
+    __slots__ = ()
+
+
 class ThreadWaiting:
     """A blocking Producer's I/O and waiting: the transport's connections, a lock around
     the Producer's state, its ``SendFuture``s, the sender thread and what it and the
@@ -69,6 +76,11 @@ class ThreadWaiting:
 
     def connect(self, params: ConnectionParameters, **options: Any) -> Any:
         return connect(params, **options)
+
+    @staticmethod
+    def made(producer: Any) -> None:
+        """The Producer was made: the blocking one connects and starts its sender now."""
+        producer._open_once()
 
     # settling (never waits) ----------------------------------------------------------------
 
