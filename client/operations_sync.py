@@ -11,8 +11,8 @@ fails when the two drift.  So both transports run the same logic and differ only
 I/O object each connection owns (``io_asyncio.AsyncioIO``, ``io_threads.ThreadIO``: the
 socket, the lock, waiters, flags, sleeping, tasks or threads), the ``ChannelWaits`` each
 channel owns (confirm futures and the waits for them) and the ``Inbox`` each consumer owns.
-Where the public APIs differ, the source says so (``Opener[...]``, blocks marked
-``# blocking only``: see make_sync.py).
+Where the public APIs differ, the source says so with ``Opener[...]``; the calls only
+one transport has come from the backends (``ThreadConnectionAPI``, ``ThreadChannelAPI``).
 
 Timeouts: every request takes ``timeout=`` (default: the connection's ``rpc_timeout``);
 on expiry it raises :class:`~amqwire.client.errors.OperationTimeout`.  A request that
