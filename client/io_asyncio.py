@@ -521,17 +521,13 @@ class Inbox:
         """Several deliveries in order (the run the dispatch of one read found)."""
         if self._consumer.callback is None:
             self.buffer.extend(messages)
-            waiter = self._waiter
-            if waiter is not None:
-                self._waiter = None
-                if not waiter.done():
-                    waiter.set_result(None)
+            self.wake()
         else:
             for message in messages:
                 self.deliver(message)
 
     def wake(self) -> None:
-        """The consumer ended: its reader gets why."""
+        """Deliveries came, or the consumer ended: its reader looks."""
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None

@@ -760,6 +760,8 @@ class ThreadFuture(Generic[_T]):
 
     __slots__ = ("_state", "_value", "_error", "_callbacks", "_waiter")
 
+    _log = log  # where a callback's failure is logged
+
     def __init__(self) -> None:
         self._state = 0  # 0 pending, 1 settled with a value, 2 failed
         self._value: Optional[_T] = None
@@ -852,7 +854,11 @@ class ThreadFuture(Generic[_T]):
         try:
             fn(self)
         except Exception:
-            log.exception("future callback %r failed", fn)
+            self._log.exception("send callback %r failed", fn)  # only sends' futures take callbacks here
+
+    def __repr__(self) -> str:
+        state = ("pending", "confirmed", "failed")[self._state]
+        return f"<{type(self).__name__} {state}>"
 
 
 class PublishFuture(ThreadFuture[None]):

@@ -31,6 +31,8 @@ class SendFuture(ThreadFuture[SendResult]):
 
     __slots__ = ()
 
+    _log = log
+
     def result(self, timeout: Optional[float] = None) -> SendResult:
         """The SendResult once the broker confirmed; raises SendFailed / SendTimeout / ...
         OperationTimeout if ``timeout`` passes first (the send goes on)."""
@@ -42,15 +44,6 @@ class SendFuture(ThreadFuture[SendResult]):
         except TimeoutError:
             raise OperationTimeout("the send's outcome", timeout) from None
 
-    def _run(self, fn: Callable[[Any], Any]) -> None:
-        try:
-            fn(self)
-        except Exception:
-            log.exception("send callback %r failed", fn)
-
-    def __repr__(self) -> str:
-        state = ("pending", "confirmed", "failed")[self._state]
-        return f"<SendFuture {state}>"
 
 
 class ThreadProducerAPI:

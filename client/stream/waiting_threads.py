@@ -38,6 +38,8 @@ class StreamFuture(ThreadFuture[int]):
 
     __slots__ = ("_producer",)
 
+    _log = log
+
     def __init__(self, producer: Any) -> None:
         super().__init__()
         self._producer = producer  # the producer whose send made it
@@ -53,15 +55,6 @@ class StreamFuture(ThreadFuture[int]):
             producer._flush_batch()  # the batch it may be in is written now, not after the linger
             producer._waits.wait_progress(self.done, timeout, "the broker's confirm")
 
-    def _run(self, fn: Callable[[Any], Any]) -> None:
-        try:
-            fn(self)
-        except Exception:
-            log.exception("send callback %r failed", fn)
-
-    def __repr__(self) -> str:
-        state = ("pending", "confirmed", "failed")[self._state]
-        return f"<StreamFuture {state}>"
 
 
 class StreamThreadWaiting:
