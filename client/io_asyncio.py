@@ -28,12 +28,14 @@ from typing import Any, Awaitable, Callable, Generator, Generic, Optional, TypeV
 
 from . import protocol as proto
 from .connect import make_ssl_context, server_hostname
-from .errors import AMQPConnectionError, HeartbeatTimeout, OperationTimeout
+from .errors import AMQPConnectionError
+from .io_contract import ProgressDeadline, heartbeat_check
 from .message import AsyncMessage, Message
 from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
 
-__all__ = ["AsyncioIO", "ChannelWaits", "ConfirmFuture", "Inbox", "Opener"]
+__all__ = ["AsyncioChannelAPI", "AsyncioConnectionAPI", "AsyncioIO", "ChannelWaits", "ConfirmFuture", "Inbox", "Opener",
+           "Progress"]
 
 # Python 3.12's selector transport sends writelines() pieces with sendmsg; before, it joins them.
 _VECTORED_WRITELINES = sys.version_info >= (3, 12)
@@ -322,24 +324,21 @@ class AsyncioIO:
             return
         monitor = self._monitor
         now = time.monotonic()
-        if monitor.timed_out(now):
-            if not self._suspect:
-                # The loop may have been busy: read what is waiting before judging.
-                self._suspect = True
-                self._heartbeat_timer = self.loop.call_later(0.05, self._on_heartbeat_timer)
-                return
-            connection._on_lost(HeartbeatTimeout(
-                f"no data from {connection.params} for {2 * connection.heartbeat} s (two heartbeat intervals)"
-            ))
+        if monitor.timed_out(now) and not self._suspect:
+            # The loop may have been busy: read what is waiting before judging.
+            self._suspect = True
+            self._heartbeat_timer = self.loop.call_later(0.05, self._on_heartbeat_timer)
             return
         self._suspect = False
-        core = connection._core
-        if monitor.send_due(now, core.bytes_sent):
-            core.send_heartbeat()
-            self.flush()
-            monitor.sent(now, core.bytes_sent)
+        if not heartbeat_check(connection, monitor, now, self._send_heartbeat):
+            return
         delay = monitor.next_deadline(now)
         self._heartbeat_timer = self.loop.call_later(max(delay or 0.0, 0.01), self._on_heartbeat_timer)
+
+
+    def _send_heartbeat(self) -> None:
+        self.connection._core.send_heartbeat()
+        self.flush()
 
 
 class _BatchFuture:
@@ -370,6 +369,56 @@ class _BatchFuture:
         return self.future.exception()
 
 
+class AsyncioConnectionAPI:
+    """What only the asyncio transport's Connection offers: nothing (the blocking one's
+    ``process_events`` is ``io_threads.ThreadConnectionAPI``)."""
+
+    __slots__ = ()
+
+
+class AsyncioChannelAPI:
+    """What only the asyncio transport's Channel offers: nothing (the blocking one's
+    ``start_consuming`` is ``io_threads.ThreadChannelAPI``)."""
+
+    __slots__ = ()
+
+
+class Progress:
+    """Tasks waiting until a condition that others change holds: they look again at each
+    ``notify`` (and every ``look`` seconds if given)."""
+
+    __slots__ = ("_loop", "_changed")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._changed: Optional["asyncio.Future[None]"] = None  # set by the next notify
+
+    async def wait_until(self, ready: Callable[[], bool], deadline: ProgressDeadline, look: Optional[float] = None,
+                         before_each: Optional[Callable[[], None]] = None) -> None:
+        """Until ``ready()``, calling ``before_each()`` before each wait; OperationTimeout once
+        ``deadline`` passes."""
+        while not ready():
+            if before_each is not None:
+                before_each()
+            changed = self._changed
+            if changed is None or changed.done():
+                changed = self._changed = self._loop.create_future()
+            left = deadline.left(look)
+            if left is None:
+                await changed
+                continue
+            # shield: the future is shared by every waiter; a timeout must not cancel it for the others
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(changed), left)
+
+    def notify(self) -> None:
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            if not changed.done():
+                changed.set_result(None)
+
+
 class ChannelWaits:
     """A channel's confirm futures and its waits for confirms, on the loop."""
 
@@ -379,7 +428,7 @@ class ChannelWaits:
         self._channel = channel
         self._io = io
         self.rpc_lock = asyncio.Lock()  # one request at a time on the channel
-        self._progress: Optional["asyncio.Future[None]"] = None
+        self._progress = Progress(io.loop)
 
     async def wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str,
                             below: Optional[int] = None) -> None:
@@ -388,36 +437,17 @@ class ChannelWaits:
         OperationTimeout naming ``what`` after ``timeout``."""
         if ready():
             return
-        deadline = None if timeout is None else time.monotonic() + timeout
         channel = self._channel
-        io = self._io
         channel._progress_wanted(below)
         try:
-            while not ready():
-                io.flush()
-                waiter = self._progress
-                if waiter is None or waiter.done():
-                    waiter = self._progress = io.loop.create_future()
-                if deadline is None:
-                    await waiter
-                    continue
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise OperationTimeout(what, timeout, channel.channel_id)
-                try:
-                    await asyncio.wait_for(asyncio.shield(waiter), left)
-                except asyncio.TimeoutError:
-                    raise OperationTimeout(what, timeout, channel.channel_id) from None
+            await self._progress.wait_until(ready, ProgressDeadline(timeout, what, channel.channel_id),
+                                            before_each=self._io.flush)
         finally:
             channel._progress_done(below)
 
     def notify_progress(self) -> None:
         """Confirms moved (or the channel failed): wake who waits for them."""
-        waiter = self._progress
-        if waiter is not None:
-            self._progress = None
-            if not waiter.done():
-                waiter.set_result(None)
+        self._progress.notify()
 
     @staticmethod
     def acked(tokens: list[Any]) -> None:
@@ -491,17 +521,13 @@ class Inbox:
         """Several deliveries in order (the run the dispatch of one read found)."""
         if self._consumer.callback is None:
             self.buffer.extend(messages)
-            waiter = self._waiter
-            if waiter is not None:
-                self._waiter = None
-                if not waiter.done():
-                    waiter.set_result(None)
+            self.wake()
         else:
             for message in messages:
                 self.deliver(message)
 
     def wake(self) -> None:
-        """The consumer ended: its reader gets why."""
+        """Deliveries came, or the consumer ended: its reader looks."""
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None

@@ -37,12 +37,13 @@ import ssl
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Generic, Iterator, Optional, Protocol, TypeVar
 
 from . import protocol as proto
 from .connect import open_socket
-from .errors import AMQPConnectionError, HeartbeatTimeout, InvalidStateError, OperationTimeout
-from .lifecycle import ConnectionStatus
+from .errors import AMQPConnectionError, InvalidStateError
+from .io_contract import ProgressDeadline, SyncConnectionIO, heartbeat_check
+from .lifecycle import ChannelPhase, ConnectionStatus
 from .message import Message
 from .recovery import END
 from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
@@ -51,13 +52,16 @@ from .workpool import WorkPool
 
 log = logging.getLogger("amqwire.client")
 
-__all__ = ["ThreadIO", "ChannelWaits", "Inbox", "PublishFuture"]
+__all__ = ["ThreadIO", "ChannelWaits", "Inbox", "Progress", "PublishFuture", "ThreadChannelAPI", "ThreadConnectionAPI",
+           "ThreadFuture"]
 
 _RECV_SIZE = 256 * 1024
 _PARK_MIN = 0.002  # the parked I/O thread's first look, then twice as long up to _PARK_MAX
 _PARK_MAX = 0.02
 _TAKE_OVER = 0.05  # seconds a waiting reader waits for the I/O thread to finish its read
-_ADDING_CALLBACKS = threading.Lock()  # PublishFuture.add_done_callback against each other
+_ADDING_CALLBACKS = threading.Lock()  # ThreadFuture.add_done_callback and _wait against each other
+_T = TypeVar("_T")
+_F = TypeVar("_F", bound="ThreadFuture[Any]")
 
 
 class ThreadIO:
@@ -104,8 +108,8 @@ class ThreadIO:
         return threading.RLock()
 
     @staticmethod
-    def new_waiter() -> "_Slot":
-        return _Slot()
+    def new_waiter() -> "ThreadFuture[Any]":
+        return ThreadFuture()
 
     @staticmethod
     def new_flag() -> threading.Event:
@@ -358,6 +362,16 @@ class ThreadIO:
         read_lock = self._read_lock
         readable: Any = [sock]  # try a read first: while data flows it is there, and select() is a wasted call
         park = _PARK_MIN
+
+        def send_heartbeat() -> None:
+            if self._write_lock.acquire(blocking=False):  # else a writer holding the lock writes now
+                try:
+                    with connection._lock:
+                        connection._core.send_heartbeat()
+                        pieces = connection._take_output()
+                    self._write(sock, pieces)
+                finally:
+                    self._write_lock.release()
         try:
             while lifecycle.has_socket and self._sock is sock:
                 if self.parked:
@@ -383,21 +397,7 @@ class ThreadIO:
                                 readable = None
                         finally:
                             read_lock.release()
-                core = connection._core
-                if monitor.send_due(now, core.bytes_sent):
-                    if self._write_lock.acquire(blocking=False):
-                        try:
-                            with connection._lock:
-                                core.send_heartbeat()
-                                pieces = connection._take_output()
-                            self._write(sock, pieces)
-                        finally:
-                            self._write_lock.release()
-                    monitor.sent(now, core.bytes_sent)  # a writer holding the lock writes now
-                if monitor.timed_out(now):
-                    connection._on_lost(HeartbeatTimeout(
-                        f"no data from {connection.params} for {2 * connection.heartbeat} s (two heartbeat intervals)"
-                    ))
+                if not heartbeat_check(connection, monitor, now, send_heartbeat):
                     return
         except (OSError, ValueError) as exc:  # ValueError: select on a socket closed meanwhile
             if self._sock is sock:
@@ -523,17 +523,102 @@ class ThreadIO:
             raise
 
 
+class _CallbackRunner(Protocol):
+    @property
+    def _io(self) -> SyncConnectionIO: ...
+
+
+class _EventsConnection(Protocol):
+    def process_events(self, timeout: Optional[float] = ...) -> int: ...
+
+
+class _ConsumingChannel(Protocol):
+    _consuming_stops: int
+
+    @property
+    def _connection(self) -> _EventsConnection: ...
+
+    @property
+    def _consumers(self) -> dict[str, Any]: ...
+
+    @property
+    def _lifecycle(self) -> Any: ...
+
+    def _check(self) -> None: ...
+
+
+class ThreadConnectionAPI:
+    """What only the blocking transport's Connection offers (asyncio runs callbacks in its
+    loop): callbacks run in the thread that asks for them."""
+
+    __slots__ = ()
+
+    def process_events(self: _CallbackRunner, timeout: Optional[float] = 0.0) -> int:
+        """Run queued consumer and return callbacks in this thread; returns how many ran.
+
+        Waits up to ``timeout`` seconds for the first one (None: until one arrives).  A
+        callback's exception goes to the exception handler (``connect(exception_handler=)``,
+        default: logged), and the next callbacks run.  With ``consumer_workers`` the pool
+        runs them instead, and this only waits (and raises when the connection is lost).
+        """
+        return self._io.process_events(timeout)
+
+
+class ThreadChannelAPI:
+    """What only the blocking transport's Channel offers: consuming in the calling thread."""
+
+    __slots__ = ()
+
+    def start_consuming(self: _ConsumingChannel) -> None:
+        """Run consumer callbacks in this thread until stop_consuming() or no consumers
+        are left."""
+        stops = self._consuming_stops
+        connection = self._connection
+        while self._consuming_stops == stops and any(c.callback is not None for c in self._consumers.values()):
+            connection.process_events(0.2)
+            if self._lifecycle.state is ChannelPhase.CLOSED:
+                self._check()
+
+    def stop_consuming(self: _ConsumingChannel) -> None:
+        self._consuming_stops += 1
+
+
+class Progress:
+    """Threads waiting until a condition that others change holds: they look again at each
+    ``notify`` and at least every ``look`` seconds."""
+
+    __slots__ = ("_condition", "_waiting")
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._waiting = 0
+
+    def wait_until(self, ready: Callable[[], bool], deadline: ProgressDeadline, look: float) -> None:
+        """Until ``ready()``; OperationTimeout once ``deadline`` passes."""
+        with self._condition:
+            self._waiting += 1  # before ready() is read: a notify after it wakes this thread
+            try:
+                while not ready():
+                    self._condition.wait(deadline.left(look))
+            finally:
+                self._waiting -= 1
+
+    def notify(self) -> None:
+        if self._waiting:
+            with self._condition:
+                self._condition.notify_all()
+
+
 class ChannelWaits:
     """A channel's confirm futures and its waits for confirms, on threads."""
 
-    __slots__ = ("_channel", "_io", "rpc_lock", "_progress", "_progress_waiters")
+    __slots__ = ("_channel", "_io", "rpc_lock", "_progress")
 
     def __init__(self, channel: "ChannelBase[Message]", io: ThreadIO) -> None:
         self._channel = channel
         self._io = io
         self.rpc_lock = threading.Lock()  # one request at a time on the channel
-        self._progress = threading.Condition(threading.Lock())
-        self._progress_waiters = 0
+        self._progress = Progress()
 
     def wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str,
                       below: Optional[int] = None) -> None:
@@ -545,27 +630,18 @@ class ChannelWaits:
         channel = self._channel
         with contextlib.suppress(AMQPConnectionError, InvalidStateError, OSError):
             self._io.flush()  # the connection is gone: the futures say how it ended
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = ProgressDeadline(timeout, what, channel.channel_id)
         if self._io.parked:
-            self._io.read_while_waiting(ready, deadline)
-        with self._progress:
-            self._progress_waiters += 1
-            channel._progress_wanted(below)
-            try:
-                while not ready():
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise OperationTimeout(what, timeout, channel.channel_id)
-                    self._progress.wait(1.0 if left is None else min(left, 1.0))
-            finally:
-                self._progress_waiters -= 1
-                channel._progress_done(below)
+            self._io.read_while_waiting(ready, deadline.at)
+        channel._progress_wanted(below)
+        try:
+            self._progress.wait_until(ready, deadline, 1.0)
+        finally:
+            channel._progress_done(below)
 
     def notify_progress(self) -> None:
         """Confirms moved (or the channel failed): wake who waits for them."""
-        if self._progress_waiters:
-            with self._progress:
-                self._progress.notify_all()
+        self._progress.notify()
 
     @staticmethod
     def acked(tokens: list["PublishFuture"]) -> None:
@@ -573,9 +649,9 @@ class ChannelWaits:
         for future in tokens:  # PublishFuture.set_result inlined: one call per ack frame
             future._pending -= 1
             if future._pending == 0 and future._state == 0:
-                future._state = 1  # before reading _callbacks: see PublishFuture.add_done_callback
-                if future._callbacks is not None:
-                    future._run_callbacks()
+                future._state = 1  # before reading _callbacks and _waiter: see ThreadFuture
+                if future._callbacks is not None or future._waiter is not None:
+                    future._wake()
 
     def new_token(self, count: int, callback: Any) -> "PublishFuture":
         """The future of ``count`` confirm-mode publishes (one, or a publish_encoded batch):
@@ -586,8 +662,10 @@ class ChannelWaits:
         future.delivery_tag = 0
         future.count = future._pending = count
         future._state = 0 if count else 1
+        future._value = None
         future._error = None
         future._callbacks = None if callback is None else [[callback]]  # boxed: see add_done_callback
+        future._waiter = None
         future._retrieved = False
         return future
 
@@ -669,84 +747,53 @@ class _EndOfStream(OSError):
     """The peer closed the socket (a read returned no bytes)."""
 
 
-class _Slot:
-    """A one-shot result another thread fills in (the waiter of the blocking transport)."""
+class ThreadFuture(Generic[_T]):
+    """A result another thread sets, once: the blocking transport's one future.
 
-    __slots__ = ("_lock", "_done", "_value", "_error")
+    An RPC's waiter is one; ``PublishFuture``, the Producer's ``SendFuture`` and the stream
+    client's ``StreamFuture`` are it with their own way of waiting (``_wait``) and of
+    reporting a callback's failure (``_run``).  Settling takes no lock (confirms settle
+    futures on the hot path): it sets ``_state``, then reads ``_callbacks`` and
+    ``_waiter``; who adds a callback or waits writes those, then reads ``_state``, so one of
+    the two sides always sees the other.
+    """
+
+    __slots__ = ("_state", "_value", "_error", "_callbacks", "_waiter")
+
+    _log = log  # where a callback's failure is logged
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
-        self._done = False
-        self._value: Any = None
-        self._error: Optional[BaseException] = None
-
-    def done(self) -> bool:
-        return self._done
-
-    def set_result(self, value: Any) -> None:
-        if not self._done:
-            self._done = True
-            self._value = value
-            self._lock.release()
-
-    def set_exception(self, error: BaseException) -> None:
-        if not self._done:
-            self._done = True
-            self._error = error
-            self._lock.release()
-
-    def exception(self) -> Optional[BaseException]:
-        return self._error
-
-    def result(self, timeout: Optional[float] = None) -> Any:
-        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            raise TimeoutError(f"no result within {timeout} s")
-        self._lock.release()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-class PublishFuture:
-    """The broker's verdict on one publish (or one ``publish_encoded`` batch) in confirm mode."""
-
-    __slots__ = ("_channel", "delivery_tag", "count", "_pending", "_state", "_error", "_callbacks", "_retrieved")
-
-    def __init__(self, channel: "ChannelBase[Message]", count: int = 1) -> None:
-        self._channel = channel
-        self.delivery_tag = 0
-        self.count = count  # publishes it stands for (publish_encoded: a whole batch)
-        self._pending = count
-        self._state = 0 if count else 1  # 0 pending, 1 acked, 2 failed
+        self._state = 0  # 0 pending, 1 settled with a value, 2 failed
+        self._value: Optional[_T] = None
         self._error: Optional[BaseException] = None
         self._callbacks: Optional[list[list[Any]]] = None  # boxed callbacks: see add_done_callback
-        self._retrieved = False  # a failure seen through result() is not reported again
+        self._waiter: Optional[threading.Lock] = None  # held until settled; made by the first wait
 
     def done(self) -> bool:
         return self._state != 0
 
-    def result(self, timeout: Optional[float] = None) -> None:
-        """None when the broker acked; raises PublishNacked, MessageReturned or PublishUnconfirmed."""
-        if self._state == 0:
-            self._channel._waits.wait_progress(self.done, timeout, "the broker's confirm")
+    def result(self, timeout: Optional[float] = None) -> _T:
+        """The value; raises the error it failed with, or TimeoutError after ``timeout``."""
+        self._wait(timeout)
         if self._error is not None:
-            self._retrieved = True
             raise self._error
+        return self._value  # type: ignore[return-value]  # settled without an error: a value
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        if self._state == 0:
-            self._channel._waits.wait_progress(self.done, timeout, "the broker's confirm")
-        self._retrieved = True
+        self._wait(timeout)
         return self._error
 
-    def add_done_callback(self, fn: Callable[["PublishFuture"], Any]) -> None:
-        """``fn(future)``, once: now if the future is done, else when it settles (on the I/O
-        thread)."""
+    def set_result(self, value: _T) -> None:
+        self._settle(value, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._settle(None, error)
+
+    def add_done_callback(self: _F, fn: Callable[[_F], Any]) -> None:
+        """``fn(future)``, once: now if the future is done, else when it settles (on the
+        thread that settles it: keep it short)."""
         if self._state == 0:
-            # Settling takes no lock (it is the hot path of confirms): it sets _state, then
-            # reads _callbacks; this appends, then reads _state.  One of the two sees the
-            # other, and the box makes sure only one runs fn.
+            # The box makes sure only one side runs fn (see the class's docstring).
             box = [fn]
             with _ADDING_CALLBACKS:
                 if self._callbacks is None:
@@ -761,36 +808,102 @@ class PublishFuture:
                 return  # the settling thread ran it
         self._run(fn)
 
-    def _run(self, fn: Callable[["PublishFuture"], Any]) -> None:
+    def _wait(self, timeout: Optional[float]) -> None:
+        """Until settled; TimeoutError after ``timeout`` seconds."""
+        if self._state != 0:
+            return
+        waiter = self._waiter
+        if waiter is None:
+            with _ADDING_CALLBACKS:
+                waiter = self._waiter
+                if waiter is None:
+                    waiter = threading.Lock()
+                    waiter.acquire()
+                    self._waiter = waiter
+        if self._state != 0:
+            return  # settled before the settling thread could see the waiter
+        if not waiter.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError(f"no result within {timeout} s")
+        waiter.release()  # the next waiter, if any
+
+    def _settle(self, value: Optional[_T], error: Optional[BaseException]) -> None:
+        if self._state != 0:
+            return
+        self._value = value
+        self._error = error
+        self._state = 2 if error is not None else 1  # before reading _callbacks and _waiter
+        if self._callbacks is not None or self._waiter is not None:
+            self._wake()
+
+    def _wake(self) -> None:
+        """After ``_state`` is set: release who waits, run each callback whose box this
+        thread empties."""
+        waiter = self._waiter
+        if waiter is not None:
+            waiter.release()
+        callbacks = self._callbacks
+        if callbacks is not None:
+            for box in callbacks:  # iterating a list others append to sees them
+                try:
+                    fn = box.pop()
+                except IndexError:
+                    continue
+                self._run(fn)
+
+    def _run(self, fn: Callable[[Any], Any]) -> None:
+        try:
+            fn(self)
+        except Exception:
+            self._log.exception("send callback %r failed", fn)  # only sends' futures take callbacks here
+
+    def __repr__(self) -> str:
+        state = ("pending", "confirmed", "failed")[self._state]
+        return f"<{type(self).__name__} {state}>"
+
+
+class PublishFuture(ThreadFuture[None]):
+    """The broker's verdict on one publish (or one ``publish_encoded`` batch) in confirm mode."""
+
+    __slots__ = ("_channel", "delivery_tag", "count", "_pending", "_retrieved")
+
+    def __init__(self, channel: "ChannelBase[Message]", count: int = 1) -> None:
+        super().__init__()
+        self._channel = channel
+        self.delivery_tag = 0
+        self.count = count  # publishes it stands for (publish_encoded: a whole batch)
+        self._pending = count
+        if not count:
+            self._state = 1
+        self._retrieved = False  # a failure seen through result() is not reported again
+
+    def result(self, timeout: Optional[float] = None) -> None:
+        """None when the broker acked; raises PublishNacked, MessageReturned or PublishUnconfirmed."""
+        self._wait(timeout)
+        if self._error is not None:
+            self._retrieved = True
+            raise self._error
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        self._wait(timeout)
+        self._retrieved = True
+        return self._error
+
+    def _wait(self, timeout: Optional[float]) -> None:
+        # the channel's wait for confirms: it reads the socket itself while the I/O thread is parked
+        if self._state == 0:
+            self._channel._waits.wait_progress(self.done, timeout, "the broker's confirm")
+
+    def _run(self, fn: Callable[[Any], Any]) -> None:
         try:
             fn(self)
         except Exception as exc:
             self._channel._connection._callback_failed(exc, fn, "publish", self._channel, self)
 
-    def _run_callbacks(self) -> None:
-        """After _state is set: run each callback whose box this thread empties."""
-        for box in self._callbacks:  # type: ignore[union-attr]  # iterating a list others append to sees them
-            try:
-                fn = box.pop()
-            except IndexError:
-                continue
-            self._run(fn)
-
-    # the confirm token interface (shared layer): one call per publish it stands for
     def set_result(self, value: None) -> None:
+        """One of the publishes it stands for was acked."""
         self._pending -= 1
-        if self._pending <= 0 and self._state == 0:
-            self._settle(None)
-
-    def set_exception(self, error: BaseException) -> None:
-        if self._state == 0:
-            self._settle(error)
-
-    def _settle(self, error: Optional[BaseException]) -> None:
-        self._error = error
-        self._state = 2 if error is not None else 1  # before reading _callbacks: see add_done_callback
-        if self._callbacks is not None:
-            self._run_callbacks()
+        if self._pending <= 0:
+            self._settle(None, None)
 
     def __repr__(self) -> str:
         state = ("pending", "acked", "failed")[self._state]

@@ -13,16 +13,14 @@ and ``if _LOCKED_SECTION:`` becomes ``connection._lock.acquire()`` and a ``try:`
 transport under its lock; not ``with``, which costs an RLock twice as much: ~1,100
 instructions more per publish).
 
-What differs between the transports' public APIs is marked in the source, not patched
-in afterwards:
+``Opener[T]`` (a type) becomes ``T`` and ``Opener(x)`` (a value) becomes ``(x)``: on
+asyncio a call that opens something returns an object to ``await`` or ``async with``; the
+blocking call returns the thing itself.  ``Opener,`` in an import goes.
 
-- ``Opener[T]`` (a type) becomes ``T`` and ``Opener(x)`` (a value) becomes ``(x)``: on
-  asyncio a call that opens something returns an object to ``await`` or ``async with``;
-  the blocking call returns the thing itself.  ``Opener,`` in an import goes.
-- A block under the line ``if False and not TYPE_CHECKING:  # blocking only`` is dead in
-  the asyncio source, for Python and for type checkers alike (mypy binds the names of an
-  ``if False:`` block), and kept, one level out, in the twin; a block under
-  ``if True:  # asyncio only`` is dropped from the twin.
+What only one transport has (the blocking ``process_events`` and ``start_consuming``, the
+asyncio Producer's ``__await__``, what follows a stream batch's write, ...) lives in the
+backends (``io_threads`` / ``io_asyncio``, the ``waiting_*`` modules), reached through names
+this renaming maps: the source carries no transport's blocks.
 
 Everything else is kept byte for byte.
 """
@@ -62,6 +60,10 @@ RENAMES = {
     "io_asyncio": "io_threads",
     "AsyncioIO": "ThreadIO",
     "ConfirmFuture": "PublishFuture",
+    "AsyncConnectionIO": "SyncConnectionIO",
+    "AsyncioConnectionAPI": "ThreadConnectionAPI",  # the public calls only one transport has
+    "AsyncioChannelAPI": "ThreadChannelAPI",
+    "AsyncioProducerAPI": "ThreadProducerAPI",
     # the stream-protocol client (client/stream/)
     "AsyncLink": "SyncLink",
     "AsyncStreamConnection": "SyncStreamConnection",
@@ -72,36 +74,11 @@ RENAMES = {
 
 #: ``Opener[T]`` -> ``T``, ``Opener(x)`` -> ``(x)``
 UNWRAP = {"Opener"}
-BLOCKING_ONLY = "if False and not TYPE_CHECKING:  # blocking only"
-ASYNCIO_ONLY = "if True:  # asyncio only"
 
 HEADER = (
     "# GENERATED from {name} by client/make_sync.py: do not edit.\n"
     "# The blocking transport's flows; tests/test_client_sync.py checks it is up to date.\n"
 )
-
-
-def _transport_blocks(source: str) -> str:
-    """Keep the blocking-only blocks (one level out), drop the asyncio-only ones."""
-    out: list[str] = []
-    lines = source.splitlines(keepends=True)
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        marker = line.strip()
-        index += 1
-        if marker not in (BLOCKING_ONLY, ASYNCIO_ONLY):
-            out.append(line)
-            continue
-        indent = len(line) - len(line.lstrip())
-        while index < len(lines):
-            inner = lines[index]
-            if inner.strip() and len(inner) - len(inner.lstrip()) <= indent:
-                break
-            index += 1
-            if marker == BLOCKING_ONLY:
-                out.append(inner[4:] if inner.strip() else inner)
-    return "".join(out)
 
 
 def _closing(tokens: list[tokenize.TokenInfo], index: int) -> int:
@@ -135,7 +112,6 @@ def _block_end(tokens: list[tokenize.TokenInfo], colon: int) -> int:
 
 
 def to_sync(source: str, name: str = "operations_async.py") -> str:
-    source = _transport_blocks(source)
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for line in lines:

@@ -9,8 +9,8 @@ fails when the two drift.  So both transports run the same logic and differ only
 I/O object each connection owns (``io_asyncio.AsyncioIO``, ``io_threads.ThreadIO``: the
 socket, the lock, waiters, flags, sleeping, tasks or threads), the ``ChannelWaits`` each
 channel owns (confirm futures and the waits for them) and the ``Inbox`` each consumer owns.
-Where the public APIs differ, the source says so (``Opener[...]``, blocks marked
-``# blocking only``: see make_sync.py).
+Where the public APIs differ, the source says so with ``Opener[...]``; the calls only
+one transport has come from the backends (``ThreadConnectionAPI``, ``ThreadChannelAPI``).
 
 Timeouts: every request takes ``timeout=`` (default: the connection's ``rpc_timeout``);
 on expiry it raises :class:`~amqwire.client.errors.OperationTimeout`.  A request that
@@ -49,7 +49,8 @@ from amqwire.codec import (
 )
 from amqwire.codec.parser import DeliveryIterator
 
-from .io_asyncio import Opener, AsyncioIO, ChannelWaits, ConfirmFuture, Inbox
+from .io_asyncio import Opener, AsyncioChannelAPI, AsyncioConnectionAPI, AsyncioIO, ChannelWaits, ConfirmFuture, Inbox
+from .io_contract import AsyncConnectionIO
 from .lifecycle import CHANNEL_OPEN_PHASES, OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
@@ -73,9 +74,6 @@ from .streams import (
 )
 from .url import ConnectionParameters
 
-if True:  # asyncio only
-    from typing import TYPE_CHECKING  # marks the blocking transport's blocks (make_sync.py)
-
 log = logging.getLogger("amqwire.client")
 
 Body = Union[bytes, bytearray, memoryview, str]
@@ -98,15 +96,18 @@ def _left(deadline: Optional[float]) -> Optional[float]:
     return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
 
-class AsyncConnection(ConnectionBase):
+class AsyncConnection(ConnectionBase, AsyncioConnectionAPI):
     """An AMQP connection.  Use it as a context manager, or call ``close()``."""
 
     __slots__ = ()  # all in ConnectionBase's
 
-    _io: AsyncioIO
+    _io: AsyncConnectionIO
 
     def __init__(self, parameters: list[ConnectionParameters], *, consumer_workers: int = 0, **options: Any) -> None:
-        super().__init__(parameters, lambda connection: AsyncioIO(connection, consumer_workers), **options)
+        def io(connection: ConnectionBase) -> AsyncConnectionIO:
+            return AsyncioIO(connection, consumer_workers)
+
+        super().__init__(parameters, io, **options)
 
     def channel(self, channel_id: Optional[int] = None, *, timeout: Optional[float] = None) -> Opener[AsyncChannel]:
         """Open a channel (the lowest free number unless given).  asyncio: ``ch = await
@@ -123,17 +124,6 @@ class AsyncConnection(ConnectionBase):
         """Threads of the consumer work pool (0: callbacks run in ``process_events``; asyncio:
         in the loop)."""
         return self._io.consumer_workers
-
-    if False and not TYPE_CHECKING:  # blocking only
-        def process_events(self, timeout: Optional[float] = 0.0) -> int:
-            """Run queued consumer and return callbacks in this thread; returns how many ran.
-
-            Waits up to ``timeout`` seconds for the first one (None: until one arrives).  A
-            callback's exception goes to the exception handler (``connect(exception_handler=)``,
-            default: logged), and the next callbacks run.  With ``consumer_workers`` the pool
-            runs them instead, and this only waits (and raises when the connection is lost).
-            """
-            return self._io.process_events(timeout)
 
     async def __aenter__(self: _Self) -> _Self:
         return self
@@ -350,7 +340,7 @@ class AsyncConnection(ConnectionBase):
         log.info("connection to %s closed", self.params)
 
 
-class AsyncChannel(ChannelBase[AsyncMessage]):
+class AsyncChannel(ChannelBase[AsyncMessage], AsyncioChannelAPI):
     """An AMQP channel.  A channel is meant for one thread (or task) at a time; requests
     from several are serialized."""
 
@@ -372,20 +362,6 @@ class AsyncChannel(ChannelBase[AsyncMessage]):
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """Context manager: publishes inside are written together (few socket writes)."""
         return self._connection.batch()
-
-    if False and not TYPE_CHECKING:  # blocking only
-        def start_consuming(self) -> None:
-            """Run consumer callbacks in this thread until stop_consuming() or no consumers
-            are left."""
-            stops = self._consuming_stops
-            connection = self._connection
-            while self._consuming_stops == stops and any(c.callback is not None for c in self._consumers.values()):
-                connection.process_events(0.2)
-                if self._lifecycle.state is ChannelPhase.CLOSED:
-                    self._check()
-
-        def stop_consuming(self) -> None:
-            self._consuming_stops += 1
 
     # requests ------------------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ fails when the two drift.  So both transports run the same logic and differ only
 I/O object each connection owns (``io_asyncio.AsyncioIO``, ``io_threads.ThreadIO``: the
 socket, the lock, waiters, flags, sleeping, tasks or threads), the ``ChannelWaits`` each
 channel owns (confirm futures and the waits for them) and the ``Inbox`` each consumer owns.
-Where the public APIs differ, the source says so (``Opener[...]``, blocks marked
-``# blocking only``: see make_sync.py).
+Where the public APIs differ, the source says so with ``Opener[...]``; the calls only
+one transport has come from the backends (``ThreadConnectionAPI``, ``ThreadChannelAPI``).
 
 Timeouts: every request takes ``timeout=`` (default: the connection's ``rpc_timeout``);
 on expiry it raises :class:`~amqwire.client.errors.OperationTimeout`.  A request that
@@ -51,7 +51,8 @@ from amqwire.codec import (
 )
 from amqwire.codec.parser import DeliveryIterator
 
-from .io_threads import ThreadIO, ChannelWaits, PublishFuture, Inbox
+from .io_threads import ThreadChannelAPI, ThreadConnectionAPI, ThreadIO, ChannelWaits, PublishFuture, Inbox
+from .io_contract import SyncConnectionIO
 from .lifecycle import CHANNEL_OPEN_PHASES, OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
@@ -97,15 +98,18 @@ def _left(deadline: Optional[float]) -> Optional[float]:
     return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
 
-class SyncConnection(ConnectionBase):
+class SyncConnection(ConnectionBase, ThreadConnectionAPI):
     """An AMQP connection.  Use it as a context manager, or call ``close()``."""
 
     __slots__ = ()  # all in ConnectionBase's
 
-    _io: ThreadIO
+    _io: SyncConnectionIO
 
     def __init__(self, parameters: list[ConnectionParameters], *, consumer_workers: int = 0, **options: Any) -> None:
-        super().__init__(parameters, lambda connection: ThreadIO(connection, consumer_workers), **options)
+        def io(connection: ConnectionBase) -> SyncConnectionIO:
+            return ThreadIO(connection, consumer_workers)
+
+        super().__init__(parameters, io, **options)
 
     def channel(self, channel_id: Optional[int] = None, *, timeout: Optional[float] = None) -> SyncChannel:
         """Open a channel (the lowest free number unless given).  asyncio: ``ch = await
@@ -122,16 +126,6 @@ class SyncConnection(ConnectionBase):
         """Threads of the consumer work pool (0: callbacks run in ``process_events``; asyncio:
         in the loop)."""
         return self._io.consumer_workers
-
-    def process_events(self, timeout: Optional[float] = 0.0) -> int:
-        """Run queued consumer and return callbacks in this thread; returns how many ran.
-
-        Waits up to ``timeout`` seconds for the first one (None: until one arrives).  A
-        callback's exception goes to the exception handler (``connect(exception_handler=)``,
-        default: logged), and the next callbacks run.  With ``consumer_workers`` the pool
-        runs them instead, and this only waits (and raises when the connection is lost).
-        """
-        return self._io.process_events(timeout)
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -348,7 +342,7 @@ class SyncConnection(ConnectionBase):
         log.info("connection to %s closed", self.params)
 
 
-class SyncChannel(ChannelBase[Message]):
+class SyncChannel(ChannelBase[Message], ThreadChannelAPI):
     """An AMQP channel.  A channel is meant for one thread (or task) at a time; requests
     from several are serialized."""
 
@@ -370,19 +364,6 @@ class SyncChannel(ChannelBase[Message]):
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """Context manager: publishes inside are written together (few socket writes)."""
         return self._connection.batch()
-
-    def start_consuming(self) -> None:
-        """Run consumer callbacks in this thread until stop_consuming() or no consumers
-        are left."""
-        stops = self._consuming_stops
-        connection = self._connection
-        while self._consuming_stops == stops and any(c.callback is not None for c in self._consumers.values()):
-            connection.process_events(0.2)
-            if self._lifecycle.state is ChannelPhase.CLOSED:
-                self._check()
-
-    def stop_consuming(self) -> None:
-        self._consuming_stops += 1
 
     # requests ------------------------------------------------------------------------------
 

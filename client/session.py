@@ -81,6 +81,7 @@ from .metrics import MetricsCollector
 from .observer import Listeners, Observer
 from .recovery import END, NackWatch, RecoveryPolicy, Topology, recoverable
 from .connect import unverified_tls
+from .io_contract import ConnectionIO
 from .url import ConnectionParameters, ParametersLike, parameters_list
 
 if TYPE_CHECKING:
@@ -167,12 +168,13 @@ class ConnectionBase:
     )
 
     _channels: dict[int, Any]
+    _io: ConnectionIO
     _recover: Callable[[], Any]  # the recovery flow (operations_async.py), run by the I/O's thread or task
 
     def __init__(
         self,
         parameters: list[ConnectionParameters],
-        io: Callable[[Any], Any],
+        io: Callable[[Any], ConnectionIO],
         *,
         ssl_context: Any = None,
         client_properties: Optional[dict[str, Any]] = None,

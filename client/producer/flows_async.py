@@ -7,8 +7,9 @@ by ``client/make_sync.py`` (as ``operations_sync.py`` is), and ``tests/test_clie
 fails when they drift.  The generator renames the backend: each Producer owns one
 (``AsyncioWaiting`` from ``waiting_asyncio.py`` here, ``ThreadWaiting`` from
 ``waiting_threads.py`` in the twin), which supplies the connections, the futures, the sender
-(a task or a thread) and every wait.  What differs in the two public APIs is marked where it
-is: asyncio opens on ``await`` or ``async with``, the blocking constructor connects at once.
+(a task or a thread) and every wait.  What differs in the two public APIs is the backends':
+asyncio opens on ``await`` (``AsyncioProducerAPI``) or ``async with``, the blocking
+constructor connects at once (``ThreadWaiting.made``).
 """
 from __future__ import annotations
 
@@ -31,10 +32,7 @@ from ..url import ParametersLike
 from .core import TICK, ProducerCore
 from .message import Body, OutgoingMessage, SendResult
 from .policy import Broker
-from .waiting_asyncio import AsyncioSendFuture, AsyncioWaiting
-
-if True:  # asyncio only
-    from typing import TYPE_CHECKING, Generator
+from .waiting_asyncio import AsyncioProducerAPI, AsyncioSendFuture, AsyncioWaiting
 
 log = logging.getLogger("amqwire.client.producer")
 
@@ -42,7 +40,7 @@ _BROKER_ERRORS = (AMQPConnectionError, InvalidStateError, OSError)
 _Self = TypeVar("_Self", bound="Producer")
 
 
-class Producer(ProducerCore):
+class Producer(ProducerCore, AsyncioProducerAPI):
     """A producer over one or several brokers (see docs/producer.md).
 
     Blocking (``amqwire.client.Producer``, thread-safe): ``Producer(urls, **options)``
@@ -60,12 +58,7 @@ class Producer(ProducerCore):
     def __init__(self, urls: Union[ParametersLike, Sequence[ParametersLike], None] = None, **options: Any) -> None:
         super().__init__(AsyncioWaiting(), urls, **options)
         self._wait_result = self._backend.wait_result  # once per send: bound here
-        if False and not TYPE_CHECKING:  # blocking only
-            self._open_once()
-
-    if True:  # asyncio only
-        def __await__(self: _Self) -> Generator[Any, None, _Self]:
-            return self._open_once().__await__()
+        self._backend.made(self)
 
     async def _open_once(self: _Self) -> _Self:
         if self._phase.state is ProducerPhase.NEW:

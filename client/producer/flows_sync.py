@@ -9,8 +9,9 @@ by ``client/make_sync.py`` (as ``operations_sync.py`` is), and ``tests/test_clie
 fails when they drift.  The generator renames the backend: each Producer owns one
 (``AsyncioWaiting`` from ``waiting_asyncio.py`` here, ``ThreadWaiting`` from
 ``waiting_threads.py`` in the twin), which supplies the connections, the futures, the sender
-(a task or a thread) and every wait.  What differs in the two public APIs is marked where it
-is: asyncio opens on ``await`` or ``async with``, the blocking constructor connects at once.
+(a task or a thread) and every wait.  What differs in the two public APIs is the backends':
+asyncio opens on ``await`` (``AsyncioProducerAPI``) or ``async with``, the blocking
+constructor connects at once (``ThreadWaiting.made``).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from ..url import ParametersLike
 from .core import TICK, ProducerCore
 from .message import Body, OutgoingMessage, SendResult
 from .policy import Broker
-from .waiting_threads import SendFuture, ThreadWaiting
+from .waiting_threads import ThreadProducerAPI, SendFuture, ThreadWaiting
 
 log = logging.getLogger("amqwire.client.producer")
 
@@ -41,7 +42,7 @@ _BROKER_ERRORS = (AMQPConnectionError, InvalidStateError, OSError)
 _Self = TypeVar("_Self", bound="Producer")
 
 
-class Producer(ProducerCore):
+class Producer(ProducerCore, ThreadProducerAPI):
     """A producer over one or several brokers (see docs/producer.md).
 
     Blocking (``amqwire.client.Producer``, thread-safe): ``Producer(urls, **options)``
@@ -59,7 +60,7 @@ class Producer(ProducerCore):
     def __init__(self, urls: Union[ParametersLike, Sequence[ParametersLike], None] = None, **options: Any) -> None:
         super().__init__(ThreadWaiting(), urls, **options)
         self._wait_result = self._backend.wait_result  # once per send: bound here
-        self._open_once()
+        self._backend.made(self)
 
     def _open_once(self: _Self) -> _Self:
         if self._phase.state is ProducerPhase.NEW:

@@ -10,20 +10,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from typing import Any, Callable, Coroutine, Optional, Sequence
+from typing import Any, Awaitable, Callable, Coroutine, Generator, Optional, Protocol, Sequence, TypeVar
 
 from ..aio_connection import connect
-from ..io_asyncio import NoLock
+from ..errors import OperationTimeout
+from ..io_asyncio import NoLock, Progress
+from ..io_contract import ProgressDeadline
 from ..url import ConnectionParameters
 from .core import TICK
 from .message import SendResult
 from .policy import Broker
 
-__all__ = ["AsyncioSendFuture", "AsyncioWaiting"]
+__all__ = ["AsyncioProducerAPI", "AsyncioSendFuture", "AsyncioWaiting"]
 
 #: An asyncio Producer's send future: one of the loop's.
 AsyncioSendFuture = asyncio.Future[SendResult]
+
+
+class _OpensOnce(Protocol):
+    def _open_once(self) -> Awaitable[Any]: ...
+
+
+_Opened = TypeVar("_Opened", bound=_OpensOnce)
+
+
+class AsyncioProducerAPI:
+    """What only the asyncio Producer offers: ``await Producer(...)`` connects it and starts
+    its sender."""
+
+    __slots__ = ()
+
+    def __await__(self: _Opened) -> Generator[Any, None, _Opened]:
+        opened: _Opened = yield from self._open_once().__await__()
+        return opened
 
 
 class AsyncioWaiting:
@@ -37,12 +56,15 @@ class AsyncioWaiting:
         self._loop = asyncio.get_running_loop()
         self.lock = NoLock()
         self._work = asyncio.Event()  # the sender has something to do
-        # what callers waiting for room or a flush await: made by the first, set by notify()
-        self._changed: Optional[asyncio.Future[None]] = None
+        self._changed = Progress(self._loop)  # callers waiting for room or a flush
         self._task: Optional[asyncio.Task[None]] = None
 
     async def connect(self, params: ConnectionParameters, **options: Any) -> Any:
         return await connect(params, **options)
+
+    @staticmethod
+    def made(producer: Any) -> None:
+        """The Producer was made: it connects when awaited (``AsyncioProducerAPI``) or entered."""
 
     # settling (never waits) ----------------------------------------------------------------
 
@@ -87,25 +109,15 @@ class AsyncioWaiting:
     # the callers ---------------------------------------------------------------------------
 
     def notify(self) -> None:
-        waiter = self._changed
-        if waiter is not None:
-            self._changed = None
-            if not waiter.done():
-                waiter.set_result(None)
+        self._changed.notify()
 
     async def wait_until(self, ready: Callable[[], bool], timeout: Optional[float]) -> bool:
         """Until ``ready()`` (checked at each ``notify`` and at least every TICK); False
         after ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not ready():
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return False
-            waiter = self._changed
-            if waiter is None or waiter.done():
-                waiter = self._changed = self._loop.create_future()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(waiter), TICK if left is None else min(left, TICK))
+        try:
+            await self._changed.wait_until(ready, ProgressDeadline(timeout, "room or a flush"), TICK)
+        except OperationTimeout:
+            return False
         return True
 
     async def wait_result(self, future: AsyncioSendFuture) -> SendResult:

@@ -10,98 +10,47 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any, Callable, Optional, Sequence
 
 from ..blocking import connect
 from ..errors import OperationTimeout
+from ..io_contract import ProgressDeadline
+from ..io_threads import Progress, ThreadFuture
 from ..url import ConnectionParameters
 from .core import TICK
 from .message import SendResult
 from .policy import Broker
 
-__all__ = ["SendFuture", "ThreadWaiting"]
+__all__ = ["SendFuture", "ThreadProducerAPI", "ThreadWaiting"]
 
 log = logging.getLogger("amqwire.client.producer")
 
-_CALLBACKS = threading.Lock()  # registering a callback against settling a future
 
-
-class SendFuture:
+class SendFuture(ThreadFuture[SendResult]):
     """The outcome of one ``send_async``: a SendResult, or the error the send failed with."""
 
-    __slots__ = ("_waiter", "_result", "_error", "_done", "_callbacks")
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self._waiter: Optional[Any] = None  # a held lock, made by the first wait
-        self._result: Optional[SendResult] = None
-        self._error: Optional[BaseException] = None
-        self._done = False
-        self._callbacks: Optional[list[Callable[["SendFuture"], Any]]] = None  # made by the first
-
-    def done(self) -> bool:
-        return self._done
-
-    def _wait(self, timeout: Optional[float]) -> None:
-        if self._done:
-            return
-        with _CALLBACKS:
-            if self._done:
-                return
-            waiter = self._waiter
-            if waiter is None:
-                waiter = self._waiter = threading.Lock()
-                waiter.acquire()
-        if not waiter.acquire(timeout=-1 if timeout is None else timeout):
-            raise OperationTimeout("the send's outcome", timeout)
-        waiter.release()  # the next waiter, if any
+    _log = log
 
     def result(self, timeout: Optional[float] = None) -> SendResult:
         """The SendResult once the broker confirmed; raises SendFailed / SendTimeout / ...
         OperationTimeout if ``timeout`` passes first (the send goes on)."""
-        self._wait(timeout)
-        if self._error is not None:
-            raise self._error
-        return self._result  # type: ignore[return-value]  # settled without an error: a result
+        return super().result(timeout)
 
-    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        self._wait(timeout)
-        return self._error
-
-    def add_done_callback(self, fn: Callable[["SendFuture"], Any]) -> None:
-        """``fn(future)``, once: now if the future is done, else when it settles."""
-        with _CALLBACKS:
-            if not self._done:
-                if self._callbacks is None:
-                    self._callbacks = [fn]
-                else:
-                    self._callbacks.append(fn)
-                return
-        _run(fn, self)
-
-    def _settle(self, result: Optional[SendResult], error: Optional[BaseException]) -> None:
-        self._result = result
-        self._error = error
-        with _CALLBACKS:
-            self._done = True
-            callbacks, self._callbacks = self._callbacks, None
-            waiter = self._waiter
-        if waiter is not None:
-            waiter.release()
-        if callbacks:
-            for fn in callbacks:
-                _run(fn, self)
-
-    def __repr__(self) -> str:
-        state = "pending" if not self._done else ("failed" if self._error else "confirmed")
-        return f"<SendFuture {state}>"
+    def _wait(self, timeout: Optional[float]) -> None:
+        try:
+            super()._wait(timeout)
+        except TimeoutError:
+            raise OperationTimeout("the send's outcome", timeout) from None
 
 
-def _run(fn: Callable[[SendFuture], Any], future: SendFuture) -> None:
-    try:
-        fn(future)
-    except Exception:
-        log.exception("send callback %r failed", fn)
+
+class ThreadProducerAPI:
+    """What only the blocking Producer offers: nothing more (the asyncio one's ``__await__``
+    is ``waiting_asyncio.AsyncioProducerAPI``)."""
+
+    __slots__ = ()
 
 
 class ThreadWaiting:
@@ -109,18 +58,22 @@ class ThreadWaiting:
     the Producer's state, its ``SendFuture``s, the sender thread and what it and the
     callers wait on."""
 
-    __slots__ = ("lock", "_changed", "_waiters", "_work", "_thread")
+    __slots__ = ("lock", "_changed", "_work", "_thread")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         # callers waiting for room or a flush; notified only while there are some
-        self._changed = threading.Condition(threading.Lock())
-        self._waiters = 0
+        self._changed = Progress()
         self._work = threading.Event()  # the sender has something to do
         self._thread: Optional[threading.Thread] = None
 
     def connect(self, params: ConnectionParameters, **options: Any) -> Any:
         return connect(params, **options)
+
+    @staticmethod
+    def made(producer: Any) -> None:
+        """The Producer was made: the blocking one connects and starts its sender now."""
+        producer._open_once()
 
     # settling (never waits) ----------------------------------------------------------------
 
@@ -131,21 +84,13 @@ class ThreadWaiting:
         future._settle(result, error)
 
     def resolve_all(self, futures: list[SendFuture], results: list[SendResult]) -> None:
-        """SendFuture._settle for a confirmed batch: one lock for all (the hot path)."""
-        with _CALLBACKS:
-            work = []
-            for future, result in zip(futures, results):
-                future._result = result
-                future._done = True
+        """ThreadFuture._settle for a confirmed batch, inlined (the hot path)."""
+        for future, result in zip(futures, results):
+            if future._state == 0:
+                future._value = result
+                future._state = 1  # before reading _callbacks and _waiter: see ThreadFuture
                 if future._callbacks is not None or future._waiter is not None:
-                    work.append((future, future._callbacks))
-                    future._callbacks = None
-        for future, callbacks in work:
-            if future._waiter is not None:
-                future._waiter.release()
-            if callbacks:
-                for fn in callbacks:
-                    _run(fn, future)
+                    future._wake()
 
     # the sender ----------------------------------------------------------------------------
 
@@ -170,25 +115,16 @@ class ThreadWaiting:
     # the callers ---------------------------------------------------------------------------
 
     def notify(self) -> None:
-        if self._waiters:
-            with self._changed:
-                self._changed.notify_all()
+        self._changed.notify()
 
     def wait_until(self, ready: Callable[[], bool], timeout: Optional[float]) -> bool:
         """Until ``ready()`` (checked at each ``notify`` and at least every TICK); False
         after ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._changed:
-            self._waiters += 1
-            try:
-                while not ready():
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return False
-                    self._changed.wait(TICK if left is None else min(left, TICK))
-                return True
-            finally:
-                self._waiters -= 1
+        try:
+            self._changed.wait_until(ready, ProgressDeadline(timeout, "room or a flush"), TICK)
+        except OperationTimeout:
+            return False
+        return True
 
     def wait_result(self, future: SendFuture) -> SendResult:
         return future.result()

@@ -31,6 +31,7 @@ from ..errors import (
     OperationTimeout,
 )
 from ..io_asyncio import Opener, AsyncioIO
+from ..io_contract import AsyncConnectionIO
 from ..lifecycle import ConnectionSignal, ConnectionStatus
 from ..recovery import END
 from . import protocol as proto
@@ -61,10 +62,6 @@ from .options import (
 from .session import LinkBase, Node, ProducerBase, StreamConnectionBase, StreamConsumerBase, _Batch
 from .url import StreamParameters
 from .waiting_asyncio import AsyncioStreamFuture, StreamAsyncioWaiting
-
-if True:  # asyncio only
-    import asyncio
-    from typing import TYPE_CHECKING  # marks the blocking transport's blocks (make_sync.py)
 
 log = logging.getLogger("amqwire.client.stream")
 
@@ -111,10 +108,13 @@ class AsyncLink(LinkBase):
 
     __slots__ = ()
 
-    _io: AsyncioIO
+    _io: AsyncConnectionIO
 
     def __init__(self, env: Any, params: StreamParameters) -> None:
-        super().__init__(env, params, lambda link: AsyncioIO(link, 0))
+        def io(link: Any) -> AsyncConnectionIO:
+            return AsyncioIO(link, 0)
+
+        super().__init__(env, params, io)
 
     async def _open(self) -> None:
         """Connect and finish the handshake; raises why not (and the link is gone)."""
@@ -713,8 +713,6 @@ class AsyncStreamProducer(ProducerBase):
         if size > self._frame_limit - PUBLISH_FRAME_OVERHEAD:
             raise MessageTooLarge(size, self._frame_limit)
         future = self._new_future()
-        if False and not TYPE_CHECKING:  # blocking only
-            future._producer = self  # its result() writes the batch it is in, then waits
         written = schedule = False
         connection = self  # the locked section below takes connection._lock (make_sync.py): this producer's
         if _LOCKED_SECTION:
@@ -739,14 +737,7 @@ class AsyncStreamProducer(ProducerBase):
             link = connection._link
         if written:
             link._flush_quietly()
-            if True:  # asyncio only
-                # let the loop write what the socket did not take yet and read confirms: a
-                # caller that sends in a loop without awaiting anything would hold both back
-                await asyncio.sleep(0)
-            if False and not TYPE_CHECKING:  # blocking only
-                # read the confirms waiting on the socket in this thread (no hand-over to the
-                # I/O thread and back: a GIL switch each), as a consumer reads its deliveries
-                link._io.read_for(_nothing, 0)
+            await self._waiting.after_write(link)
         elif schedule:
             self._waiting.write_soon(self._write_pending)
         return future
@@ -764,8 +755,6 @@ class AsyncStreamProducer(ProducerBase):
         if largest > self._frame_limit - PUBLISH_FRAME_OVERHEAD:
             raise MessageTooLarge(largest, self._frame_limit)
         future = self._new_future()
-        if False and not TYPE_CHECKING:  # blocking only
-            future._producer = self
         if not messages:
             self._waiting.settle(future, self.last_publishing_id)
             return future
@@ -842,12 +831,6 @@ class AsyncStreamProducer(ProducerBase):
         await self._waits.wait_progress(lambda: not self._unconfirmed and not self._pending or
                                         self._machine.state in _ENDED, timeout, "the confirms of a flush")
 
-    if False and not TYPE_CHECKING:  # blocking only
-        def _wait_settled(self, future: Any, timeout: Optional[float]) -> None:
-            """A blocking future's result(): write the batch it may be in, then wait."""
-            self._flush_batch()
-            self._waits.wait_progress(future.done, timeout, "the broker's confirm")
-
     async def close(self, timeout: Optional[float] = 10.0) -> None:
         """Flush (waiting up to ``timeout`` for the confirms), then delete the publisher.
         Sends still unsettled then fail.  Safe to call twice."""
@@ -879,9 +862,6 @@ class AsyncStreamProducer(ProducerBase):
 _ACCEPTING = frozenset({ProducerPhase.OPEN, ProducerPhase.DOWN, ProducerPhase.DECLARING})
 
 
-def _nothing() -> bool:
-    """A wait that is never over: read_for then reads what the socket holds, and returns."""
-    return False
 _OPEN = ProducerPhase.OPEN
 _ENDED = frozenset({ProducerPhase.CLOSED, ProducerPhase.FAILED})
 

@@ -33,6 +33,7 @@ from ..errors import (
     OperationTimeout,
 )
 from ..io_threads import ThreadIO
+from ..io_contract import SyncConnectionIO
 from ..lifecycle import ConnectionSignal, ConnectionStatus
 from ..recovery import END
 from . import protocol as proto
@@ -109,10 +110,13 @@ class SyncLink(LinkBase):
 
     __slots__ = ()
 
-    _io: ThreadIO
+    _io: SyncConnectionIO
 
     def __init__(self, env: Any, params: StreamParameters) -> None:
-        super().__init__(env, params, lambda link: ThreadIO(link, 0))
+        def io(link: Any) -> SyncConnectionIO:
+            return ThreadIO(link, 0)
+
+        super().__init__(env, params, io)
 
     def _open(self) -> None:
         """Connect and finish the handshake; raises why not (and the link is gone)."""
@@ -711,7 +715,6 @@ class SyncStreamProducer(ProducerBase):
         if size > self._frame_limit - PUBLISH_FRAME_OVERHEAD:
             raise MessageTooLarge(size, self._frame_limit)
         future = self._new_future()
-        future._producer = self  # its result() writes the batch it is in, then waits
         written = schedule = False
         connection = self  # the locked section below takes connection._lock (make_sync.py): this producer's
         connection._lock.acquire()
@@ -739,9 +742,7 @@ class SyncStreamProducer(ProducerBase):
             connection._lock.release()
         if written:
             link._flush_quietly()
-            # read the confirms waiting on the socket in this thread (no hand-over to the
-            # I/O thread and back: a GIL switch each), as a consumer reads its deliveries
-            link._io.read_for(_nothing, 0)
+            self._waiting.after_write(link)
         elif schedule:
             self._waiting.write_soon(self._write_pending)
         return future
@@ -759,7 +760,6 @@ class SyncStreamProducer(ProducerBase):
         if largest > self._frame_limit - PUBLISH_FRAME_OVERHEAD:
             raise MessageTooLarge(largest, self._frame_limit)
         future = self._new_future()
-        future._producer = self
         if not messages:
             self._waiting.settle(future, self.last_publishing_id)
             return future
@@ -836,11 +836,6 @@ class SyncStreamProducer(ProducerBase):
         self._waits.wait_progress(lambda: not self._unconfirmed and not self._pending or
                                         self._machine.state in _ENDED, timeout, "the confirms of a flush")
 
-    def _wait_settled(self, future: Any, timeout: Optional[float]) -> None:
-        """A blocking future's result(): write the batch it may be in, then wait."""
-        self._flush_batch()
-        self._waits.wait_progress(future.done, timeout, "the broker's confirm")
-
     def close(self, timeout: Optional[float] = 10.0) -> None:
         """Flush (waiting up to ``timeout`` for the confirms), then delete the publisher.
         Sends still unsettled then fail.  Safe to call twice."""
@@ -872,9 +867,6 @@ class SyncStreamProducer(ProducerBase):
 _ACCEPTING = frozenset({ProducerPhase.OPEN, ProducerPhase.DOWN, ProducerPhase.DECLARING})
 
 
-def _nothing() -> bool:
-    """A wait that is never over: read_for then reads what the socket holds, and returns."""
-    return False
 _OPEN = ProducerPhase.OPEN
 _ENDED = frozenset({ProducerPhase.CLOSED, ProducerPhase.FAILED})
 

@@ -36,6 +36,7 @@ from amqwire.codec import CodecError
 from amqwire.codec.stream.amqp10 import encode_message
 from amqwire.codec.stream.chunk import chunk_messages
 
+from ..io_contract import ConnectionIO
 from ..errors import AMQPConnectionError, AuthenticationError, ConnectionLost, InvalidStateError
 from ..lifecycle import OPENED_STATES, ConnectionSignal, ConnectionStatus, Lifecycle, Machine
 from ..listeners import CallbackError, ExceptionHandler, log_callback_error
@@ -103,7 +104,9 @@ class LinkBase:
         "exception_handler", "_owed_credit", "__weakref__",
     )
 
-    def __init__(self, env: Any, params: StreamParameters, io: Callable[[Any], Any]) -> None:
+    _io: ConnectionIO
+
+    def __init__(self, env: Any, params: StreamParameters, io: Callable[[Any], ConnectionIO]) -> None:
         self._env = env
         self.params = params
         self._ssl_context = env._ssl_context
@@ -453,7 +456,7 @@ class ProducerBase:
         self._waiting = env._waiting
         self._lock = env._waiting.new_lock()
         self._waits = self._waiting.producer_waits(self)
-        self._new_future = self._waiting.new_future  # bound once: one call less a send
+        self._new_future = self._waiting.future_maker(self)  # bound once: one call less a send
         self._link: Any = None
         self._publisher_id = -1
         self._next_id = 1  # automatic publishing ids: with a reference, after what the broker has

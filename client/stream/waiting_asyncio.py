@@ -2,7 +2,7 @@
 
 The connection (``operations_async.py``) owns one ``StreamAsyncioWaiting`` and asks it for
 everything that depends on the transport, beyond each link's socket (which is the 0-9-1
-client's ``io_asyncio.AsyncioIO``): waiters, sleeping, background flows (relocating
+client's ``io_asyncio.AsyncioIO``): sleeping, background flows (relocating
 producers and consumers), a mutex for flows that must not overlap, the producers' send
 futures, the waits for their confirms, and when a producer's batch is written.  Nothing in
 it decides anything; the blocking counterpart is ``waiting_threads.py``
@@ -16,8 +16,8 @@ import functools
 import time
 from typing import Any, Callable, Coroutine, Optional
 
-from ..errors import OperationTimeout
-from ..io_asyncio import NoLock
+from ..io_asyncio import AsyncioIO, NoLock, Progress
+from ..io_contract import ProgressDeadline
 
 __all__ = ["AsyncioStreamFuture", "StreamAsyncioWaiting", "ProducerWaits", "StreamInbox"]
 
@@ -35,24 +35,10 @@ class StreamAsyncioWaiting:
         self.loop = asyncio.get_running_loop()
         self._tasks: set["asyncio.Task[Any]"] = set()
 
-    def new_waiter(self) -> "asyncio.Future[Any]":
-        return self.loop.create_future()
-
-    @staticmethod
-    async def wait(waiter: "asyncio.Future[Any]", timeout: Optional[float]) -> Any:
-        """The waiter's result; TimeoutError after ``timeout`` seconds."""
-        if waiter.done() or timeout is None:
-            return await waiter
-        try:
-            return await asyncio.wait_for(asyncio.shield(waiter), timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"no result within {timeout} s") from None
-
     @staticmethod
     def new_lock() -> NoLock:
-        """The lock of a producer's, consumer's or the connection's state: none is needed
-        where everything runs in the loop's thread."""
-        return NoLock()
+        """The lock of a producer's, consumer's or the connection's state: the links'."""
+        return AsyncioIO.new_lock()
 
     @staticmethod
     def new_mutex() -> asyncio.Lock:
@@ -61,20 +47,15 @@ class StreamAsyncioWaiting:
 
     @staticmethod
     def new_flag() -> asyncio.Event:
-        return asyncio.Event()
+        return AsyncioIO.new_flag()
 
     @staticmethod
     async def wait_flag(flag: asyncio.Event, timeout: Optional[float]) -> bool:
-        if flag.is_set():
-            return True
-        try:
-            await asyncio.wait_for(flag.wait(), timeout)
-        except asyncio.TimeoutError:
-            return False
-        return True
+        return await AsyncioIO.wait_flag(flag, timeout)
 
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
+    @staticmethod
+    async def sleep(seconds: float) -> None:
+        await AsyncioIO.sleep(seconds)
 
     def spawn(self, flow: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run ``flow(*args)`` in the background (a task the connection keeps)."""
@@ -91,11 +72,17 @@ class StreamAsyncioWaiting:
 
     # producers ------------------------------------------------------------------------------
 
-    @property
-    def new_future(self) -> Callable[[], AsyncioStreamFuture]:
-        """Makes a send's future: the loop's Future type, called in C (loop.create_future
-        is a Python call more)."""
+    def future_maker(self, producer: Any) -> Callable[[], AsyncioStreamFuture]:
+        """Makes the futures of ``producer``'s sends: the loop's Future type, called in C
+        (loop.create_future is a Python call more)."""
         return functools.partial(asyncio.Future, loop=self.loop)
+
+    @staticmethod
+    async def after_write(link: Any) -> None:
+        """A send wrote its producer's batch: let the loop write what the socket did not
+        take yet and read confirms (a caller that sends in a loop without awaiting anything
+        would hold both back)."""
+        await asyncio.sleep(0)
 
     @staticmethod
     def settle(future: AsyncioStreamFuture, publishing_id: int) -> None:
@@ -129,37 +116,19 @@ class StreamAsyncioWaiting:
 class ProducerWaits:
     """Callers of one producer waiting for confirms (room under ``max_in_flight``, a flush)."""
 
-    __slots__ = ("_loop", "_progress")
+    __slots__ = ("_progress",)
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._progress: Optional["asyncio.Future[None]"] = None
+        self._progress = Progress(loop)
 
     async def wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str) -> None:
         """Until ``ready()`` (checked whenever confirms or failures come); OperationTimeout
         naming ``what`` after ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not ready():
-            waiter = self._progress
-            if waiter is None or waiter.done():
-                waiter = self._progress = self._loop.create_future()
-            if deadline is None:
-                await waiter
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise OperationTimeout(what, timeout)
-            try:
-                await asyncio.wait_for(asyncio.shield(waiter), left)
-            except asyncio.TimeoutError:
-                raise OperationTimeout(what, timeout) from None
+        if not ready():
+            await self._progress.wait_until(ready, ProgressDeadline(timeout, what))
 
     def notify_progress(self) -> None:
-        waiter = self._progress
-        if waiter is not None:
-            self._progress = None
-            if not waiter.done():
-                waiter.set_result(None)
+        self._progress.notify()
 
 
 class StreamInbox:

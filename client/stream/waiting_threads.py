@@ -3,7 +3,7 @@
 The connection (``operations_sync.py``, generated) owns one ``StreamThreadWaiting`` and
 asks it for everything that depends on the transport, beyond each link's socket (the 0-9-1
 client's ``io_threads.ThreadIO``: its I/O thread reads, dispatches confirms and
-deliveries, and keeps the heartbeats): waiters, sleeping, background flows (threads), a
+deliveries, and keeps the heartbeats): sleeping, background flows (threads), a
 mutex, the producers' send futures (``StreamFuture``), the waits for their confirms, and
 when a producer's batch is written.  The asyncio counterpart is ``waiting_asyncio.py``.
 
@@ -15,104 +15,46 @@ left unwritten.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
 from typing import Any, Callable, Optional
 
-from ..errors import AMQPConnectionError, InvalidStateError, OperationTimeout
-from ..io_threads import _Slot
+from ..errors import AMQPConnectionError, InvalidStateError
+from ..io_contract import ProgressDeadline
+from ..io_threads import Progress, ThreadFuture, ThreadIO
 
 __all__ = ["StreamFuture", "StreamThreadWaiting", "ProducerWaits", "StreamInbox"]
 
 log = logging.getLogger("amqwire.client.stream")
 
 LINGER = 0.0005  # seconds a batch that is not full waits for more sends before it is written
-_CALLBACKS = threading.Lock()  # registering a callback against settling a future
 
 
-class StreamFuture:
+class StreamFuture(ThreadFuture[int]):
     """The outcome of one send (or one ``send_batch``): the publishing id once the broker
     confirmed it, or the error it failed with (``StreamPublishFailed``, ...)."""
 
-    __slots__ = ("_producer", "_state", "_value", "_error", "_callbacks")
+    __slots__ = ("_producer",)
 
-    def __init__(self) -> None:
-        self._producer: Any = None  # set by the send that made it
-        self._state = 0  # 0 pending, 1 confirmed, 2 failed
-        self._value = 0
-        self._error: Optional[BaseException] = None
-        self._callbacks: Optional[list[list[Callable[["StreamFuture"], Any]]]] = None  # boxed
+    _log = log
 
-    def done(self) -> bool:
-        return self._state != 0
-
-    def _wait(self, timeout: Optional[float]) -> None:
-        if self._state == 0:
-            self._producer._wait_settled(self, timeout)
+    def __init__(self, producer: Any) -> None:
+        super().__init__()
+        self._producer = producer  # the producer whose send made it
 
     def result(self, timeout: Optional[float] = None) -> int:
         """The publishing id, once the broker confirmed the message; raises why it failed,
         or OperationTimeout if ``timeout`` passes first (the send goes on)."""
-        self._wait(timeout)
-        if self._error is not None:
-            raise self._error
-        return self._value
+        return super().result(timeout)
 
-    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        self._wait(timeout)
-        return self._error
-
-    def add_done_callback(self, fn: Callable[["StreamFuture"], Any]) -> None:
-        """``fn(future)``, once: now if the future is done, else when it settles (on the
-        thread that reads the broker's confirm: keep it short)."""
+    def _wait(self, timeout: Optional[float]) -> None:
         if self._state == 0:
-            # Settling takes no lock (it is the hot path of confirms): it sets _state, then
-            # reads _callbacks; this appends, then reads _state.  One of the two sees the
-            # other, and the box makes sure only one runs fn.
-            box = [fn]
-            with _CALLBACKS:
-                if self._callbacks is None:
-                    self._callbacks = [box]
-                else:
-                    self._callbacks.append(box)
-            if self._state == 0:
-                return
-            try:
-                fn = box.pop()
-            except IndexError:
-                return  # the settling thread ran it
-        _run(fn, self)
+            producer = self._producer
+            producer._flush_batch()  # the batch it may be in is written now, not after the linger
+            producer._waits.wait_progress(self.done, timeout, "the broker's confirm")
 
-    def _settle(self, value: int, error: Optional[BaseException]) -> None:
-        """Once: each future is settled by the one thread that took its send from the
-        producer's books (under its lock)."""
-        if self._state != 0:
-            return
-        self._value = value
-        self._error = error
-        self._state = 2 if error is not None else 1  # before reading _callbacks: see add_done_callback
-        if self._callbacks is not None:
-            self._run_callbacks()
-
-    def _run_callbacks(self) -> None:
-        for box in self._callbacks:  # type: ignore[union-attr]  # iterating a list others append to sees them
-            try:
-                fn = box.pop()
-            except IndexError:
-                continue
-            _run(fn, self)
-
-    def __repr__(self) -> str:
-        state = ("pending", "confirmed", "failed")[self._state]
-        return f"<StreamFuture {state}>"
-
-
-def _run(fn: Callable[[StreamFuture], Any], future: StreamFuture) -> None:
-    try:
-        fn(future)
-    except Exception:
-        log.exception("send callback %r failed", fn)
 
 
 class StreamThreadWaiting:
@@ -129,19 +71,9 @@ class StreamThreadWaiting:
         self.linger = LINGER
 
     @staticmethod
-    def new_waiter() -> _Slot:
-        return _Slot()
-
-    @staticmethod
-    def wait(waiter: _Slot, timeout: Optional[float]) -> Any:
-        """The waiter's result; TimeoutError after ``timeout`` seconds."""
-        return waiter.result(timeout)
-
-    @staticmethod
     def new_lock() -> Any:
-        """The lock of a producer's, consumer's or the connection's state (the thread that
-        reads a socket and the callers share it)."""
-        return threading.RLock()
+        """The lock of a producer's, consumer's or the connection's state: the links'."""
+        return ThreadIO.new_lock()
 
     @staticmethod
     def new_mutex() -> Any:
@@ -150,7 +82,7 @@ class StreamThreadWaiting:
 
     @staticmethod
     def new_flag() -> threading.Event:
-        return threading.Event()
+        return ThreadIO.new_flag()
 
     @staticmethod
     def wait_flag(flag: threading.Event, timeout: Optional[float]) -> bool:
@@ -171,12 +103,22 @@ class StreamThreadWaiting:
 
     # producers ------------------------------------------------------------------------------
 
-    #: Makes a send's future (its producer set by the send).
-    new_future = StreamFuture
+    @staticmethod
+    def future_maker(producer: Any) -> Callable[[], StreamFuture]:
+        """Makes the futures of ``producer``'s sends (their result() writes the batch they
+        are in, then waits)."""
+        return functools.partial(StreamFuture, producer)
+
+    @staticmethod
+    def after_write(link: Any) -> None:
+        """A send wrote its producer's batch: read the confirms waiting on the socket in
+        this thread (no hand-over to the I/O thread and back: a GIL switch each), as a
+        consumer reads its deliveries."""
+        link._io.read_for(_nothing, 0)
 
     @staticmethod
     def settle(future: StreamFuture, publishing_id: int) -> None:
-        future._settle(publishing_id, None)
+        future.set_result(publishing_id)
 
     @staticmethod
     def settle_many(settled: list[tuple[StreamFuture, int]]) -> None:
@@ -184,13 +126,13 @@ class StreamThreadWaiting:
         for future, publishing_id in settled:
             if future._state == 0:
                 future._value = publishing_id
-                future._state = 1  # before reading _callbacks: see add_done_callback
-                if future._callbacks is not None:
-                    future._run_callbacks()
+                future._state = 1  # before reading _callbacks and _waiter: see ThreadFuture
+                if future._callbacks is not None or future._waiter is not None:
+                    future._wake()
 
     @staticmethod
     def fail(future: StreamFuture, error: BaseException) -> None:
-        future._settle(0, error)
+        future.set_exception(error)
 
     @staticmethod
     def producer_waits(producer: Any) -> "ProducerWaits":
@@ -237,37 +179,25 @@ class ProducerWaits:
     """Threads waiting for one producer's confirms (room under ``max_in_flight``, a flush,
     a future's result)."""
 
-    __slots__ = ("_producer", "_condition", "_waiting")
+    __slots__ = ("_producer", "_progress")
 
     def __init__(self, producer: Any) -> None:
         self._producer = producer
-        self._condition = threading.Condition(threading.Lock())
-        self._waiting = 0
+        self._progress = Progress()
 
     def wait_progress(self, ready: Callable[[], bool], timeout: Optional[float], what: str) -> None:
         """Until ``ready()`` (checked whenever confirms or failures come); OperationTimeout
         naming ``what`` after ``timeout``."""
         if ready():
             return
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = ProgressDeadline(timeout, what)
         io = self._producer._reading_io()
         if io is not None and io.parked:  # a consumer thread reads the socket: read for this wait too
-            io.read_while_waiting(ready, deadline)
-        with self._condition:
-            self._waiting += 1
-            try:
-                while not ready():
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise OperationTimeout(what, timeout)
-                    self._condition.wait(0.5 if left is None else min(left, 0.5))
-            finally:
-                self._waiting -= 1
+            io.read_while_waiting(ready, deadline.at)
+        self._progress.wait_until(ready, deadline, 0.5)
 
     def notify_progress(self) -> None:
-        if self._waiting:
-            with self._condition:
-                self._condition.notify_all()
+        self._progress.notify()
 
 
 class StreamInbox:
@@ -334,3 +264,8 @@ class StreamInbox:
                         self._condition.wait(0.2 if left is None else min(left, 0.2))
                 finally:
                     self._waiting -= 1
+
+
+def _nothing() -> bool:
+    """A wait that is never over: read_for then reads what the socket holds, and returns."""
+    return False
