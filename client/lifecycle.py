@@ -32,7 +32,7 @@ from .errors import InvalidStateError
 log = logging.getLogger("amqwire.client.lifecycle")
 
 __all__ = [
-    "fire",
+    "fire", "Named",
     "ConnectionState", "WireSignal", "CONNECTION_TRANSITIONS",
     "ChannelStatus", "WireChannelSignal", "CHANNEL_TRANSITIONS",
     "HandshakeStep", "HandshakeSignal", "HANDSHAKE_STEPS",
@@ -58,10 +58,18 @@ def fire(table: Mapping[tuple[_State, Any], _State], subject: str, current: _Sta
     return new
 
 
+class Named(enum.Enum):
+    """A state or signal that reads as its value: "open", not "ConnectionStatus.OPEN", in
+    messages and f-strings on every Python."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 # --------------------------------------------------------------------------- the core: one socket
 
 
-class ConnectionState(str, enum.Enum):
+class ConnectionState(str, Named):
     """Where the core's connection is.  A str enum: ``core.state == "open"`` holds."""
 
     NEW = "new"  # before initiate()
@@ -73,12 +81,8 @@ class ConnectionState(str, enum.Enum):
     # connection.close with the reply code is queued; only its answer can come next.
     ERROR = "error"
 
-    def __str__(self) -> str:
-        # "open", not "ConnectionState.OPEN", in messages and f-strings on every Python
-        return self.value
 
-
-class WireSignal(enum.Enum):
+class WireSignal(Named):
     """What can happen to the core's connection: the keys of CONNECTION_TRANSITIONS."""
 
     SEND_PROTOCOL_HEADER = "send protocol header"  # initiate()
@@ -89,9 +93,6 @@ class WireSignal(enum.Enum):
     AUTH_FAILED = "auth failed"  # no mechanism in common, or a challenge nobody answers
     PROTOCOL_ERROR = "protocol error"  # a malformed frame or a method out of place
     LOST = "lost"  # the transport lost the socket (connection_lost())
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class ChannelStatus(enum.IntEnum):
@@ -106,7 +107,7 @@ class ChannelStatus(enum.IntEnum):
         return self.name.lower()
 
 
-class WireChannelSignal(enum.Enum):
+class WireChannelSignal(Named):
     """What can happen to one of the core's channels: the keys of CHANNEL_TRANSITIONS.  A
     channel starts in OPENING when channel.open is queued."""
 
@@ -115,9 +116,6 @@ class WireChannelSignal(enum.Enum):
     RECV_CLOSE = "recv close"  # the broker's channel.close (answered with close-ok)
     RECV_CLOSE_OK = "recv close-ok"
     CONNECTION_DOWN = "connection down"  # the connection went closing, closed or error
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _W, _WS = ConnectionState, WireSignal
@@ -165,7 +163,7 @@ CHANNEL_TRANSITIONS: Final[Mapping[tuple[ChannelStatus, WireChannelSignal], Chan
 del _W, _WS, _CS, _CWS
 
 
-class HandshakeStep(enum.Enum):
+class HandshakeStep(Named):
     """Which method of the broker the core's handshake waits for (in HANDSHAKE); any other
     one on channel 0 is a protocol error."""
 
@@ -174,17 +172,11 @@ class HandshakeStep(enum.Enum):
     OPEN_OK = "connection.open-ok"  # tune-ok and connection.open are out
     DONE = "done"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class HandshakeSignal(enum.Enum):
+class HandshakeSignal(Named):
     RECV_START = "recv start"
     RECV_TUNE = "recv tune"
     RECV_OPEN_OK = "recv open-ok"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 HANDSHAKE_STEPS: Final[Mapping[tuple[HandshakeStep, HandshakeSignal], HandshakeStep]] = {
@@ -197,7 +189,7 @@ HANDSHAKE_STEPS: Final[Mapping[tuple[HandshakeStep, HandshakeSignal], HandshakeS
 # --------------------------------------------------------------------------- a logical connection
 
 
-class ConnectionStatus(enum.Enum):
+class ConnectionStatus(Named):
     """Where a logical connection is (it outlives the sockets a recovery replaces)."""
 
     NEW = "new"                            # no socket yet: connect() is trying the brokers
@@ -212,11 +204,8 @@ class ConnectionStatus(enum.Enum):
     CLOSED = "closed"                      # closed by the user, for good
     FAILED = "failed"                      # lost and not recovered, for good
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ConnectionSignal(enum.Enum):
+class ConnectionSignal(Named):
     SOCKET_UP = "socket up"
     HANDSHAKE_DONE = "handshake done"
     CONNECT_FAILED = "connect failed"      # connect() tried every broker
@@ -228,9 +217,6 @@ class ConnectionSignal(enum.Enum):
     RESTORED = "restored"
     GIVE_UP = "recovery given up"
     CLOSE = "close()"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 S = ConnectionStatus
@@ -395,7 +381,7 @@ class Lifecycle:
 # --------------------------------------------------------------------------- channels and consumers
 
 
-class ChannelPhase(enum.Enum):
+class ChannelPhase(Named):
     OPENING = "opening"  # channel.open sent, its open-ok not read yet
     OPEN = "open"
     # Reopened by a recovery (or renewed, below), and none of its publishes acked since.
@@ -408,11 +394,8 @@ class ChannelPhase(enum.Enum):
     DOWN = "down"        # its connection is lost and recovering: reopened when it is back
     CLOSED = "closed"    # by close(), by the broker, or with its connection, for good
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ChannelSignal(enum.Enum):
+class ChannelSignal(Named):
     OPENED = "channel.open-ok"
     CONNECTION_DOWN = "connection lost, recovering"
     REOPENED = "reopened by the recovery"
@@ -424,9 +407,6 @@ class ChannelSignal(enum.Enum):
     RENEWED = "renewed: a fresh channel in its place"
     RENEW_GIVEN_UP = "renewal given up"  # the policy's bound reached, or the renewal failed
     RENEW_CANCELLED = "renewal cancelled"  # with the publish that ran it: the next publish tries again
-
-    def __str__(self) -> str:
-        return self.value
 
 
 CS, CE = ChannelPhase, ChannelSignal
@@ -489,19 +469,13 @@ CHANNEL_PHASES: Final[Mapping[tuple[ChannelPhase, ChannelSignal], ChannelPhase]]
 }
 
 
-class ConsumerPhase(enum.Enum):
+class ConsumerPhase(Named):
     ACTIVE = "active"  # subscribed, or being subscribed again by a recovery
     ENDED = "ended"    # cancelled (by the user or the broker), or its channel or connection gone
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ConsumerSignal(enum.Enum):
+class ConsumerSignal(Named):
     END = "end"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 CONSUMER_PHASES: Final[Mapping[tuple[ConsumerPhase, ConsumerSignal], ConsumerPhase]] = {
@@ -510,7 +484,7 @@ CONSUMER_PHASES: Final[Mapping[tuple[ConsumerPhase, ConsumerSignal], ConsumerPha
 }
 
 
-class RequestPhase(enum.Enum):
+class RequestPhase(Named):
     """Where a channel's synchronous request is (one at a time per channel)."""
 
     IDLE = "idle"            # none out
@@ -519,18 +493,12 @@ class RequestPhase(enum.Enum):
     # undone (a message got goes back, a consumer is cancelled), and the next request waits for it.
     ABANDONED = "abandoned"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class RequestSignal(enum.Enum):
+class RequestSignal(Named):
     SEND = "request sent"
     REPLY = "reply read"
     ABANDON = "its caller gave up"
     END = "the channel closed or was lost"  # the waiter fails, or answers the close
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _R, _RS = RequestPhase, RequestSignal
@@ -583,7 +551,7 @@ class Machine:
 # --------------------------------------------------------------------------- the Producer (client/producer)
 
 
-class ProducerPhase(enum.Enum):
+class ProducerPhase(Named):
     """Where a Producer (``amqwire.client.Producer``, over AMQP 0-9-1 brokers) is."""
 
     NEW = "new"            # made; asyncio: not awaited yet (sends are queued meanwhile)
@@ -593,19 +561,13 @@ class ProducerPhase(enum.Enum):
     FAILED = "failed"      # its sender failed and so did what it held; close() still closes the connections
     CLOSED = "closed"      # what was left failed, the connections are closing: nothing is drained any more
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ProducerSignal(enum.Enum):
+class ProducerSignal(Named):
     START = "start"
     CLOSE = "close()"
     STOP = "flushed: stop the sender"
     SENDER_FAILED = "the sender failed"
     FINISH = "what was left failed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _P, _PS = ProducerPhase, ProducerSignal
@@ -643,22 +605,16 @@ PRODUCER_PHASES: Final[Mapping[tuple[ProducerPhase, ProducerSignal], ProducerPha
 del _P, _PS
 
 
-class SenderPhase(enum.Enum):
+class SenderPhase(Named):
     """Whether a Producer's sender (its thread or task) works or waits for work."""
 
     BUSY = "busy"
     IDLE = "idle"  # nothing to write: an offer that finds it so wakes it
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class SenderSignal(enum.Enum):
+class SenderSignal(Named):
     WAIT = "nothing to write"
     WAKE = "work for it"  # racing callers may wake it twice: harmless
-
-    def __str__(self) -> str:
-        return self.value
 
 
 SENDER_PHASES: Final[Mapping[tuple[SenderPhase, SenderSignal], SenderPhase]] = {

@@ -13,11 +13,10 @@ a bug of the client: ``InvalidStateError`` names both.
 """
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from typing import Final
 
-from ..lifecycle import Machine
+from ..lifecycle import Machine, Named
 
 __all__ = [
     "ProducerPhase", "ProducerSignal", "PRODUCER_PHASES", "PRODUCER_SENDING_PHASES",
@@ -26,7 +25,7 @@ __all__ = [
 ]
 
 
-class ProducerPhase(enum.Enum):
+class ProducerPhase(Named):
     DECLARING = "declaring"  # DeclarePublisher sent (the first time, or after a relocation)
     OPEN = "open"            # declared on the stream's leader: sends go out
     DOWN = "down"            # its link was lost or the stream moved: sends wait for a relocation
@@ -34,20 +33,14 @@ class ProducerPhase(enum.Enum):
     CLOSED = "closed"        # closed by the user, for good
     FAILED = "failed"        # refused, the stream deleted, or lost with recovery off: for good
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ProducerSignal(enum.Enum):
+class ProducerSignal(Named):
     DECLARED = "publisher declared"
     LOST = "link lost or stream moved, recoverable"
     RELOCATE = "declaring again on the leader"
     FAIL = "failed for good"
     CLOSE = "close()"
     CLOSED = "publisher deleted"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 P, PE = ProducerPhase, ProducerSignal
@@ -87,7 +80,7 @@ PRODUCER_PHASES: Final[Mapping[tuple[ProducerPhase, ProducerSignal], ProducerPha
 }
 
 
-class ConsumerPhase(enum.Enum):
+class ConsumerPhase(Named):
     SUBSCRIBING = "subscribing"  # Subscribe sent (the first time, or after a relocation)
     ACTIVE = "active"            # subscribed: chunks come as credit allows
     DOWN = "down"                # its link was lost or the stream moved: resubscribed after the last offset received
@@ -96,11 +89,8 @@ class ConsumerPhase(enum.Enum):
     CLOSED = "closed"            # closed by the user, for good
     FAILED = "failed"            # refused, the stream deleted, or lost with recovery off: for good
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ConsumerSignal(enum.Enum):
+class ConsumerSignal(Named):
     SUBSCRIBED = "subscribed"
     LOST = "link lost or stream moved, recoverable"
     RESUBSCRIBE = "subscribing again"
@@ -108,9 +98,6 @@ class ConsumerSignal(enum.Enum):
     FAIL = "failed for good"
     CLOSE = "close()"
     CLOSED = "unsubscribed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 C, CE = ConsumerPhase, ConsumerSignal
