@@ -7,11 +7,7 @@ stream/operations_sync.py from stream/operations_async.py.
 
 The rewrite works on tokens, so words in strings and comments stay as they are: the
 ``async`` keyword before ``def``/``with``/``for`` and every ``await`` are dropped, the
-names below are renamed (also a string that is only such a name, as in ``__all__``),
-and ``if _LOCKED_SECTION:`` becomes ``connection._lock.acquire()`` and a ``try:`` whose
-``finally:`` releases it (a section that asyncio runs in one thread, and the blocking
-transport under its lock; not ``with``, which costs an RLock twice as much: ~1,100
-instructions more per publish).
+names below are renamed (also a string that is only such a name, as in ``__all__``).
 
 ``Opener[T]`` (a type) becomes ``T`` and ``Opener(x)`` (a value) becomes ``(x)``: on
 asyncio a call that opens something returns an object to ``await`` or ``async with``; the
@@ -94,23 +90,6 @@ def _closing(tokens: list[tokenize.TokenInfo], index: int) -> int:
     raise SyntaxError(f"unclosed bracket at line {tokens[index].start[0]}")
 
 
-def _block_end(tokens: list[tokenize.TokenInfo], colon: int) -> int:
-    """The row after the last statement of the block opened by the colon at ``colon``."""
-    depth = 0
-    last = colon
-    for at in range(colon + 1, len(tokens)):
-        kind = tokens[at].type
-        if kind == tokenize.INDENT:
-            depth += 1
-        elif kind == tokenize.DEDENT:
-            depth -= 1
-            if depth == 0:
-                return tokens[last].end[0] + 1
-        elif kind == tokenize.NEWLINE:
-            last = at
-    raise SyntaxError(f"unterminated block at line {tokens[colon].start[0]}")
-
-
 def to_sync(source: str, name: str = "operations_async.py") -> str:
     lines = source.splitlines(keepends=True)
     offsets = [0]
@@ -136,13 +115,6 @@ def to_sync(source: str, name: str = "operations_async.py") -> str:
         ):
             following = tokens[index + 1]
             edits.append((start, position(*following.start), ""))  # the keyword and its space
-        elif (token.string == "if" and index + 2 < len(tokens) and tokens[index + 1].string == "_LOCKED_SECTION"
-              and tokens[index + 2].string == ":"):
-            indent = " " * token.start[1]
-            edits.append((start, position(*tokens[index + 1].end), f"connection._lock.acquire()\n{indent}try"))
-            row = _block_end(tokens, index + 2)
-            edits.append((position(row, 0), position(row, 0),
-                          f"{indent}finally:\n{indent}    connection._lock.release()\n"))
         elif token.string in UNWRAP and index + 1 < len(tokens) and tokens[index + 1].string == ",":
             edits.append((start, position(*tokens[index + 2].start), ""))  # imported: nothing to import
         elif (token.string in UNWRAP and index + 1 < len(tokens)

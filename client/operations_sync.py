@@ -80,13 +80,11 @@ log = logging.getLogger("amqwire.client")
 
 Body = Union[bytes, bytearray, memoryview, str]
 
-# The hot sections below (publishing, acks) run in the blocking twin under
-# ``connection._lock``, which its reader thread and other calling threads share: the
-# generator turns ``if _LOCKED_SECTION:`` into an acquire of ``connection._lock`` and a
-# ``try:`` whose ``finally:`` releases it.  On asyncio one
-# thread runs everything and a section without an await cannot be interleaved, so it
-# takes no lock: a ``with`` costs more than the rest of an unconfirmed publish's bookkeeping.
-_LOCKED_SECTION = True
+# The hot sections below (publishing, acks) hold ``connection._lock`` with an explicit
+# acquire and a ``try``/``finally``: the blocking transport's reader thread and other calling
+# threads share the core, and a ``with`` would cost an RLock about twice as much.  On
+# asyncio the lock is io_asyncio's NoLock (one thread runs everything, and a section
+# without an await cannot be interleaved).
 _Self = TypeVar("_Self")
 
 
@@ -540,7 +538,8 @@ class SyncChannel(ChannelBase[Message], ThreadChannelAPI):
         loss while the connection is down, and void (logged) once the channel is back: the
         broker requeued it."""
         connection = self._connection
-        connection._lock.acquire()
+        lock = connection._lock
+        lock.acquire()
         try:
             if not connection._lifecycle.answerable:  # a closed channel: the core refuses it below
                 self._check()
@@ -558,7 +557,7 @@ class SyncChannel(ChannelBase[Message], ThreadChannelAPI):
                 self._count_settled(observer.metrics, core_method, delivery_tag,
                                     core_method != "basic_reject" and args[0])
         finally:
-            connection._lock.release()
+            lock.release()
         # At once: a consumer busy with its buffered messages would otherwise hold back
         # the acks that let the broker send more.
         connection._io.flush_acks()
@@ -675,7 +674,8 @@ class SyncChannel(ChannelBase[Message], ThreadChannelAPI):
             return
         if connection._held or self._flow_paused:
             self._wait_publishable(_deadline(timeout))
-        connection._lock.acquire()
+        lock = connection._lock
+        lock.acquire()
         try:
             if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
                 self._check()
@@ -685,7 +685,7 @@ class SyncChannel(ChannelBase[Message], ThreadChannelAPI):
                 self._check()  # the connection or channel went away meanwhile: say why
                 raise
         finally:
-            connection._lock.release()
+            lock.release()
         if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
 
@@ -717,7 +717,8 @@ class SyncChannel(ChannelBase[Message], ThreadChannelAPI):
         if connection._held or self._flow_paused or self._unsettled >= self._max_in_flight:
             self._wait_for_room(1, _deadline(timeout))
         token = self._waits.new_token(1, callback)
-        connection._lock.acquire()
+        lock = connection._lock
+        lock.acquire()
         try:
             # Checked again under the lock: a connection lost while we waited has drained
             # its unconfirmed publishes already, and one queued now would never settle.
@@ -734,7 +735,7 @@ class SyncChannel(ChannelBase[Message], ThreadChannelAPI):
             if connection._observer is not None and connection._metrics is not None:
                 connection._to_stamp[self] = None  # stamped when written (see ConnectionBase._take_output)
         finally:
-            connection._lock.release()
+            lock.release()
         if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
         return self._waits.issued(token, seqno)
@@ -758,7 +759,8 @@ class SyncChannel(ChannelBase[Message], ThreadChannelAPI):
         if connection._held or self._flow_paused or self._confirm_window:
             self._wait_for_room(count if self._confirm_window else 0, deadline)
         token = self._waits.new_token(count, None) if self._confirm_window else None
-        connection._lock.acquire()
+        lock = connection._lock
+        lock.acquire()
         try:
             if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
                 self._check()
@@ -773,7 +775,7 @@ class SyncChannel(ChannelBase[Message], ThreadChannelAPI):
                 if token is not None and count:
                     connection._to_stamp[self] = None
         finally:
-            connection._lock.release()
+            lock.release()
         if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
         if token is None:

@@ -65,10 +65,9 @@ from .waiting_asyncio import AsyncioStreamFuture, StreamAsyncioWaiting
 
 log = logging.getLogger("amqwire.client.stream")
 
-# The hot section of a send runs in the blocking twin under the producer's lock (make_sync.py
-# turns ``if _LOCKED_SECTION:`` into an acquire of ``connection._lock`` and a try/finally); on
-# asyncio nothing can interleave with a section without an await: it takes no lock.
-_LOCKED_SECTION = True
+# The hot section of a send holds the producer's lock (acquire, then try/finally: cheaper
+# than ``with``); on asyncio that is io_asyncio's NoLock: nothing can interleave with a
+# section without an await.
 _Self = TypeVar("_Self")
 #: Metadata's leader reference when a stream has no leader.
 _NO_NODE = 0xFFFF
@@ -714,8 +713,9 @@ class AsyncStreamProducer(ProducerBase):
             raise MessageTooLarge(size, self._frame_limit)
         future = self._new_future()
         written = schedule = False
-        connection = self  # the locked section below takes connection._lock (make_sync.py): this producer's
-        if _LOCKED_SECTION:
+        lock = self._lock
+        lock.acquire()
+        try:
             if raw is not self._pending_raw:
                 message = self._same_kind(message, raw)
             if publishing_id is None and self._next_id > self._last_id:
@@ -734,7 +734,9 @@ class AsyncStreamProducer(ProducerBase):
                 written = self._write_pending_locked()
             elif not self._write_scheduled:
                 self._write_scheduled = schedule = True
-            link = connection._link
+            link = self._link
+        finally:
+            lock.release()
         if written:
             link._flush_quietly()
             await self._waiting.after_write(link)

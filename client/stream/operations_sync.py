@@ -67,10 +67,9 @@ from .waiting_threads import StreamFuture, StreamThreadWaiting
 
 log = logging.getLogger("amqwire.client.stream")
 
-# The hot section of a send runs in the blocking twin under the producer's lock (make_sync.py
-# turns ``if _LOCKED_SECTION:`` into an acquire of ``connection._lock`` and a try/finally); on
-# asyncio nothing can interleave with a section without an await: it takes no lock.
-_LOCKED_SECTION = True
+# The hot section of a send holds the producer's lock (acquire, then try/finally: cheaper
+# than ``with``); on asyncio that is io_asyncio's NoLock: nothing can interleave with a
+# section without an await.
 _Self = TypeVar("_Self")
 #: Metadata's leader reference when a stream has no leader.
 _NO_NODE = 0xFFFF
@@ -716,8 +715,8 @@ class SyncStreamProducer(ProducerBase):
             raise MessageTooLarge(size, self._frame_limit)
         future = self._new_future()
         written = schedule = False
-        connection = self  # the locked section below takes connection._lock (make_sync.py): this producer's
-        connection._lock.acquire()
+        lock = self._lock
+        lock.acquire()
         try:
             if raw is not self._pending_raw:
                 message = self._same_kind(message, raw)
@@ -737,9 +736,9 @@ class SyncStreamProducer(ProducerBase):
                 written = self._write_pending_locked()
             elif not self._write_scheduled:
                 self._write_scheduled = schedule = True
-            link = connection._link
+            link = self._link
         finally:
-            connection._lock.release()
+            lock.release()
         if written:
             link._flush_quietly()
             self._waiting.after_write(link)
