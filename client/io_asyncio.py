@@ -485,17 +485,65 @@ class ChannelWaits:
         return future
 
 
-class Inbox:
-    """A consumer's deliveries, for a task that iterates the consumer; or its callback,
-    called in the loop (a coroutine function's as a task)."""
+class Mailbox:
+    """Messages received and not taken yet, for the task that iterates a consumer (of a
+    queue, or of a stream: the stream client's inbox on asyncio is this one)."""
 
-    __slots__ = ("_consumer", "_io", "buffer", "_waiter", "_is_coroutine")
+    __slots__ = ("_consumer", "_loop", "buffer", "_waiter")
 
-    def __init__(self, consumer: "ConsumerBase", io: AsyncioIO) -> None:
+    def __init__(self, consumer: Any, loop: asyncio.AbstractEventLoop) -> None:
         self._consumer = consumer
-        self._io = io
+        self._loop = loop
         self.buffer: deque[Any] = deque()
         self._waiter: Optional["asyncio.Future[None]"] = None
+
+    def deliver_run(self, messages: list[Any]) -> None:
+        """Several messages in order (what one read or one chunk brought)."""
+        self.buffer.extend(messages)
+        self.wake()
+
+    def wake(self) -> None:
+        """Messages came, or the consumer ended: its reader looks."""
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def next(self, timeout: Optional[float]) -> Any:
+        """The next message, the end marker (END or an exception), or None once ``timeout``
+        has passed with none (a wake-up that brought nothing does not restart it)."""
+        buffer = self.buffer
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if buffer:
+                return buffer.popleft()
+            consumer = self._consumer
+            if not consumer.active:
+                return consumer._finished
+            waiter = self._waiter = self._loop.create_future()
+            if deadline is None:
+                await waiter
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                await asyncio.wait_for(waiter, left)
+            except asyncio.TimeoutError:
+                if not buffer:
+                    return None
+
+
+class Inbox(Mailbox):
+    """A queue consumer's deliveries: its Mailbox, or its callback, called in the loop (a
+    coroutine function's as a task)."""
+
+    __slots__ = ("_io", "_is_coroutine")
+
+    def __init__(self, consumer: "ConsumerBase", io: AsyncioIO) -> None:
+        super().__init__(consumer, io.loop)
+        self._io = io
         self._is_coroutine = asyncio.iscoroutinefunction(consumer.callback)
 
     def deliver(self, message: Message) -> None:
@@ -519,33 +567,7 @@ class Inbox:
     def deliver_run(self, messages: list[Message]) -> None:
         """Several deliveries in order (the run the dispatch of one read found)."""
         if self._consumer.callback is None:
-            self.buffer.extend(messages)
-            self.wake()
+            Mailbox.deliver_run(self, messages)
         else:
             for message in messages:
                 self.deliver(message)
-
-    def wake(self) -> None:
-        """Deliveries came, or the consumer ended: its reader looks."""
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def next(self, timeout: Optional[float]) -> Any:
-        """The next message, or the end marker (END or an exception), or None on timeout."""
-        while True:
-            if self.buffer:
-                return self.buffer.popleft()
-            consumer = self._consumer
-            if not consumer.active:
-                return consumer._finished
-            waiter = self._waiter = self._io.loop.create_future()
-            if timeout is None:
-                await waiter
-            else:
-                try:
-                    await asyncio.wait_for(waiter, timeout)
-                except asyncio.TimeoutError:
-                    return None

@@ -11,12 +11,10 @@ it decides anything; the blocking counterpart is ``waiting_threads.py``
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
-import time
 from typing import Any, Callable, Coroutine, Optional
 
-from ..io_asyncio import AsyncioIO, NoLock, Progress
+from ..io_asyncio import AsyncioIO, Mailbox, NoLock, Progress
 from ..io_contract import ProgressDeadline
 
 __all__ = ["AsyncioStreamFuture", "StreamAsyncioWaiting", "ProducerWaits", "StreamInbox"]
@@ -131,49 +129,6 @@ class ProducerWaits:
         self._progress.notify()
 
 
-class StreamInbox:
-    """A consumer's messages, received and not taken yet, for the task iterating it."""
-
-    __slots__ = ("_consumer", "_loop", "buffer", "_waiter")
-
-    def __init__(self, consumer: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self._consumer = consumer
-        self._loop = loop
-        self.buffer: collections.deque[Any] = collections.deque()
-        self._waiter: Optional["asyncio.Future[None]"] = None
-
-    def deliver_run(self, messages: list[Any]) -> None:
-        """A chunk's messages, in order."""
-        self.buffer.extend(messages)
-        self.wake()
-
-    def wake(self) -> None:
-        """Messages came, or the consumer ended."""
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def next(self, timeout: Optional[float]) -> Any:
-        """The next message, the end marker (END or an exception), or None on timeout."""
-        buffer = self.buffer
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if buffer:
-                return buffer.popleft()
-            consumer = self._consumer
-            if not consumer.active:
-                return consumer._finished
-            waiter = self._waiter = self._loop.create_future()
-            if deadline is None:
-                await waiter
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            try:
-                await asyncio.wait_for(waiter, left)
-            except asyncio.TimeoutError:
-                if not buffer:
-                    return None
+#: A consumer's messages, received and not taken yet, for the task iterating it: the 0-9-1
+#: client's Mailbox (the same buffer, wake-up and timed wait).
+StreamInbox = Mailbox
