@@ -278,6 +278,10 @@ class ThreadIO:
                 if sock is None:
                     raise connection._lifecycle.error or InvalidStateError("the connection is closed")
                 self._write(sock, pieces)
+                # What another thread queued while this one wrote (read without the lock: a
+                # count queued after this look is written by the flush its writer calls).
+                if not connection._core.pending_output:
+                    return
 
     flush_soon = flush  # publishes check _flush_later (the batch() depth) themselves
 

@@ -99,7 +99,10 @@ else:
         __slots__ = ()
 
         def ack(self, multiple=False):
-            return self._target().basic_ack(self.delivery_tag, multiple)
+            channel = self.channel  # _target() inlined: acking each delivery is a hot path
+            if channel is None:
+                channel = self._target()  # raises
+            return channel.basic_ack(self.delivery_tag, multiple)
 
         def nack(self, multiple=False, requeue=True):
             return self._target().basic_nack(self.delivery_tag, multiple, requeue)
