@@ -1,10 +1,10 @@
 """Build amqwire: the top-level folders map onto the ``amqwire.*`` packages.
 
-``codec/`` and two modules of ``spark/`` are compiled with Cython.  Cython resolves
-``cimport amqwire.codec.x`` by looking for ``amqwire/codec/x.pxd`` on its include path,
-and that path does not exist in this layout, so the build writes a tiny include tree of
-symlinks under ``build/``.  Cythonizing happens in ``build_ext`` only, so making an sdist
-neither needs nor runs Cython's compiler.
+``codec/``, the confirm hot path of ``client/`` and modules of ``spark/`` are compiled with
+Cython.  Cython resolves ``cimport amqwire.codec.x`` by looking for ``amqwire/codec/x.pxd``
+on its include path, and that path does not exist in this layout, so the build writes a
+tiny include tree of symlinks under ``build/``.  Cythonizing happens in ``build_ext`` only,
+so making an sdist neither needs nor runs Cython's compiler.
 
 What goes where: the sdist carries the ``.pyx``/``.pxd``/``.pxi``/headers a build needs,
 the generators with the spec they read, the tests and the benchmarks (``MANIFEST.in``).
@@ -34,6 +34,8 @@ SUBPACKAGES = ["amqwire.client.producer", "amqwire.codec.stream", "amqwire.clien
 # below a package's (codec/stream) is its subpackage (amqwire.codec.stream).
 CYTHON_MODULES = [("codec", name) for name in ["buffer", "table", "properties", "methods", "writer", "parser"]]
 CYTHON_MODULES += [("codec/stream", name) for name in ["amqp10", "frames", "chunk"]]
+# The blocking client's confirm hot path: the futures an ack frame settles, the seqno tracker.
+CYTHON_MODULES += [("client", name) for name in ["thread_future", "confirm_tracker"]]
 CYTHON_MODULES += [("spark", name) for name in ["arrow_view", "arrow_columns", "encode", "stream_batch", "stream_chunks", "stream_encode"]]
 # Development tools that live beside the code they generate but are not part of the product.
 NOT_SHIPPED = {("amqwire.codec", "codegen"), ("amqwire.client", "make_sync")}
@@ -126,7 +128,7 @@ setup(
         "amqwire.codec": ["*.pyi", "*.pxd", "*.h", "py.typed"],
         "amqwire.codec.stream": ["*.pyi", "*.pxd", "py.typed"],
         "amqwire.client.stream": ["py.typed"],
-        "amqwire.client": ["py.typed"],
+        "amqwire.client": ["*.pyi", "*.pxd", "py.typed"],
         "amqwire.spark": ["*.pyi", "*.pxd", "py.typed"],
         "amqwire.bridge": ["py.typed"],
         "amqwire.cli": ["py.typed"],

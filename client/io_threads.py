@@ -37,7 +37,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Generic, Iterator, Optional, Protocol, TypeVar
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 from . import protocol as proto
 from .connect import open_socket
@@ -47,6 +47,7 @@ from .lifecycle import ChannelPhase, ConnectionStatus
 from .message import Message
 from .recovery import END
 from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
+from .thread_future import ConfirmFutures, PublishFuture, ThreadFuture
 from .url import ConnectionParameters
 from .workpool import WorkPool
 
@@ -59,9 +60,6 @@ _RECV_SIZE = 256 * 1024
 _PARK_MIN = 0.002  # the parked I/O thread's first look, then twice as long up to _PARK_MAX
 _PARK_MAX = 0.02
 _TAKE_OVER = 0.05  # seconds a waiting reader waits for the I/O thread to finish its read
-_ADDING_CALLBACKS = threading.Lock()  # ThreadFuture.add_done_callback and _wait against each other
-_T = TypeVar("_T")
-_F = TypeVar("_F", bound="ThreadFuture[Any]")
 
 
 class ThreadIO:
@@ -613,13 +611,14 @@ class Progress:
                 self._condition.notify_all()
 
 
-class ChannelWaits:
-    """A channel's confirm futures and its waits for confirms, on threads."""
+class ChannelWaits(ConfirmFutures):
+    """A channel's confirm futures (made, handed out and settled by the compiled
+    ``ConfirmFutures``) and its waits for confirms, on threads."""
 
-    __slots__ = ("_channel", "_io", "rpc_lock", "_progress")
+    __slots__ = ("_io", "rpc_lock", "_progress")
 
     def __init__(self, channel: "ChannelBase[Message]", io: ThreadIO) -> None:
-        self._channel = channel
+        super().__init__(channel)
         self._io = io
         self.rpc_lock = threading.Lock()  # one request at a time on the channel
         self._progress = Progress()
@@ -646,43 +645,6 @@ class ChannelWaits:
     def notify_progress(self) -> None:
         """Confirms moved (or the channel failed): wake who waits for them."""
         self._progress.notify()
-
-    @staticmethod
-    def acked(tokens: list["PublishFuture"]) -> None:
-        """Settle the futures of publishes the broker acked (the hot path of confirms)."""
-        for future in tokens:  # PublishFuture.set_result inlined: one call per ack frame
-            future._pending -= 1
-            if future._pending == 0 and future._state == 0:
-                future._state = 1  # before reading _callbacks and _waiter: see ThreadFuture
-                if future._callbacks is not None or future._waiter is not None:
-                    future._wake()
-
-    def new_token(self, count: int, callback: Any) -> "PublishFuture":
-        """The future of ``count`` confirm-mode publishes (one, or a publish_encoded batch):
-        PublishFuture.__init__'s fields, set here (tests/test_publish_future_threads.py
-        checks they are the same)."""
-        future: PublishFuture = _NewFuture()
-        future._channel = self._channel
-        future.delivery_tag = 0
-        future.count = future._pending = count
-        future._state = 0 if count else 1
-        future._value = None
-        future._error = None
-        future._callbacks = None if callback is None else [[callback]]  # boxed: see add_done_callback
-        future._waiter = None
-        future._retrieved = False
-        return future
-
-    @staticmethod
-    def issued(token: "PublishFuture", seqno: int) -> "PublishFuture":
-        """What the caller gets for a token whose first publish has ``seqno``."""
-        token.delivery_tag = seqno
-        return token
-
-    @staticmethod
-    def token_error(token: "PublishFuture") -> Optional[BaseException]:
-        """How a token failed, unless the caller saw it already."""
-        return None if token._retrieved else token._error
 
 
 class Inbox:
@@ -750,176 +712,5 @@ class Inbox:
 class _EndOfStream(OSError):
     """The peer closed the socket (a read returned no bytes)."""
 
-
-class ThreadFuture(Generic[_T]):
-    """A result another thread sets, once: the blocking transport's one future.
-
-    An RPC's waiter is one; ``PublishFuture``, the Producer's ``SendFuture`` and the stream
-    client's ``StreamFuture`` are it with their own way of waiting (``_wait``) and of
-    reporting a callback's failure (``_run``).  Settling takes no lock (confirms settle
-    futures on the hot path): it sets ``_state``, then reads ``_callbacks`` and
-    ``_waiter``; who adds a callback or waits writes those, then reads ``_state``, so one of
-    the two sides always sees the other.
-    """
-
-    __slots__ = ("_state", "_value", "_error", "_callbacks", "_waiter")
-
-    _log = log  # where a callback's failure is logged
-
-    def __init__(self) -> None:
-        self._state = 0  # 0 pending, 1 settled with a value, 2 failed
-        self._value: Optional[_T] = None
-        self._error: Optional[BaseException] = None
-        self._callbacks: Optional[list[list[Any]]] = None  # boxed callbacks: see add_done_callback
-        self._waiter: Optional[threading.Lock] = None  # held until settled; made by the first wait
-
-    def done(self) -> bool:
-        return self._state != 0
-
-    def result(self, timeout: Optional[float] = None) -> _T:
-        """The value; raises the error it failed with, or TimeoutError after ``timeout``."""
-        self._wait(timeout)
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]  # settled without an error: a value
-
-    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        self._wait(timeout)
-        return self._error
-
-    def set_result(self, value: _T) -> None:
-        self._settle(value, None)
-
-    def set_exception(self, error: BaseException) -> None:
-        self._settle(None, error)
-
-    def add_done_callback(self: _F, fn: Callable[[_F], Any]) -> None:
-        """``fn(future)``, once: now if the future is done, else when it settles (on the
-        thread that settles it: keep it short)."""
-        if self._state == 0:
-            # The box makes sure only one side runs fn (see the class's docstring).
-            box = [fn]
-            with _ADDING_CALLBACKS:
-                if self._callbacks is None:
-                    self._callbacks = [box]
-                else:
-                    self._callbacks.append(box)
-            if self._state == 0:
-                return
-            try:
-                fn = box.pop()
-            except IndexError:
-                return  # the settling thread ran it
-        self._run(fn)
-
-    def _wait(self, timeout: Optional[float]) -> None:
-        """Until settled; TimeoutError after ``timeout`` seconds."""
-        if self._state != 0:
-            return
-        waiter = self._waiter
-        if waiter is None:
-            with _ADDING_CALLBACKS:
-                waiter = self._waiter
-                if waiter is None:
-                    waiter = threading.Lock()
-                    waiter.acquire()
-                    self._waiter = waiter
-        if self._state != 0:
-            return  # settled before the settling thread could see the waiter
-        if not waiter.acquire(timeout=-1 if timeout is None else timeout):
-            raise TimeoutError(f"no result within {timeout} s")
-        waiter.release()  # the next waiter, if any
-
-    def _settle(self, value: Optional[_T], error: Optional[BaseException]) -> None:
-        if self._state != 0:
-            return
-        self._value = value
-        self._error = error
-        self._state = 2 if error is not None else 1  # before reading _callbacks and _waiter
-        if self._callbacks is not None or self._waiter is not None:
-            self._wake()
-
-    def _wake(self) -> None:
-        """After ``_state`` is set: release who waits, run each callback whose box this
-        thread empties."""
-        waiter = self._waiter
-        if waiter is not None:
-            waiter.release()
-        callbacks = self._callbacks
-        if callbacks is not None:
-            for box in callbacks:  # iterating a list others append to sees them
-                try:
-                    fn = box.pop()
-                except IndexError:
-                    continue
-                self._run(fn)
-
-    def _run(self, fn: Callable[[Any], Any]) -> None:
-        try:
-            fn(self)
-        except Exception:
-            self._log.exception("send callback %r failed", fn)  # only sends' futures take callbacks here
-
-    def __repr__(self) -> str:
-        state = ("pending", "confirmed", "failed")[self._state]
-        return f"<{type(self).__name__} {state}>"
-
-
-class PublishFuture(ThreadFuture[None]):
-    """The broker's verdict on one publish (or one ``publish_encoded`` batch) in confirm mode."""
-
-    __slots__ = ("_channel", "delivery_tag", "count", "_pending", "_retrieved")
-
-    def __init__(self, channel: "ChannelBase[Message]", count: int = 1) -> None:
-        super().__init__()
-        self._channel = channel
-        self.delivery_tag = 0
-        self.count = count  # publishes it stands for (publish_encoded: a whole batch)
-        self._pending = count
-        if not count:
-            self._state = 1
-        self._retrieved = False  # a failure seen through result() is not reported again
-
-    def result(self, timeout: Optional[float] = None) -> None:
-        """None when the broker acked; raises PublishNacked, MessageReturned or PublishUnconfirmed."""
-        self._wait(timeout)
-        if self._error is not None:
-            self._retrieved = True
-            raise self._error
-
-    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        self._wait(timeout)
-        self._retrieved = True
-        return self._error
-
-    def _wait(self, timeout: Optional[float]) -> None:
-        # the channel's wait for confirms: it reads the socket itself while the I/O thread is parked
-        if self._state == 0:
-            self._channel._waits.wait_progress(self.done, timeout, "the broker's confirm")
-
-    def _run(self, fn: Callable[[Any], Any]) -> None:
-        try:
-            fn(self)
-        except Exception as exc:
-            self._channel._connection._callback_failed(exc, fn, "publish", self._channel, self)
-
-    def set_result(self, value: None) -> None:
-        """One of the publishes it stands for was acked."""
-        self._pending -= 1
-        if self._pending <= 0:
-            self._settle(None, None)
-
-    def __repr__(self) -> str:
-        state = ("pending", "acked", "failed")[self._state]
-        return f"<PublishFuture delivery_tag={self.delivery_tag} {state}>"
-
-
-class _NewFuture(PublishFuture):
-    """A PublishFuture as ChannelWaits.new_token makes one, once per publish: object's C
-    __init__ instead of a call of the Python one (~900 instructions less); new_token sets
-    the fields."""
-
-    __slots__ = ()
-    __init__ = object.__init__
 
 

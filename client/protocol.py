@@ -20,8 +20,6 @@ The events it returns live in ``events.py``; every public name of the core impor
 from __future__ import annotations
 
 import platform
-from collections import deque
-from itertools import repeat
 from typing import Any, Callable, Final, Optional, Union
 
 from amqwire.codec import (
@@ -86,6 +84,7 @@ from .events import (
     MethodReply,
     SecretUpdated,
 )
+from .confirm_tracker import ConfirmTracker
 from .message import Message, ReturnedMessage
 from .lifecycle import (
     CHANNEL_TRANSITIONS,
@@ -155,126 +154,6 @@ _CHANNEL_ERROR = 504
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class ConfirmTracker:
-    """Publisher-confirm sequence numbers of one channel.
-
-    Seqnos are consecutive from 1; the unresolved ones live in a deque indexed from
-    ``base`` (the lowest unresolved), so in-order acks, single or multiple, cost O(1) each
-    and an out-of-order single ack just marks its slot.
-    """
-
-    __slots__ = ("base", "slots", "mandatory", "returned", "unmatched_return")
-    _DONE = object()
-
-    def __init__(self) -> None:
-        self.base = 1
-        self.slots: deque[Any] = deque()
-        # seqno -> (exchange, routing_key, body, properties) of unconfirmed mandatory
-        # publishes, in order: a basic.return names none of them, so it is matched on these
-        self.mandatory: dict[int, tuple[Any, ...]] = {}
-        self.returned: dict[int, ReturnedMessage] = {}
-        # A return matching no recorded publish (publish_encoded sends none): RabbitMQ
-        # follows a basic.return with the basic.ack of the same message, so it belongs to
-        # the delivery tag of the next ack or nack.
-        self.unmatched_return: Optional[ReturnedMessage] = None
-
-    @property
-    def next_seqno(self) -> int:
-        return self.base + len(self.slots)
-
-    def __len__(self) -> int:
-        """Unconfirmed publishes."""
-        done = self._DONE
-        return sum(1 for token in self.slots if token is not done)
-
-    def add(self, token: Any) -> int:
-        self.slots.append(token)
-        return self.base + len(self.slots) - 1
-
-    def resolve(self, delivery_tag: int, multiple: bool) -> tuple[list[Any], list[Any]]:
-        """Seqnos and tokens settled by an ack/nack; unknown tags settle nothing."""
-        slots = self.slots
-        done = self._DONE
-        seqnos: list[Any] = []
-        tokens: list[Any] = []
-        if multiple:
-            base = self.base
-            while slots and base <= delivery_tag:
-                token = slots.popleft()
-                if token is not done:
-                    seqnos.append(base)
-                    tokens.append(token)
-                base += 1
-            while slots and slots[0] is done:  # settled out of order before: base stays the lowest unresolved
-                slots.popleft()
-                base += 1
-            self.base = base
-            return seqnos, tokens
-        index = delivery_tag - self.base
-        if index < 0 or index >= len(slots):
-            return seqnos, tokens
-        token = slots[index]
-        if token is done:
-            return seqnos, tokens
-        seqnos.append(delivery_tag)
-        tokens.append(token)
-        if index == 0:
-            slots.popleft()
-            self.base += 1
-            while slots and slots[0] is done:
-                slots.popleft()
-                self.base += 1
-        else:
-            slots[index] = done
-        return seqnos, tokens
-
-    def match_return(self, returned: ReturnedMessage) -> None:
-        """Record a basic.return against the first unconfirmed mandatory publish it matches."""
-        for seqno, (exchange, routing_key, body, properties) in self.mandatory.items():
-            if (
-                seqno not in self.returned
-                and exchange == returned.exchange
-                and routing_key == returned.routing_key
-                and _same_body(body, returned.body)
-                and (properties or _EMPTY_PROPERTIES) == returned.properties
-            ):
-                self.returned[seqno] = returned
-                return
-        self.unmatched_return = returned
-
-    def take_returned(self, tag: int, seqnos: list[Any]) -> Optional[dict[int, ReturnedMessage]]:
-        """The returns among the publishes ``seqnos`` an ack/nack of ``tag`` just settled."""
-        returned = None
-        if self.unmatched_return is not None:
-            if tag in seqnos:
-                returned = {tag: self.unmatched_return}
-            self.unmatched_return = None
-        if self.mandatory:
-            mandatory = self.mandatory
-            for seqno in seqnos:
-                if mandatory.pop(seqno, None) is not None and seqno in self.returned:
-                    if returned is None:
-                        returned = {}
-                    returned[seqno] = self.returned.pop(seqno)
-        return returned
-
-    def drain(self) -> tuple[list[Any], list[Any]]:
-        """Everything unresolved (the channel or connection is gone)."""
-        done = self._DONE
-        seqnos = []
-        tokens = []
-        for offset, token in enumerate(self.slots):
-            if token is not done:
-                seqnos.append(self.base + offset)
-                tokens.append(token)
-        self.base += len(self.slots)
-        self.slots.clear()
-        self.mandatory.clear()
-        self.returned.clear()
-        self.unmatched_return = None
-        return seqnos, tokens
 
 
 class HeartbeatMonitor:
@@ -354,15 +233,6 @@ def _negotiate(client: int, server: int) -> int:
     if client and server:
         return min(client, server)
     return client or server
-
-
-_EMPTY_PROPERTIES = BasicProperties()
-
-
-def _same_body(sent: Any, returned: bytes) -> bool:
-    if isinstance(sent, str):
-        return sent.encode() == returned
-    return bool(sent == returned) if isinstance(sent, (bytes, bytearray)) else bytes(sent) == returned
 
 
 def _text(value: Union[bytes, str]) -> str:
@@ -1159,8 +1029,7 @@ class ConnectionProtocol:
         confirms = state.confirms  # type: ignore[union-attr]
         if confirms is None:
             return 0
-        confirms.slots.append(token)
-        seqno = confirms.base + len(confirms.slots) - 1
+        seqno = confirms.add(token)
         if mandatory:
             confirms.mandatory[seqno] = (exchange, routing_key, body, properties)
         return seqno
@@ -1189,9 +1058,7 @@ class ConnectionProtocol:
         confirms = state.confirms  # type: ignore[union-attr]
         if confirms is None or not count:
             return 0
-        first = confirms.base + len(confirms.slots)
-        confirms.slots.extend(repeat(token, count))
-        return first
+        return confirms.add_run(token, count)
 
     def basic_ack(self, channel: int, delivery_tag: int, multiple: bool = False) -> bool:
         """Queue basic.ack; False (nothing queued) for a delivery of an earlier connection:
@@ -1241,7 +1108,7 @@ class ConnectionProtocol:
         """Once the connection is gone: channel -> (seqno, token) of the publishes never confirmed."""
         result = {}
         for channel, state in self._channels.items():
-            if state.confirms is not None and state.confirms.slots:
+            if state.confirms:
                 pairs = list(zip(*state.confirms.drain()))
                 if pairs:
                     result[channel] = pairs

@@ -17,9 +17,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def module_names(folder: Path, package: str) -> dict[str, tuple[Path, bool]]:
-    """Dotted name -> (source file, is a package) for every module under ``folder``."""
+    """Dotted name -> (source file, is a package) for every module under ``folder``, Python
+    or Cython."""
     modules = {}
-    for path in sorted(folder.rglob("*.py")):
+    for path in sorted([*folder.rglob("*.py"), *folder.rglob("*.pyx")]):
         if "__pycache__" in path.parts:
             continue
         parts = list(path.relative_to(folder).with_suffix("").parts)
@@ -39,12 +40,21 @@ def _resolve(name: str, is_package: bool, level: int, target: Optional[str]) -> 
     return ".".join(base + ([target] if target else []))
 
 
+def _python_of(path: Path) -> str:
+    """A module's source as ``ast`` reads it: of a Cython module, its Python import lines
+    (``cimport`` is of compiled declarations, resolved at build time)."""
+    text = path.read_text()
+    if path.suffix != ".pyx":
+        return text
+    return "\n".join(line for line in text.splitlines() if line.startswith(("import ", "from ")) and " cimport " not in line)
+
+
 def import_graph(folder: Path, package: str) -> dict[str, set[str]]:
     """module -> the modules of ``package`` it imports."""
     modules = module_names(folder, package)
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, (path, is_package) in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(ast.parse(_python_of(path), str(path))):
             found: list[str] = []
             if isinstance(node, ast.Import):
                 found = [alias.name for alias in node.names]

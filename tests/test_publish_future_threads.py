@@ -1,100 +1,106 @@
 """The blocking PublishFuture settles without a lock (on the I/O thread, the hot path of
-confirms) while other threads add callbacks to it.  These tests stop one side at every line
-it runs, in turn, run the other side to the end at that point, then let the first finish:
-every interleaving with one preemption.  Whatever the order, each callback runs once.
+confirms) while other threads add callbacks to it.  Whatever the order, each callback runs
+once.
 
-The race they pin down was real: the I/O thread's ack read ``_callbacks`` (empty), the
-producer's sender thread added its callback and found the future still pending, then the
-ack set the state: the callback never ran and a confirmed send waited for its deadline.
+The race these tests pin down was real: the I/O thread's ack read ``_callbacks`` (empty),
+the producer's sender thread added its callback and found the future still pending, then
+the ack set the state: the callback never ran and a confirmed send waited for its deadline.
+
+The futures are compiled (``client/thread_future.pyx``): another thread can get in only
+where the compiled code waits for ``_ADDING_CALLBACKS`` or runs Python (a callback).  The
+tests stop one side at each of those points, run the other side to its end there, then let
+the first finish.
 """
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Any, Callable
 
 import pytest
 
-from amqwire.client import io_threads
+from amqwire.client import thread_future
 from amqwire.client.io_threads import ChannelWaits, PublishFuture
 
-_FILE = io_threads.__file__
-
-
-def _run_preempted(first: Callable[[], Any], second: Callable[[], Any], stop_at: int) -> bool:
-    """Run ``first`` in a thread, stopping it at its ``stop_at``-th line in io_threads.py; run
-    ``second`` to the end here; then let ``first`` finish.  False once ``first`` ends before
-    reaching that line (every stop point has been tried)."""
-    paused = threading.Event()
-    resume = threading.Event()
-    lines = 0
-
-    def tracer(frame: Any, event: str, arg: Any) -> Any:
-        nonlocal lines
-        if frame.f_code.co_filename != _FILE:
-            return None
-        if event == "line":
-            lines += 1
-            if lines == stop_at:
-                paused.set()
-                resume.wait(10)
-        return tracer
-
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        sys.settrace(tracer)
-        try:
-            first()
-        except BaseException as exc:  # reported by the test
-            errors.append(exc)
-        finally:
-            sys.settrace(None)
-            paused.set()
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    paused.wait(10)  # not set: the thread ran to its end first (reached is False, the caller goes on)
-    reached = thread.is_alive() and lines == stop_at
-    second()
-    resume.set()
-    thread.join(10)
-    assert not thread.is_alive(), "timed out after 10 s waiting for the paused thread to finish"
-    if errors:
-        raise errors[0]
-    return reached
+_FIELDS = ("_state", "_value", "_error", "_callbacks", "_waiter", "_channel", "delivery_tag", "count", "_pending",
+           "_retrieved")
 
 
 def _settlers() -> list[tuple[str, Callable[[PublishFuture], Any]]]:
     return [
-        ("ack (the I/O thread's inlined path)", lambda f: ChannelWaits.acked([f])),
+        ("ack (the I/O thread's path)", lambda f: ChannelWaits.acked([f])),
         ("set_result", lambda f: f.set_result(None)),
         ("set_exception", lambda f: f.set_exception(RuntimeError("lost"))),
     ]
 
 
+def _in_thread(target: Callable[[], Any]) -> threading.Thread:
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
 @pytest.mark.parametrize("settle", [s for _, s in _settlers()], ids=[name for name, _ in _settlers()])
-@pytest.mark.parametrize("preempted", ["settling", "adding"])
-def test_a_callback_added_while_another_thread_settles_runs_exactly_once(settle, preempted):
-    stop_at = 1
-    while True:
+def test_a_future_settled_while_an_adder_waits_for_the_lock_runs_its_callback_once(settle):
+    """The adder saw the future pending, then waited for ``_ADDING_CALLBACKS`` (held by
+    another thread adding or waiting): the future settles meanwhile and finds no callback
+    to run.  The adder, once in, looks at the state again and runs it itself."""
+    future = PublishFuture(None, 1)  # type: ignore[arg-type]
+    runs: list[PublishFuture] = []
+    lock = thread_future._ADDING_CALLBACKS
+    with lock:
+        adder = _in_thread(lambda: future.add_done_callback(runs.append))
+        adder.join(0.2)  # it blocks on the lock this test holds
+        assert adder.is_alive() and runs == []
+        settle(future)
+        assert future.done() and runs == []
+    adder.join(10)
+    assert not adder.is_alive()
+    assert runs == [future]
+
+
+@pytest.mark.parametrize("settle", [s for _, s in _settlers()], ids=[name for name, _ in _settlers()])
+def test_a_callback_added_while_the_settling_thread_runs_callbacks_runs_once(settle):
+    """Preempted inside the settling thread's first callback: another thread adds one, the
+    settling thread goes on; every callback ran once, in order."""
+    future = PublishFuture(None, 1)  # type: ignore[arg-type]
+    runs: list[str] = []
+
+    def first(_: Any) -> None:
+        runs.append("first")
+        adder = _in_thread(lambda: future.add_done_callback(lambda f: runs.append("added meanwhile")))
+        adder.join(10)
+        assert not adder.is_alive()
+
+    future.add_done_callback(first)
+    future.add_done_callback(lambda f: runs.append("second"))
+    settler = _in_thread(lambda: settle(future))
+    settler.join(10)
+    assert not settler.is_alive()
+    assert runs == ["first", "added meanwhile", "second"]
+
+
+def _waited_in_place(future: PublishFuture) -> None:
+    """``future``'s wait for the broker's confirm, without a channel: ThreadFuture's own."""
+    waits = type("Waits", (), {"wait_progress": staticmethod(
+        lambda ready, timeout, what: thread_future.ThreadFuture._wait(future, timeout))})
+    future._channel = type("Channel", (), {"_waits": waits})
+
+
+def test_a_waiter_and_a_settling_thread_meet_whatever_the_order():
+    """A thread waiting for the result while another settles: the waiter always wakes."""
+    for _ in range(200):
         future = PublishFuture(None, 1)  # type: ignore[arg-type]
-        runs: list[PublishFuture] = []
+        _waited_in_place(future)
+        go = threading.Barrier(2)
 
-        def add(future: PublishFuture = future, runs: list[PublishFuture] = runs) -> None:
-            future.add_done_callback(runs.append)
+        def settle(future: PublishFuture = future, go: threading.Barrier = go) -> None:
+            go.wait()
+            ChannelWaits.acked([future])
 
-        def settle_it(future: PublishFuture = future) -> None:
-            settle(future)
-
-        first, second = (settle_it, add) if preempted == "settling" else (add, settle_it)
-        reached = _run_preempted(first, second, stop_at)
-        assert future.done()
-        assert runs == [future], f"stopped at line {stop_at} of the {preempted} side: ran {len(runs)} times"
-        if not reached:
-            break
-        stop_at += 1
-    assert stop_at > 2  # the stop points really were inside the code under test
+        settler = _in_thread(settle)
+        go.wait()
+        assert future.result(10) is None
+        settler.join(10)
 
 
 def test_callbacks_given_at_publish_and_added_later_all_run_once_in_order():
@@ -111,6 +117,11 @@ def test_callbacks_given_at_publish_and_added_later_all_run_once_in_order():
     assert runs == ["given", "added", "after"]
 
 
+def test_acked_refuses_what_is_not_a_publish_future():
+    with pytest.raises(TypeError):
+        ChannelWaits.acked([object()])  # type: ignore[list-item]
+
+
 @pytest.mark.parametrize("count", [0, 1, 3])
 @pytest.mark.parametrize("callback", [None, print])
 def test_new_token_makes_the_future_publish_future_init_would(count, callback):
@@ -123,7 +134,7 @@ def test_new_token_makes_the_future_publish_future_init_would(count, callback):
     expected = PublishFuture(channel, count)  # type: ignore[arg-type]
     if callback is not None:
         expected._callbacks = [[callback]]
-    assert isinstance(made, PublishFuture)
-    for name in PublishFuture.__slots__:
+    assert type(made) is PublishFuture
+    for name in _FIELDS:
         assert getattr(made, name) == getattr(expected, name), name
     assert repr(made) == repr(expected) and made.done() == (count == 0)

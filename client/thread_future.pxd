@@ -1,0 +1,25 @@
+cdef class ThreadFuture:
+    cdef public int _state  # 0 pending, 1 settled with a value, 2 failed
+    cdef public object _value
+    cdef public object _error
+    cdef public object _callbacks  # boxed callbacks: see add_done_callback
+    cdef public object _waiter  # a lock held until settled; made by the first wait
+    cdef object __weakref__
+
+
+cdef class PublishFuture(ThreadFuture):
+    cdef public object _channel
+    cdef public unsigned long long delivery_tag
+    cdef public Py_ssize_t count
+    cdef public Py_ssize_t _pending
+    cdef public bint _retrieved
+
+
+cpdef PublishFuture new_publish_future(object channel, Py_ssize_t count, object callback)
+cpdef settle_acked(list futures)
+
+
+cdef class ConfirmFutures:
+    cdef public object _channel
+
+    cpdef PublishFuture new_token(self, Py_ssize_t count, object callback)

@@ -1,0 +1,239 @@
+"""The blocking transport's one future (``ThreadFuture``) and a confirm-mode publish's
+(``PublishFuture``), compiled.
+
+A confirmed publish makes one future and an ack frame settles a run of them: in Python the
+making alone cost more instructions than rabbitmq-c's whole confirmed publish.  Here their
+fields are C fields, ``new_publish_future`` fills them without an ``__init__`` call and
+``settle_acked`` settles an ack frame's futures in one loop.
+
+Settling takes no lock: it sets ``_state``, then reads ``_callbacks`` and ``_waiter``; who
+adds a callback or waits writes those, then reads ``_state``.  Compiled, each of those steps
+runs under the GIL without a bytecode boundary in between, and the boxes below make sure a
+callback runs once even where another thread gets in (a callback's own code, a blocking
+acquire of ``_ADDING_CALLBACKS``).
+"""
+import logging
+import threading
+import types
+
+log = logging.getLogger("amqwire.client")
+
+# add_done_callback and _wait against each other (never held by a settling thread)
+_ADDING_CALLBACKS = threading.Lock()
+
+# The state a future is in (a C int; ``done()`` is ``_state != PENDING``).
+cdef enum:
+    PENDING = 0
+    SUCCEEDED = 1
+    FAILED = 2
+
+
+cdef class ThreadFuture:
+    """A result another thread sets, once: the blocking transport's one future.
+
+    An RPC's waiter is one; ``PublishFuture``, the Producer's ``SendFuture`` and the stream
+    client's ``StreamFuture`` are it with their own way of waiting (``_wait``) and of
+    reporting a callback's failure (``_run``).
+    """
+
+    _log = log  # where a callback's failure is logged
+
+    def __init__(self):
+        self._state = PENDING
+        self._value = None
+        self._error = None
+        self._callbacks = None
+        self._waiter = None
+
+    __class_getitem__ = classmethod(types.GenericAlias)
+
+    def done(self):
+        return self._state != PENDING
+
+    def result(self, timeout=None):
+        """The value; raises the error it failed with, or TimeoutError after ``timeout``."""
+        self._wait(timeout)
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def exception(self, timeout=None):
+        self._wait(timeout)
+        return self._error
+
+    def set_result(self, value):
+        self._settle(value, None)
+
+    def set_exception(self, error):
+        self._settle(None, error)
+
+    def add_done_callback(self, fn):
+        """``fn(future)``, once: now if the future is done, else when it settles (on the
+        thread that settles it: keep it short)."""
+        cdef list box
+        if self._state == PENDING:
+            box = [fn]  # whoever pops fn from its box runs it: only one side can
+            with _ADDING_CALLBACKS:
+                if self._callbacks is None:
+                    self._callbacks = [box]
+                else:
+                    self._callbacks.append(box)
+            if self._state == PENDING:
+                return
+            if not box:
+                return  # the settling thread ran it
+            fn = box.pop()
+        self._run(fn)
+
+    def _wait(self, timeout):
+        """Until settled; TimeoutError after ``timeout`` seconds."""
+        if self._state != PENDING:
+            return
+        waiter = self._waiter
+        if waiter is None:
+            with _ADDING_CALLBACKS:
+                waiter = self._waiter
+                if waiter is None:
+                    waiter = threading.Lock()
+                    waiter.acquire()
+                    self._waiter = waiter
+        if self._state != PENDING:
+            return  # settled before the settling thread could see the waiter
+        if not waiter.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError(f"no result within {timeout} s")
+        waiter.release()  # the next waiter, if any
+
+    def _settle(self, value, error):
+        if self._state != PENDING:
+            return
+        self._value = value
+        self._error = error
+        self._state = FAILED if error is not None else SUCCEEDED  # before reading _callbacks and _waiter
+        if self._callbacks is not None or self._waiter is not None:
+            self._wake()
+
+    def _wake(self):
+        """After ``_state`` is set: release who waits, run each callback whose box this
+        thread empties."""
+        cdef list box
+        waiter = self._waiter
+        if waiter is not None:
+            waiter.release()
+        callbacks = self._callbacks
+        if callbacks is not None:
+            for box in callbacks:  # iterating a list others append to sees them
+                if not box:
+                    continue
+                self._run(box.pop())
+
+    def _run(self, fn):
+        try:
+            fn(self)
+        except Exception:
+            self._log.exception("send callback %r failed", fn)  # only sends' futures take callbacks here
+
+    def __repr__(self):
+        state = ("pending", "confirmed", "failed")[self._state]
+        return f"<{type(self).__name__} {state}>"
+
+
+cdef class PublishFuture(ThreadFuture):
+    """The broker's verdict on one publish (or one ``publish_encoded`` batch) in confirm mode."""
+
+    def __init__(self, channel, Py_ssize_t count=1):
+        super().__init__()
+        self._channel = channel
+        self.delivery_tag = 0
+        self.count = count  # publishes it stands for (publish_encoded: a whole batch)
+        self._pending = count
+        if not count:
+            self._state = SUCCEEDED
+        self._retrieved = False  # a failure seen through result() is not reported again
+
+    def result(self, timeout=None):
+        """None when the broker acked; raises PublishNacked, MessageReturned or PublishUnconfirmed."""
+        self._wait(timeout)
+        if self._error is not None:
+            self._retrieved = True
+            raise self._error
+
+    def exception(self, timeout=None):
+        self._wait(timeout)
+        self._retrieved = True
+        return self._error
+
+    def _wait(self, timeout):
+        # the channel's wait for confirms: it reads the socket itself while the I/O thread is parked
+        if self._state == PENDING:
+            self._channel._waits.wait_progress(self.done, timeout, "the broker's confirm")
+
+    def _run(self, fn):
+        try:
+            fn(self)
+        except Exception as exc:
+            self._channel._connection._callback_failed(exc, fn, "publish", self._channel, self)
+
+    def set_result(self, value):
+        """One of the publishes it stands for was acked."""
+        self._pending -= 1
+        if self._pending <= 0:
+            self._settle(None, None)
+
+    def __repr__(self):
+        state = ("pending", "acked", "failed")[self._state]
+        return f"<PublishFuture delivery_tag={self.delivery_tag} {state}>"
+
+
+cpdef PublishFuture new_publish_future(object channel, Py_ssize_t count, object callback):
+    """What ``PublishFuture(channel, count)`` makes, with ``callback`` given at publish,
+    without the ``__init__`` call (once per confirmed publish)."""
+    cdef PublishFuture future = PublishFuture.__new__(PublishFuture)
+    future._channel = channel
+    future.count = future._pending = count
+    future._state = PENDING if count else SUCCEEDED
+    # _value, _error, _waiter: None from __new__; delivery_tag: 0
+    if callback is not None:
+        future._callbacks = [[callback]]  # boxed: see add_done_callback
+    return future
+
+
+cpdef settle_acked(list futures):
+    """Settle the futures of publishes the broker acked (one ack frame's: the hot path of
+    confirms): ``set_result(None)`` on each, in one loop."""
+    cdef PublishFuture future
+    for item in futures:
+        future = <PublishFuture?>item
+        future._pending -= 1
+        if future._pending == 0 and future._state == PENDING:
+            future._state = SUCCEEDED  # before reading _callbacks and _waiter: see the module
+            if future._callbacks is not None or future._waiter is not None:
+                future._wake()
+
+
+cdef class ConfirmFutures:
+    """How a channel of the blocking transport makes, hands out and settles the futures of
+    its confirm-mode publishes, each a call into compiled code (``io_threads.ChannelWaits``
+    is this with the waiting)."""
+
+    def __init__(self, channel):
+        self._channel = channel
+
+    cpdef PublishFuture new_token(self, Py_ssize_t count, object callback):
+        """The future of ``count`` confirm-mode publishes (one, or a publish_encoded batch)."""
+        return new_publish_future(self._channel, count, callback)
+
+    @staticmethod
+    def issued(PublishFuture token, unsigned long long seqno):
+        """What the caller gets for a token whose first publish has ``seqno``."""
+        token.delivery_tag = seqno
+        return token
+
+    @staticmethod
+    def acked(list tokens):
+        """Settle the futures of publishes the broker acked (the hot path of confirms)."""
+        settle_acked(tokens)
+
+    @staticmethod
+    def token_error(PublishFuture token):
+        """How a token failed, unless the caller saw it already."""
+        return None if token._retrieved else token._error
