@@ -965,6 +965,7 @@ def test_the_confirm_tracker_settles_what_a_set_of_unconfirmed_seqnos_would(seed
     rng = random.Random(seed)
     tracker = proto.ConfirmTracker()
     unconfirmed: set[int] = set()
+    tokens_of: dict[int, str] = {}  # seqnos of add_run: their shared token
     published = 0
     for _ in range(3000):
         if rng.random() < 0.45 or not unconfirmed:
@@ -972,6 +973,13 @@ def test_the_confirm_tracker_settles_what_a_set_of_unconfirmed_seqnos_would(seed
                 published += 1
                 assert tracker.add("t%d" % published) == published
                 unconfirmed.add(published)
+            if rng.random() < 0.1:  # a publish_encoded batch: one token for a run of seqnos
+                count = rng.randint(0, 5)
+                assert tracker.add_run("t", count) == published + 1
+                tokens_of.update((published + 1 + i, "t") for i in range(count))
+                unconfirmed.update(range(published + 1, published + 1 + count))
+                published += count
+            assert tracker
             continue
         low, high = min(unconfirmed), published
         tag = rng.randint(max(1, low - 3), high + 2)
@@ -979,14 +987,31 @@ def test_the_confirm_tracker_settles_what_a_set_of_unconfirmed_seqnos_would(seed
         expected = sorted(s for s in unconfirmed if s <= tag) if multiple else ([tag] if tag in unconfirmed else [])
         seqnos, tokens = tracker.resolve(tag, multiple)
         assert list(seqnos) == expected
-        assert tokens == ["t%d" % s for s in expected]
+        assert tokens == [tokens_of.get(s, "t%d" % s) for s in expected]
         unconfirmed.difference_update(expected)
-        assert len(tracker) == len(unconfirmed)
+        assert len(tracker) == len(unconfirmed) and bool(tracker) == bool(unconfirmed)
         assert tracker.next_seqno == published + 1
         assert tracker.base == (min(unconfirmed) if unconfirmed else published + 1)
     seqnos, tokens = tracker.drain()
-    assert seqnos == sorted(unconfirmed) and tokens == ["t%d" % s for s in seqnos]
-    assert len(tracker) == 0 and tracker.next_seqno == published + 1
+    assert seqnos == sorted(unconfirmed) and tokens == [tokens_of.get(s, "t%d" % s) for s in seqnos]
+    assert len(tracker) == 0 and not tracker and tracker.next_seqno == published + 1
+
+
+def test_the_confirm_tracker_keeps_its_seqnos_when_it_cuts_its_resolved_head():
+    """A long resolved head is cut from the slots while later seqnos are unresolved (one
+    settled out of order among them): every seqno still maps to its own token."""
+    tracker = proto.ConfirmTracker()
+    for n in range(1, 10_001):
+        tracker.add(n)
+    assert tracker.resolve(7_000, False) == ([7_000], [7_000])  # out of order: marked, not cut
+    assert tracker.resolve(5_000, True) == (list(range(1, 5_001)), list(range(1, 5_001)))  # the head is cut
+    assert tracker.base == 5_001 and tracker.next_seqno == 10_001 and len(tracker) == 4_999
+    assert tracker.resolve(7_000, False) == ([], [])  # settled before the cut: still settled
+    assert tracker.resolve(5_001, False) == ([5_001], [5_001])
+    assert tracker.resolve(8_000, True) == ([s for s in range(5_002, 8_001) if s != 7_000],
+                                            [s for s in range(5_002, 8_001) if s != 7_000])
+    assert tracker.add(10_001) == 10_001 and tracker.base == 8_001
+    assert tracker.drain() == (list(range(8_001, 10_002)), list(range(8_001, 10_002)))
 
 
 def test_each_seqno_resolved_exactly_once():
