@@ -15,10 +15,6 @@ cdef class PublishFuture(ThreadFuture):
     cdef public bint _retrieved
 
 
-cpdef PublishFuture new_publish_future(object channel, Py_ssize_t count, object callback)
-cpdef settle_acked(list futures)
-
-
 cdef class ConfirmFutures:
     cdef public object _channel
 

@@ -3,8 +3,8 @@
 
 A confirmed publish makes one future and an ack frame settles a run of them: in Python the
 making alone cost more instructions than rabbitmq-c's whole confirmed publish.  Here their
-fields are C fields, ``new_publish_future`` fills them without an ``__init__`` call and
-``settle_acked`` settles an ack frame's futures in one loop.
+fields are C fields, ``ConfirmFutures.new_token`` fills them without an ``__init__`` call
+and ``ConfirmFutures.acked`` settles an ack frame's futures in one loop.
 
 Settling takes no lock: it sets ``_state``, then reads ``_callbacks`` and ``_waiter``; who
 adds a callback or waits writes those, then reads ``_state``.  Compiled, each of those steps
@@ -184,32 +184,6 @@ cdef class PublishFuture(ThreadFuture):
         return f"<PublishFuture delivery_tag={self.delivery_tag} {state}>"
 
 
-cpdef PublishFuture new_publish_future(object channel, Py_ssize_t count, object callback):
-    """What ``PublishFuture(channel, count)`` makes, with ``callback`` given at publish,
-    without the ``__init__`` call (once per confirmed publish)."""
-    cdef PublishFuture future = PublishFuture.__new__(PublishFuture)
-    future._channel = channel
-    future.count = future._pending = count
-    future._state = PENDING if count else SUCCEEDED
-    # _value, _error, _waiter: None from __new__; delivery_tag: 0
-    if callback is not None:
-        future._callbacks = [[callback]]  # boxed: see add_done_callback
-    return future
-
-
-cpdef settle_acked(list futures):
-    """Settle the futures of publishes the broker acked (one ack frame's: the hot path of
-    confirms): ``set_result(None)`` on each, in one loop."""
-    cdef PublishFuture future
-    for item in futures:
-        future = <PublishFuture?>item
-        future._pending -= 1
-        if future._pending == 0 and future._state == PENDING:
-            future._state = SUCCEEDED  # before reading _callbacks and _waiter: see the module
-            if future._callbacks is not None or future._waiter is not None:
-                future._wake()
-
-
 cdef class ConfirmFutures:
     """How a channel of the blocking transport makes, hands out and settles the futures of
     its confirm-mode publishes, each a call into compiled code (``io_threads.ChannelWaits``
@@ -219,8 +193,17 @@ cdef class ConfirmFutures:
         self._channel = channel
 
     cpdef PublishFuture new_token(self, Py_ssize_t count, object callback):
-        """The future of ``count`` confirm-mode publishes (one, or a publish_encoded batch)."""
-        return new_publish_future(self._channel, count, callback)
+        """The future of ``count`` confirm-mode publishes (one, or a publish_encoded batch):
+        what ``PublishFuture(channel, count)`` makes, with ``callback`` given at publish,
+        without the ``__init__`` call (once per confirmed publish)."""
+        cdef PublishFuture future = PublishFuture.__new__(PublishFuture)
+        future._channel = self._channel
+        future.count = future._pending = count
+        future._state = PENDING if count else SUCCEEDED
+        # _value, _error, _waiter: None from __new__; delivery_tag: 0
+        if callback is not None:
+            future._callbacks = [[callback]]  # boxed: see add_done_callback
+        return future
 
     @staticmethod
     def issued(PublishFuture token, unsigned long long seqno):
@@ -230,8 +213,16 @@ cdef class ConfirmFutures:
 
     @staticmethod
     def acked(list tokens):
-        """Settle the futures of publishes the broker acked (the hot path of confirms)."""
-        settle_acked(tokens)
+        """Settle the futures of publishes the broker acked (one ack frame's: the hot path
+        of confirms): ``set_result(None)`` on each, in one loop."""
+        cdef PublishFuture future
+        for item in tokens:
+            future = <PublishFuture?>item
+            future._pending -= 1
+            if future._pending == 0 and future._state == PENDING:
+                future._state = SUCCEEDED  # before reading _callbacks and _waiter: see the module
+                if future._callbacks is not None or future._waiter is not None:
+                    future._wake()
 
     @staticmethod
     def token_error(PublishFuture token):
