@@ -31,7 +31,8 @@ from .connect import make_ssl_context, server_hostname
 from .errors import AMQPConnectionError
 from .io_contract import ProgressDeadline, heartbeat_check
 from .message import AsyncMessage, Message
-from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
+from .publish_path import FLUSH_AT, NoLock  # NoLock compiled: the confirmed publish knows it and skips it
+from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
 
 __all__ = ["AsyncioChannelAPI", "AsyncioConnectionAPI", "AsyncioIO", "ChannelWaits", "ConfirmFuture", "Inbox", "Opener",
@@ -66,26 +67,6 @@ class Opener(Generic[_T]):
     async def __aexit__(self, *exc: Any) -> None:
         if self._opened is not None:
             await self._opened.__aexit__(*exc)  # type: ignore[attr-defined]
-
-
-class NoLock:
-    """The connection's lock on asyncio: everything runs in the loop's thread, so the
-    shared layer's critical sections need no lock here.  Plain methods: the hot sections
-    call ``acquire()``/``release()`` on every publish and ack (a staticmethod costs more)."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-    def acquire(self) -> bool:
-        return True
-
-    def release(self) -> None:
-        return None
 
 
 class _StreamProtocol(asyncio.Protocol):

@@ -46,7 +46,8 @@ from .io_contract import ProgressDeadline, SyncConnectionIO, heartbeat_check
 from .lifecycle import ChannelPhase, ConnectionStatus
 from .message import Message
 from .recovery import END
-from .session import FLUSH_AT, ChannelBase, ConnectionBase, ConsumerBase
+from .publish_path import FLUSH_AT
+from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .thread_future import ConfirmFutures, PublishFuture, ThreadFuture
 from .url import ConnectionParameters
 from .workpool import WorkPool

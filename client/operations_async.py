@@ -67,6 +67,7 @@ from .errors import (
 )
 from .message import AsyncMessage
 from .recovery import END, Topology
+from .publish_path import publish_confirmed
 from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .streams import (
     HAND_OUT, LAST, SKIP, TRUNCATED, ReplicaWait, StreamConsumerBase, StreamOffset, StreamOffsets,
@@ -714,29 +715,9 @@ class AsyncChannel(ChannelBase[AsyncMessage], AsyncioChannelAPI):
                                                 callback=callback, timeout=timeout)
         if connection._held or self._flow_paused or self._unsettled >= self._max_in_flight:
             await self._wait_for_room(1, _deadline(timeout))
-        token = self._waits.new_token(1, callback)
-        lock = connection._lock
-        lock.acquire()
-        try:
-            # Checked again under the lock: a connection lost while we waited has drained
-            # its unconfirmed publishes already, and one queued now would never settle.
-            if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
-                self._check()
-            try:
-                seqno = connection._core.publish(
-                    self.channel_id, exchange, routing_key, body, properties, mandatory, False, token
-                )
-            except InvalidStateError:
-                self._check()
-                raise
-            self._unsettled += 1
-            if connection._observer is not None and connection._metrics is not None:
-                connection._to_stamp[self] = None  # stamped when written (see ConnectionBase._take_output)
-        finally:
-            lock.release()
-        if not connection._flush_later or connection._core.flush_due:
-            connection._io.flush_soon()
-        return self._waits.issued(token, seqno)
+        return publish_confirmed(  # type: ignore[no-any-return]
+            self, connection, self._waits, exchange, routing_key, body, properties, mandatory, callback
+        )
 
     async def publish_encoded(self, frames: Any, count: int, *, timeout: Optional[float] = None) -> Optional[ConfirmFuture]:
         """Send ``count`` publishes already encoded as frames for this channel (for example

@@ -31,7 +31,6 @@ from amqwire.codec import (
     BasicGetEmpty,
     BasicGetOk,
     BasicNack,
-    BasicProperties,
     BasicReject,
     BasicReturn,
     ChannelClose,
@@ -61,7 +60,6 @@ from amqwire.codec import (
     ProtocolHeaderError,
     TxSelect,
     UnexpectedFrame,
-    encode_publish_iov,
     encode_table,
 )
 from amqwire.codec import FRAME_METHOD, __version__
@@ -85,6 +83,7 @@ from .events import (
     SecretUpdated,
 )
 from .confirm_tracker import ConfirmTracker
+from .publish_path import FLUSH_AT, ZERO_COPY_THRESHOLD, core_publish
 from .message import Message, ReturnedMessage
 from .lifecycle import (
     CHANNEL_TRANSITIONS,
@@ -101,6 +100,7 @@ from .lifecycle import (
 
 __all__ = [
     "ConnectionProtocol",
+    "ZERO_COPY_THRESHOLD",
     "ConnectionState",
     "WireSignal",
     "ChannelStatus",
@@ -140,11 +140,10 @@ CLIENT_CAPABILITIES = {
     "per_consumer_qos": True,
 }
 
-# Bodies at least this big go out as memoryview slices of the caller's buffer (sendmsg).
-ZERO_COPY_THRESHOLD = 65536
-#: Publishes are written together until this much is queued (a batch, a loop pass):
-#: ``flush_due`` tells a publisher that it is.
-FLUSH_AT: Final = 256 * 1024
+# ZERO_COPY_THRESHOLD: bodies at least this big go out as memoryview slices of the caller's
+# buffer (sendmsg).  FLUSH_AT: publishes are written together until this much is queued (a
+# batch, a loop pass): ``flush_due`` tells a publisher that it is.  Both belong to the
+# compiled publish (publish_path.pyx).
 
 _REPLY_SUCCESS = 200
 _FRAME_ERROR = 501
@@ -998,41 +997,7 @@ class ConnectionProtocol:
 
     # fast paths of the hot calls ----------------------------------------------------------
 
-    def publish(
-        self,
-        channel: int,
-        exchange: str,
-        routing_key: str,
-        body: Any,
-        properties: Optional[BasicProperties] = None,
-        mandatory: bool = False,
-        immediate: bool = False,
-        token: Any = None,
-    ) -> int:
-        """Queue basic.publish with its content; returns its confirm seqno (0 without confirms)."""
-        state = self._channels.get(channel)
-        if state is None or state.state is not _CHANNEL_OPEN:
-            self._open_state(channel)
-        if type(body) is bytes and len(body) >= ZERO_COPY_THRESHOLD:
-            pieces = encode_publish_iov(
-                channel, exchange, routing_key, body, properties, mandatory, immediate, self._writer.frame_max
-            )
-            self._publishes_beside_writer += 1
-            self._spill_writer()
-            self._iov.extend(pieces)
-            if self.pending_output >= FLUSH_AT:
-                self.flush_due = True
-        else:
-            self._writer.publish(channel, exchange, routing_key, body, properties, mandatory, immediate)
-            if len(self._writer) >= FLUSH_AT or (self._iov and self.pending_output >= FLUSH_AT):
-                self.flush_due = True
-        confirms = state.confirms  # type: ignore[union-attr]
-        if confirms is None:
-            return 0
-        seqno = confirms.add(token)
-        if mandatory:
-            confirms.mandatory[seqno] = (exchange, routing_key, body, properties)
-        return seqno
+    publish = core_publish  # compiled (publish_path.pyx): the hottest call of all
 
     def publish_encoded(self, channel: int, frames: Any, count: int, token: Any = None) -> int:
         """Queue ``count`` publishes already encoded as frames for ``channel`` (by

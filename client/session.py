@@ -99,7 +99,6 @@ _M = TypeVar("_M", bound=DeliveredMessage)
 
 #: The Java client's default channel RPC timeout: 10 minutes.
 DEFAULT_RPC_TIMEOUT = 600.0
-FLUSH_AT = proto.FLUSH_AT  # publishes are written together until this much is queued
 
 
 class ConnectOptions(TypedDict, total=False):

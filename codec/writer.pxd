@@ -13,3 +13,6 @@ cdef class FrameWriter:
     cdef WriteBuffer buf
     cdef Py_ssize_t _frame_max
     cdef readonly unsigned long long publishes
+
+    cdef int publish_bytes(self, uint16_t channel, object exchange, object routing_key, bytes body,
+                           BasicProperties properties, bint mandatory, bint immediate) except -1

@@ -306,10 +306,7 @@ cdef class FrameWriter:
         cdef _Body b
         cdef uint16_t ch = _channel(channel)
         if PyBytes_CheckExact(body):        # nothing to release: no try/finally
-            write_publish(self.buf, ch, exchange, routing_key, PyBytes_AS_STRING(body),
-                          PyBytes_GET_SIZE(body), properties, mandatory, immediate,
-                          self._frame_max)
-            self.publishes += 1
+            self.publish_bytes(ch, exchange, routing_key, body, properties, mandatory, immediate)
             return
         _acquire_body(body, &b)
         try:
@@ -318,6 +315,14 @@ cdef class FrameWriter:
         finally:
             _release_body(&b)
         self.publishes += 1
+
+    cdef int publish_bytes(self, uint16_t channel, object exchange, object routing_key, bytes body,
+                           BasicProperties properties, bint mandatory, bint immediate) except -1:
+        """``publish`` of a ``bytes`` body on a checked channel number, for compiled callers."""
+        write_publish(self.buf, channel, exchange, routing_key, PyBytes_AS_STRING(body),
+                      PyBytes_GET_SIZE(body), properties, mandatory, immediate, self._frame_max)
+        self.publishes += 1
+        return 0
 
     def method(self, channel, Method method not None):
         """Append one method frame."""

@@ -2386,3 +2386,34 @@ def test_the_core_names_still_import_from_protocol():
     for module, names in ((events, events.__all__), (lifecycle, wire)):
         for name in names:
             assert getattr(proto, name) is getattr(module, name), name
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bytes subclass", "bytearray", "memoryview", "str"])
+@pytest.mark.parametrize("with_properties", [False, True])
+def test_the_compiled_publish_queues_what_the_encoder_makes_whatever_the_body(kind, with_properties):
+    """``ConnectionProtocol.publish`` is compiled (publish_path.pyx) with a typed path for a
+    ``bytes`` body and the writer's own for the rest: every body kind gives the codec's bytes."""
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.data_to_send()
+    raw = b"body of a publish"
+    body = {"bytes": raw, "bytes subclass": type("B", (bytes,), {})(raw), "bytearray": bytearray(raw),
+            "memoryview": memoryview(raw), "str": raw.decode()}[kind]
+    properties = codec.BasicProperties(content_type="text/plain", delivery_mode=2) if with_properties else None
+    assert p.publish(cid, "ex", "rk", body, properties, True) == 0  # not in confirm mode
+    assert p.data_to_send() == codec.encode_publish(cid, "ex", "rk", raw, properties, True)
+
+
+def test_the_compiled_publish_refuses_bad_input_and_queues_nothing():
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.data_to_send()
+    with pytest.raises(TypeError):
+        p.publish(cid, "", "q", b"x", {"content_type": "text/plain"})  # properties must be BasicProperties
+    with pytest.raises(TypeError):
+        p.publish(cid, "", "q", 42)  # not a buffer
+    with pytest.raises(InvalidStateError, match="channel 9"):
+        p.publish(9, "", "q", b"x")
+    assert p.pending_output == 0 and p.publishes_queued == 0
+    p.publish(cid, "", "q", b"x", mandatory=True)
+    assert p.data_to_send() == codec.encode_publish(cid, "", "q", b"x", None, True)

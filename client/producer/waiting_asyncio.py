@@ -14,7 +14,8 @@ from typing import Any, Awaitable, Callable, Coroutine, Generator, Optional, Pro
 
 from ..aio_connection import connect
 from ..errors import OperationTimeout
-from ..io_asyncio import NoLock, Progress
+from ..io_asyncio import Progress
+from ..publish_path import NoLock
 from ..io_contract import ProgressDeadline
 from ..url import ConnectionParameters
 from .core import TICK

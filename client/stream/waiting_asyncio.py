@@ -14,7 +14,8 @@ import asyncio
 import functools
 from typing import Any, Callable, Coroutine, Optional
 
-from ..io_asyncio import AsyncioIO, Mailbox, NoLock, Progress
+from ..io_asyncio import AsyncioIO, Mailbox, Progress
+from ..publish_path import NoLock
 from ..io_contract import ProgressDeadline
 
 __all__ = ["AsyncioStreamFuture", "StreamAsyncioWaiting", "ProducerWaits", "StreamInbox"]

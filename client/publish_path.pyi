@@ -1,0 +1,35 @@
+from typing import Any, Final, Optional
+
+from amqwire.codec import BasicProperties
+
+ZERO_COPY_THRESHOLD: Final[int]
+FLUSH_AT: Final[int]
+
+class NoLock:
+    def __enter__(self) -> None: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def acquire(self) -> bool: ...
+    def release(self) -> None: ...
+
+def core_publish(
+    core: Any,
+    channel: int,
+    exchange: str,
+    routing_key: str,
+    body: Any,
+    properties: Optional[BasicProperties] = None,
+    mandatory: bool = False,
+    immediate: bool = False,
+    token: Any = None,
+) -> int: ...
+def publish_confirmed(
+    channel: Any,
+    connection: Any,
+    waits: Any,
+    exchange: str,
+    routing_key: str,
+    body: Any,
+    properties: Optional[BasicProperties],
+    mandatory: bool,
+    callback: Any,
+) -> Any: ...
