@@ -69,7 +69,6 @@ from .errors import (
 )
 from .message import Message
 from .recovery import END, Topology
-from .publish_path import publish_confirmed
 from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .streams import (
     HAND_OUT, LAST, SKIP, TRUNCATED, ReplicaWait, StreamConsumerBase, StreamOffset, StreamOffsets,
@@ -717,8 +716,8 @@ class SyncChannel(ChannelBase[Message], ThreadChannelAPI):
                                                 callback=callback, timeout=timeout)
         if connection._held or self._flow_paused or self._unsettled >= self._max_in_flight:
             self._wait_for_room(1, _deadline(timeout))
-        return publish_confirmed(  # type: ignore[no-any-return]
-            self, connection, self._waits, exchange, routing_key, body, properties, mandatory, callback
+        return self._publisher.publish(  # type: ignore[no-any-return]
+            exchange, routing_key, body, properties, mandatory, callback
         )
 
     def publish_encoded(self, frames: Any, count: int, *, timeout: Optional[float] = None) -> Optional[PublishFuture]:

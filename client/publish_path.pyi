@@ -22,14 +22,9 @@ def core_publish(
     immediate: bool = False,
     token: Any = None,
 ) -> int: ...
-def publish_confirmed(
-    channel: Any,
-    connection: Any,
-    waits: Any,
-    exchange: str,
-    routing_key: str,
-    body: Any,
-    properties: Optional[BasicProperties],
-    mandatory: bool,
-    callback: Any,
-) -> Any: ...
+class ChannelPublisher:
+    def __init__(self, channel: Any, connection: Any, waits: Any) -> None: ...
+    def publish(
+        self, exchange: str, routing_key: str, body: Any, properties: Optional[BasicProperties], mandatory: bool,
+        callback: Any,
+    ) -> Any: ...

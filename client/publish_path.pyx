@@ -92,42 +92,59 @@ cdef long long _publish(object core, object channel, object exchange, object rou
     return seqno
 
 
-def publish_confirmed(channel, connection, waits, exchange, routing_key, body, properties, bint mandatory,
-                      callback):
-    """The rest of ``publish_async`` once it has room (``channel`` is in confirm mode, its
-    connection not held): make the future, queue the publish under the connection's lock,
-    count it unsettled, have it written; returns the future.  ``connection`` and ``waits``
-    are the channel's (``channel._connection``, ``channel._waits``)."""
-    cdef bint compiled_futures = isinstance(waits, ConfirmFutures)  # the blocking transport's
-    if compiled_futures:
-        token = (<ConfirmFutures>waits).new_token(1, callback)
-    else:
-        token = waits.new_token(1, callback)
-    cdef long long seqno
-    lock = connection._lock
-    cdef bint locking = type(lock) is not NoLock
-    if locking:
-        lock.acquire()
-    try:
-        # Checked again under the lock: a connection lost while we waited has drained
-        # its unconfirmed publishes already, and one queued now would never settle.
-        if not connection._lifecycle.usable:  # a closed channel: the core refuses it below
-            channel._check()
+cdef class ChannelPublisher:
+    """A channel's confirm-mode publishes once ``publish_async`` has room (the channel in
+    confirm mode, its connection not held): ``publish`` makes the future, queues the
+    publish under the connection's lock, counts it unsettled, has it written, and returns
+    the future.  It keeps what that reads and never changes (the channel's connection, its
+    lock, lifecycle and I/O, the channel's futures): each is a generic attribute read
+    less per publish."""
+
+    cdef object channel, connection, waits, lifecycle, io, acquire, release
+    cdef bint locking, compiled_futures
+
+    def __init__(self, channel, connection, waits):
+        self.channel = channel
+        self.connection = connection
+        self.waits = waits
+        self.lifecycle = connection._lifecycle
+        self.io = connection._io
+        lock = connection._lock
+        self.locking = type(lock) is not NoLock
+        self.acquire = lock.acquire
+        self.release = lock.release
+        self.compiled_futures = isinstance(waits, ConfirmFutures)  # the blocking transport's
+
+    def publish(self, exchange, routing_key, body, properties, bint mandatory, callback):
+        cdef object channel = self.channel, connection = self.connection, waits = self.waits
+        if self.compiled_futures:
+            token = (<ConfirmFutures>waits).new_token(1, callback)
+        else:
+            token = waits.new_token(1, callback)
+        cdef long long seqno
+        if self.locking:
+            self.acquire()
         try:
-            seqno = _publish(connection._core, channel.channel_id, exchange, routing_key, body, properties,
-                             mandatory, False, token)
-        except InvalidStateError:
-            channel._check()  # the connection or channel went away meanwhile: say why
-            raise
-        channel._unsettled += 1
-        if connection._observer is not None and connection._metrics is not None:
-            connection._to_stamp[channel] = None  # stamped when written (see ConnectionBase._take_output)
-    finally:
-        if locking:
-            lock.release()
-    if not connection._flush_later or connection._core.flush_due:
-        connection._io.flush_soon()
-    if compiled_futures:
-        (<PublishFuture>token).delivery_tag = seqno
-        return token
-    return waits.issued(token, seqno)
+            # Checked again under the lock: a connection lost while we waited has drained
+            # its unconfirmed publishes already, and one queued now would never settle.
+            if not self.lifecycle.usable:  # a closed channel: the core refuses it below
+                channel._check()
+            core = connection._core
+            try:
+                seqno = _publish(core, channel.channel_id, exchange, routing_key, body, properties,
+                                 mandatory, False, token)
+            except InvalidStateError:
+                channel._check()  # the connection or channel went away meanwhile: say why
+                raise
+            channel._unsettled += 1
+            if connection._observer is not None and connection._metrics is not None:
+                connection._to_stamp[channel] = None  # stamped when written (see ConnectionBase._take_output)
+        finally:
+            if self.locking:
+                self.release()
+        if not connection._flush_later or core.flush_due:
+            self.io.flush_soon()
+        if self.compiled_futures:
+            (<PublishFuture>token).delivery_tag = seqno
+            return token
+        return waits.issued(token, seqno)

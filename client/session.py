@@ -79,6 +79,7 @@ from .lifecycle import (
 )
 from .metrics import MetricsCollector
 from .observer import Listeners, Observer
+from .publish_path import ChannelPublisher
 from .recovery import END, NackWatch, RecoveryPolicy, Topology, recoverable
 from .connect import unverified_tls
 from .io_contract import ConnectionIO
@@ -858,7 +859,7 @@ class ChannelBase(Generic[_M]):
         "_listeners",
         "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
         "_stamp_low", "_settled_upto", "_settled", "_no_ack_tags",
-        "_no_ack_consumers", "_waits", "_nack_watch", "__weakref__"
+        "_no_ack_consumers", "_waits", "_publisher", "_nack_watch", "__weakref__"
     )
 
     _connection: Any
@@ -917,6 +918,7 @@ class ChannelBase(Generic[_M]):
         self._no_ack_tags: set[int] = set()
         self._no_ack_consumers = 0
         self._waits = connection._io.channel_waits(self)  # confirm futures, waits for confirms
+        self._publisher = ChannelPublisher(self, connection, self._waits)  # publish_async's compiled end
         # after a recovery: when a channel whose publishes are only nacked is renewed
         self._nack_watch = NackWatch(connection.recovery)
 
