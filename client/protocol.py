@@ -140,11 +140,6 @@ CLIENT_CAPABILITIES = {
     "per_consumer_qos": True,
 }
 
-# ZERO_COPY_THRESHOLD: bodies at least this big go out as memoryview slices of the caller's
-# buffer (sendmsg).  FLUSH_AT: publishes are written together until this much is queued (a
-# batch, a loop pass): ``flush_due`` tells a publisher that it is.  Both belong to the
-# compiled publish (publish_path.pyx).
-
 _REPLY_SUCCESS = 200
 _FRAME_ERROR = 501
 _UNEXPECTED_FRAME = 505

@@ -34,7 +34,7 @@ cdef object _CHANNEL_OPEN = ChannelStatus.OPEN
 cdef class NoLock:
     """The connection's lock on asyncio: everything runs in the loop's thread, so the
     shared layer's critical sections need no lock there.  Compiled, and known to
-    ``publish_confirmed``, which skips it."""
+    ``ChannelPublisher``, which skips it."""
 
     def __enter__(self):
         return None
