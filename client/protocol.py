@@ -83,7 +83,7 @@ from .events import (
     SecretUpdated,
 )
 from .confirm_tracker import ConfirmTracker
-from .publish_path import FLUSH_AT, ZERO_COPY_THRESHOLD, core_publish
+from .publish_path import FLUSH_AT, ZERO_COPY_THRESHOLD, core_on_confirm, core_publish
 from .message import Message, ReturnedMessage
 from .lifecycle import (
     CHANNEL_TRANSITIONS,
@@ -831,41 +831,7 @@ class ConnectionProtocol:
     def _on_get_empty(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
         events.append(GetResult(state.id, None))
 
-    def _on_confirm(self, state: ChannelState, method: Any, command: Any, events: list[Any]) -> None:
-        """basic.ack or basic.nack from the broker: publisher confirms."""
-        confirms = state.confirms
-        if confirms is None:
-            self._protocol_error(
-                _COMMAND_INVALID, f"{method.NAME} on channel {state.id}, which is not in confirm mode", method
-            )
-            return
-        tag = method.delivery_tag
-        seqnos, tokens = confirms.resolve(tag, method.multiple)
-        if not seqnos:
-            if method.multiple and 0 < tag < confirms.next_seqno:
-                return  # everything up to tag was confirmed one by one already
-            self._protocol_error(
-                406,
-                f"{method.NAME} for delivery tag {tag} on channel {state.id}, which is not an unconfirmed publish",
-                method,
-            )
-            return
-        returned = confirms.take_returned(tag, seqnos) if confirms.unmatched_return is not None or confirms.mandatory else None
-        settled = len(seqnos)
-        if returned is not None:
-            self.publishes_returned += len(returned)
-            settled -= len(returned)
-        if type(method) is BasicAck:
-            self.publishes_acked += settled
-            last = events[-1] if events else None
-            if type(last) is Confirmed and last.ack and last.channel_id == state.id:
-                # the ack before this one in this read, on this channel: one event for both
-                last.fold(seqnos, tokens, returned, tag, method.multiple)
-                return
-            events.append(Confirmed(state.id, True, seqnos, tokens, returned, tag, method.multiple))
-        else:
-            self.publishes_nacked += settled
-            events.append(Confirmed(state.id, False, seqnos, tokens, returned, tag, method.multiple))
+    _on_confirm = core_on_confirm  # compiled (publish_path.pyx): once per ack frame
 
     # ------------------------------------------------------------------ channels
 

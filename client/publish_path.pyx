@@ -20,7 +20,10 @@ from amqwire.client.slots cimport Slot, slot_get, slot_set
 
 from amqwire.codec import encode_publish_iov
 
+from amqwire.codec import BasicAck
+
 from .errors import InvalidStateError
+from .events import Confirmed
 from .lifecycle import ChannelStatus
 
 #: Bodies this big (bytes) are sent from the caller's buffer, not copied into the writer.
@@ -39,8 +42,18 @@ cdef Slot _CORE_IOV = Slot("_iov")
 cdef Slot _CORE_FLUSH_DUE = Slot("flush_due")
 cdef Slot _STATE_STATE = Slot("state")
 cdef Slot _STATE_CONFIRMS = Slot("confirms")
-# The connection's lifecycle (lifecycle.ConnectionLifecycle).
+cdef Slot _CORE_ACKED = Slot("publishes_acked")
+cdef Slot _CORE_NACKED = Slot("publishes_nacked")
+cdef Slot _CORE_RETURNED = Slot("publishes_returned")
+cdef Slot _STATE_ID = Slot("id")
+# The connection's lifecycle (lifecycle.Lifecycle).
 cdef Slot _USABLE = Slot("usable")
+# A Confirmed event (events.Confirmed).
+cdef Slot _EVENT_ACK = Slot("ack")
+cdef Slot _EVENT_CHANNEL = Slot("channel_id")
+
+cdef int _COMMAND_INVALID = 503
+cdef int _PRECONDITION_FAILED = 406
 
 
 cdef class NoLock:
@@ -104,6 +117,55 @@ cdef long long _publish(object core, object channel, object exchange, object rou
     return seqno
 
 
+def core_on_confirm(core, state, method, command, list events):
+    """basic.ack or basic.nack from the broker: publisher confirms.
+
+    ``ConnectionProtocol._on_confirm``: settles the publishes up to the frame's tag in the
+    channel's seqno tracker and adds their ``Confirmed`` event (an ack right after another
+    ack of the same channel in the same read is folded into its event)."""
+    confirms = slot_get(_STATE_CONFIRMS, state)
+    if confirms is None:
+        core._protocol_error(
+            _COMMAND_INVALID, f"{method.NAME} on channel {slot_get(_STATE_ID, state)}, which is not in confirm mode",
+            method,
+        )
+        return
+    cdef ConfirmTracker tracker = <ConfirmTracker?>confirms
+    tag = method.delivery_tag
+    cdef bint multiple = method.multiple
+    cdef list seqnos
+    seqnos, tokens = tracker.resolve(tag, multiple)
+    if not seqnos:
+        if multiple and 0 < tag < tracker.next_seqno:
+            return  # everything up to tag was confirmed one by one already
+        core._protocol_error(
+            _PRECONDITION_FAILED,
+            f"{method.NAME} for delivery tag {tag} on channel {slot_get(_STATE_ID, state)}, "
+            f"which is not an unconfirmed publish",
+            method,
+        )
+        return
+    returned = tracker.take_returned(tag, seqnos) if tracker.unmatched_return is not None or tracker.mandatory else None
+    cdef Py_ssize_t settled = len(seqnos)
+    if returned is not None:
+        slot_set(_CORE_RETURNED, core, slot_get(_CORE_RETURNED, core) + len(returned))
+        settled -= len(returned)
+    channel_id = slot_get(_STATE_ID, state)
+    if type(method) is BasicAck:
+        slot_set(_CORE_ACKED, core, slot_get(_CORE_ACKED, core) + settled)
+        if events:
+            last = events[len(events) - 1]  # (built with wraparound off)
+            if (type(last) is Confirmed and slot_get(_EVENT_ACK, last)
+                    and slot_get(_EVENT_CHANNEL, last) == channel_id):
+                # the ack before this one in this read, on this channel: one event for both
+                last.fold(seqnos, tokens, returned, tag, multiple)
+                return
+        events.append(Confirmed(channel_id, True, seqnos, tokens, returned, tag, multiple))
+    else:
+        slot_set(_CORE_NACKED, core, slot_get(_CORE_NACKED, core) + settled)
+        events.append(Confirmed(channel_id, False, seqnos, tokens, returned, tag, multiple))
+
+
 cdef class ChannelPublisher:
     """A channel's confirm-mode publishes once ``publish_async`` has room (the channel in
     confirm mode, its connection not held): ``publish`` makes the future, queues the
@@ -116,6 +178,7 @@ cdef class ChannelPublisher:
     cdef bint locking, compiled_futures
     # of the channel and the connection (their types differ between the transports)
     cdef Slot channel_id, unsettled, core, observer, metrics, to_stamp, flush_later
+    cdef Slot confirm_window, flow_paused, max_in_flight, tracing, held
 
     def __init__(self, channel, connection, waits):
         self.channel = channel
@@ -135,6 +198,25 @@ cdef class ChannelPublisher:
         self.metrics = Slot("_metrics")
         self.to_stamp = Slot("_to_stamp")
         self.flush_later = Slot("_flush_later")
+        self.confirm_window = Slot("_confirm_window")
+        self.flow_paused = Slot("_flow_paused")
+        self.max_in_flight = Slot("_max_in_flight")
+        self.tracing = Slot("_tracing")
+        self.held = Slot("_held")
+
+    def publish_if_room(self, exchange, routing_key, body, properties, bint mandatory, callback):
+        """``publish`` when ``publish_async`` can go straight on: the channel in confirm
+        mode with room in its window, not paused by the broker, the connection not held
+        and not traced; else None, and ``publish_async`` takes its way (which says why,
+        waits or traces)."""
+        cdef object channel = self.channel, connection = self.connection
+        if (not slot_get(self.confirm_window, channel)
+                or slot_get(self.tracing, connection) is not None
+                or slot_get(self.held, connection)
+                or slot_get(self.flow_paused, channel)
+                or slot_get(self.unsettled, channel) >= slot_get(self.max_in_flight, channel)):
+            return None
+        return self.publish(exchange, routing_key, body, properties, mandatory, callback)
 
     def publish(self, exchange, routing_key, body, properties, bint mandatory, callback):
         cdef object channel = self.channel, connection = self.connection, waits = self.waits

@@ -1101,6 +1101,31 @@ def test_ack_for_an_already_confirmed_tag_is_an_error():
     assert not confirmed(events)
 
 
+def test_a_bad_ack_closes_the_connection_saying_what_and_where():
+    """The compiled _on_confirm (publish_path.pyx) closes as the Python one did: 406 naming
+    the tag and the channel for a tag that is no unconfirmed publish, 503 for an ack on a
+    channel not in confirm mode; a multiple ack of tags all confirmed one by one is no error."""
+    p, broker, cid = published_in_confirm_mode(3)
+    _, _, close = feed_fatal(p, broker, BasicAck(99, False).encode(cid))
+    assert close.reply_code == 406
+    assert close.reply_text == f"basic.ack for delivery tag 99 on channel {cid}, which is not an unconfirmed publish"
+    assert (close.class_id, close.method_id) == (60, 80)
+
+    p, broker, _ = connect()
+    cid = open_channel(p, broker)
+    p.publish(cid, "ex", "rk", b"m")
+    broker.sent()
+    _, _, close = feed_fatal(p, broker, BasicNack(1, False, False).encode(cid))
+    assert close.reply_code == 503
+    assert close.reply_text == f"basic.nack on channel {cid}, which is not in confirm mode"
+
+    p, broker, cid = published_in_confirm_mode(3)
+    assert confirmed(broker.send(cid, BasicAck(1, False))) == [(cid, True, [1], ["t1"])]
+    assert confirmed(broker.send(cid, BasicAck(2, False))) == [(cid, True, [2], ["t2"])]
+    assert broker.send(cid, BasicAck(2, True)) == []  # up to 2, each confirmed already
+    assert (p.publishes_acked, p.state) == (2, "open")
+
+
 # --- basic.return --------------------------------------------------------------------------------
 
 

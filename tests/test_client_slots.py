@@ -122,6 +122,7 @@ def test_the_compiled_publish_reads_the_real_classes_at_their_offsets():
     """The publish path's slots (publish_path.pyx) name members that are plain slots of
     the client's classes: renaming one, or making it a property, would silently put a
     generic read (~125 instructions) back on every publish."""
+    from amqwire.client.events import Confirmed
     from amqwire.client.lifecycle import Lifecycle
     from amqwire.client.operations_async import AsyncChannel, AsyncConnection
     from amqwire.client.operations_sync import SyncChannel, SyncConnection
@@ -132,13 +133,15 @@ def test_the_compiled_publish_reads_the_real_classes_at_their_offsets():
         return type(descriptor).__name__ == "member_descriptor"
 
     for kind, names in [
-        (ConnectionProtocol, ["_channels", "_writer", "_iov", "flush_due"]),
-        (ChannelState, ["state", "confirms"]),
+        (ConnectionProtocol, ["_channels", "_writer", "_iov", "flush_due", "publishes_acked", "publishes_nacked",
+                              "publishes_returned"]),
+        (ChannelState, ["state", "confirms", "id"]),
+        (Confirmed, ["ack", "channel_id"]),
         (Lifecycle, ["usable"]),
-        (SyncChannel, ["channel_id", "_unsettled"]),
-        (AsyncChannel, ["channel_id", "_unsettled"]),
-        (SyncConnection, ["_core", "_observer", "_to_stamp", "_flush_later"]),
-        (AsyncConnection, ["_core", "_observer", "_to_stamp", "_flush_later"]),
+        (SyncChannel, ["channel_id", "_unsettled", "_confirm_window", "_flow_paused", "_max_in_flight"]),
+        (AsyncChannel, ["channel_id", "_unsettled", "_confirm_window", "_flow_paused", "_max_in_flight"]),
+        (SyncConnection, ["_core", "_observer", "_to_stamp", "_flush_later", "_tracing", "_held"]),
+        (AsyncConnection, ["_core", "_observer", "_to_stamp", "_flush_later", "_tracing", "_held"]),
     ]:
         for name in names:
             assert plain_slot(kind, name), f"{kind.__qualname__}.{name} is no longer a plain slot"
