@@ -24,7 +24,9 @@ import socket
 import sys
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Generator, Generic, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Generator, Generic, Optional, Protocol, TypeVar, Union
+
+from amqwire.codec import BasicProperties
 
 from . import protocol as proto
 from .connect import make_ssl_context, server_hostname
@@ -356,11 +358,42 @@ class AsyncioConnectionAPI:
     __slots__ = ()
 
 
+class _PublishingChannel(Protocol):
+    _publisher: Any
+
+    async def _publish_waiting(self, exchange: str, routing_key: str, body: Any, properties: Any,
+                               mandatory: bool, callback: Any, timeout: Optional[float]) -> ConfirmFuture: ...
+
+
 class AsyncioChannelAPI:
-    """What only the asyncio transport's Channel offers: nothing (the blocking one's
-    ``start_consuming`` is ``io_threads.ThreadChannelAPI``)."""
+    """The asyncio transport's way into a confirmed publish (the blocking one's is compiled,
+    ``io_threads.ThreadChannelAPI``; both go on in ``publish_path.ChannelPublisher`` and the
+    channel's ``_publish_waiting``)."""
 
     __slots__ = ()
+
+    async def publish_async(
+        self: _PublishingChannel,
+        exchange: str,
+        routing_key: str,
+        body: Union[bytes, bytearray, memoryview, str],
+        properties: Optional[BasicProperties] = None,
+        *,
+        mandatory: bool = False,
+        callback: Optional[Callable[[ConfirmFuture], Any]] = None,
+        timeout: Optional[float] = None,
+    ) -> ConfirmFuture:
+        """Publish in confirm mode without waiting for the broker: returns a future of its
+        verdict (None when acked; PublishNacked, MessageReturned or PublishUnconfirmed).
+
+        Waits only while ``max_in_flight`` publishes are unconfirmed, or under
+        back-pressure; ``timeout`` bounds that wait.  ``callback(future)`` runs once the
+        broker has answered (in the loop).
+        """
+        future = self._publisher.publish_if_room(exchange, routing_key, body, properties, mandatory, callback)
+        if future is not None:  # the way of almost every publish, compiled
+            return future  # type: ignore[no-any-return]
+        return await self._publish_waiting(exchange, routing_key, body, properties, mandatory, callback, timeout)
 
 
 class Progress:

@@ -46,7 +46,7 @@ from .io_contract import ProgressDeadline, SyncConnectionIO, heartbeat_check
 from .lifecycle import ChannelPhase, ConnectionStatus
 from .message import Message
 from .recovery import END
-from .publish_path import FLUSH_AT
+from .publish_path import FLUSH_AT, blocking_publish_async
 from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .thread_future import ConfirmFutures, PublishFuture, ThreadFuture
 from .url import ConnectionParameters
@@ -578,9 +578,14 @@ class ThreadConnectionAPI:
 
 
 class ThreadChannelAPI:
-    """What only the blocking transport's Channel offers: consuming in the calling thread."""
+    """The blocking transport's way into a confirmed publish, and what only its Channel
+    offers: consuming in the calling thread."""
 
     __slots__ = ()
+
+    # Compiled (publish_path.pyx), so that a publish with room runs no Python frame; it
+    # goes on in ChannelPublisher and the channel's _publish_waiting, as asyncio's does.
+    publish_async = blocking_publish_async
 
     def start_consuming(self: _ConsumingChannel) -> None:
         """Run consumer callbacks in this thread until stop_consuming() or no consumers

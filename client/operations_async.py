@@ -687,27 +687,18 @@ class AsyncChannel(ChannelBase[AsyncMessage], AsyncioChannelAPI):
         if not connection._flush_later or connection._core.flush_due:
             connection._io.flush_soon()
 
-    async def publish_async(
+    async def _publish_waiting(
         self,
         exchange: str,
         routing_key: str,
         body: Body,
-        properties: Optional[BasicProperties] = None,
-        *,
-        mandatory: bool = False,
-        callback: Optional[Callable[[ConfirmFuture], Any]] = None,
-        timeout: Optional[float] = None,
+        properties: Optional[BasicProperties],
+        mandatory: bool,
+        callback: Optional[Callable[[ConfirmFuture], Any]],
+        timeout: Optional[float],
     ) -> ConfirmFuture:
-        """Publish in confirm mode without waiting for the broker: returns a future of its
-        verdict (None when acked; PublishNacked, MessageReturned or PublishUnconfirmed).
-
-        Waits only while ``max_in_flight`` publishes are unconfirmed, or under
-        back-pressure; ``timeout`` bounds that wait.  ``callback(future)`` runs once the
-        broker has answered (blocking: on the I/O thread; asyncio: in the loop).
-        """
-        future = self._publisher.publish_if_room(exchange, routing_key, body, properties, mandatory, callback)
-        if future is not None:  # the way of almost every publish, compiled
-            return future  # type: ignore[no-any-return]
+        """``publish_async`` when it cannot publish at once (``ChannelPublisher.publish_if_room``
+        declined): says why, traces, or waits for room."""
         if not self._confirm_window:
             raise InvalidStateError("publish_async needs confirm mode: call confirm_select() first")
         connection = self._connection

@@ -1,6 +1,8 @@
-from typing import Any, Final, Optional
+from typing import Any, Callable, Final, Optional, Union
 
 from amqwire.codec import BasicProperties
+
+from .thread_future import PublishFuture
 
 ZERO_COPY_THRESHOLD: Final[int]
 FLUSH_AT: Final[int]
@@ -34,3 +36,15 @@ class ChannelPublisher:
         self, exchange: str, routing_key: str, body: Any, properties: Optional[BasicProperties], mandatory: bool,
         callback: Any,
     ) -> Any: ...
+
+def blocking_publish_async(
+    self: Any,
+    exchange: str,
+    routing_key: str,
+    body: Union[bytes, bytearray, memoryview, str],
+    properties: Optional[BasicProperties] = None,
+    *,
+    mandatory: bool = False,
+    callback: Optional[Callable[[PublishFuture], Any]] = None,
+    timeout: Optional[float] = None,
+) -> PublishFuture: ...

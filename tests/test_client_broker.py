@@ -686,6 +686,32 @@ def test_confirm_select_publish_async_and_wait_for_confirms(run):
     run(scenario)
 
 
+def test_publish_async_with_and_without_room(run):
+    """The way with room (compiled: the blocking transport's publish_async is a compiled
+    function, asyncio's asks ChannelPublisher.publish_if_room) and the way that waits
+    (_publish_waiting) keep publish_async's contract on both transports: options by
+    keyword only, mandatory returns, callbacks, a full window waited for within timeout."""
+    async def scenario(api):
+        E = api.errors
+        conn = await api.connect()
+        ch = await conn.channel()
+        q = (await ch.queue_declare("", exclusive=True)).queue
+        await ch.confirm_select(max_in_flight=4)
+        with pytest.raises(TypeError):
+            await ch.publish_async("", q, b"x", None, True)  # mandatory is keyword-only
+        done = []
+        returned = await ch.publish_async("", "amq.no-such-queue", b"r", mandatory=True, callback=done.append)
+        with pytest.raises(E.MessageReturned):
+            await api.wait(returned, timeout=10)
+        assert await api.pump(conn, lambda: done == [returned], timeout=5)
+        futures = [await ch.publish_async("", q, b"%d" % i, timeout=10) for i in range(40)]  # waits for room
+        for future in futures:
+            assert await api.wait(future, timeout=10) is None
+        assert (await ch.queue_declare(q, passive=True)).message_count == 40
+
+    run(scenario)
+
+
 def test_tx_commit_and_rollback(run):
     async def scenario(api):
         conn = await api.connect()
