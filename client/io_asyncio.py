@@ -24,7 +24,7 @@ import socket
 import sys
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Generator, Generic, Optional, Protocol, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generator, Generic, Optional, Protocol, TypeVar
 
 from amqwire.codec import BasicProperties
 
@@ -32,7 +32,7 @@ from . import protocol as proto
 from .connect import make_ssl_context, server_hostname
 from .errors import AMQPConnectionError
 from .io_contract import ProgressDeadline, heartbeat_check
-from .message import AsyncMessage, Message
+from .message import AsyncMessage, Body, Message
 from .publish_path import FLUSH_AT, NoLock  # NoLock compiled: the confirmed publish knows it and skips it
 from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
@@ -376,7 +376,7 @@ class AsyncioChannelAPI:
         self: _PublishingChannel,
         exchange: str,
         routing_key: str,
-        body: Union[bytes, bytearray, memoryview, str],
+        body: Body,
         properties: Optional[BasicProperties] = None,
         *,
         mandatory: bool = False,

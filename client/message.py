@@ -1,11 +1,14 @@
 """Messages as the client hands them to users."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Coroutine, Optional
+from typing import TYPE_CHECKING, Any, Coroutine, Optional, Union
 
 from amqwire.codec import BasicProperties, Delivery
 
 from .encoding import decode_body
+
+#: What a publish takes as its body.
+Body = Union[bytes, bytearray, memoryview, str]
 
 
 _PROPERTY_NAMES = (

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any, AsyncIterator, Callable, Literal, Optional, TypeVar, Union
+from typing import Any, AsyncIterator, Callable, Literal, Optional, TypeVar
 
 from amqwire.codec import (
     BasicCancel,
@@ -65,7 +65,7 @@ from .errors import (
     PreconditionFailed,
     StreamReplicaUnavailable,
 )
-from .message import AsyncMessage
+from .message import AsyncMessage, Body
 from .recovery import END, Topology
 from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .streams import (
@@ -75,8 +75,6 @@ from .streams import (
 from .url import ConnectionParameters
 
 log = logging.getLogger("amqwire.client")
-
-Body = Union[bytes, bytearray, memoryview, str]
 
 # The hot sections below (publishing, acks) hold ``connection._lock`` with an explicit
 # acquire and a ``try``/``finally``: the blocking transport's reader thread and other calling

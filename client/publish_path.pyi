@@ -1,7 +1,8 @@
-from typing import Any, Callable, Final, Optional, Union
+from typing import Any, Callable, Final, Optional
 
 from amqwire.codec import BasicProperties
 
+from .message import Body
 from .thread_future import PublishFuture
 
 ZERO_COPY_THRESHOLD: Final[int]
@@ -41,7 +42,7 @@ def blocking_publish_async(
     self: Any,
     exchange: str,
     routing_key: str,
-    body: Union[bytes, bytearray, memoryview, str],
+    body: Body,
     properties: Optional[BasicProperties] = None,
     *,
     mandatory: bool = False,

@@ -19,9 +19,7 @@ from amqwire.client.confirm_tracker cimport ConfirmTracker
 from amqwire.client.thread_future cimport ConfirmFutures, PublishFuture
 from amqwire.client.slots cimport Slot, slot_get, slot_set
 
-from amqwire.codec import encode_publish_iov
-
-from amqwire.codec import BasicAck
+from amqwire.codec import BasicAck, encode_publish_iov
 
 from .errors import InvalidStateError
 from .events import Confirmed
@@ -180,7 +178,7 @@ cdef class ChannelPublisher:
     cdef object channel, connection, waits, lifecycle, io, acquire, release
     cdef bint locking, compiled_futures
     # of the channel and the connection (their types differ between the transports)
-    cdef Slot channel_id, unsettled, core, observer, metrics, to_stamp, flush_later
+    cdef Slot channel_id, unsettled, core, observer, to_stamp, flush_later
     cdef Slot confirm_window, flow_paused, max_in_flight, tracing, held
 
     def __init__(self, channel, connection, waits):
@@ -198,7 +196,6 @@ cdef class ChannelPublisher:
         self.unsettled = Slot("_unsettled")
         self.core = Slot("_core")
         self.observer = Slot("_observer")
-        self.metrics = Slot("_metrics")
         self.to_stamp = Slot("_to_stamp")
         self.flush_later = Slot("_flush_later")
         self.confirm_window = Slot("_confirm_window")
@@ -252,7 +249,7 @@ cdef class ChannelPublisher:
                 channel._check()  # the connection or channel went away meanwhile: say why
                 raise
             slot_set(self.unsettled, channel, slot_get(self.unsettled, channel) + 1)
-            if slot_get(self.observer, connection) is not None and slot_get(self.metrics, connection) is not None:
+            if slot_get(self.observer, connection) is not None and connection._metrics is not None:  # (a property)
                 # stamped when written (see ConnectionBase._take_output)
                 slot_get(self.to_stamp, connection)[channel] = None
         finally:

@@ -9,6 +9,8 @@ A generic attribute read from C costs ~125 instructions (the type's method cache
 descriptor, its ``__get__``); this one ~10.  The compiled publish reads a dozen attributes
 of the client's Python objects per message.
 """
+from types import MemberDescriptorType
+
 from cpython.object cimport PyObject
 
 cdef extern from "Python.h":
@@ -21,12 +23,7 @@ cdef extern from "Python.h":
     int T_OBJECT_EX
 
 
-
-class _Probe:
-    __slots__ = ("value",)
-
-
-cdef object _member_descriptor = type(_Probe.__dict__["value"])
+cdef object _member_descriptor = MemberDescriptorType
 
 
 cdef class Slot:

@@ -708,6 +708,9 @@ def test_publish_async_with_and_without_room(run):
         for future in futures:
             assert await api.wait(future, timeout=10) is None
         assert (await ch.queue_declare(q, passive=True)).message_count == 40
+        bodies = [(await get_one(ch, q, no_ack=True)).body for _ in range(40)]
+        assert bodies == [b"%d" % i for i in range(40)]  # each once, in order
+        assert await ch.basic_get(q, no_ack=True) is None
 
     run(scenario)
 

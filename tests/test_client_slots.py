@@ -4,6 +4,7 @@ fast way on the client's real classes."""
 from __future__ import annotations
 
 import gc
+from types import MemberDescriptorType
 
 import pytest
 
@@ -129,8 +130,7 @@ def test_the_compiled_publish_reads_the_real_classes_at_their_offsets():
     from amqwire.client.protocol import ChannelState, ConnectionProtocol
 
     def plain_slot(kind, name):
-        descriptor = getattr(kind, name)
-        return type(descriptor).__name__ == "member_descriptor"
+        return type(getattr(kind, name)) is MemberDescriptorType
 
     for kind, names in [
         (ConnectionProtocol, ["_channels", "_writer", "_iov", "flush_due", "publishes_acked", "publishes_nacked",

@@ -34,11 +34,12 @@ from ..lifecycle import (
     SenderPhase,
     SenderSignal,
 )
+from ..message import Body
 from ..url import ParametersLike, parameters_list
 from .compression import Compressor
 from .errors import BufferFullError, SendFailed, SendTimeout
 from .ids import MessageIds
-from .message import FOREVER, Body, OutgoingMessage, SendResult
+from .message import FOREVER, OutgoingMessage, SendResult
 from .policy import (
     LATENCY_PENALTIES,
     LATENCY_THRESHOLDS,

@@ -30,9 +30,10 @@ from ..errors import (
     OperationTimeout,
 )
 from ..lifecycle import ProducerPhase, ProducerSignal, SenderSignal
+from ..message import Body
 from ..url import ParametersLike
 from .core import TICK, ProducerCore
-from .message import Body, OutgoingMessage, SendResult
+from .message import OutgoingMessage, SendResult
 from .policy import Broker
 from .waiting_threads import ThreadProducerAPI, SendFuture, ThreadWaiting
 

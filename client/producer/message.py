@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional
 
 from amqwire.codec import BasicProperties
 
 from ..message import replace_properties
 from .policy import Attempt
-
-Body = Union[bytes, bytearray, memoryview, str]
 
 #: The deadline of a send without a timeout.
 FOREVER = float("inf")
