@@ -49,6 +49,7 @@ from .recovery import END
 from .publish_path import FLUSH_AT, blocking_publish_async
 from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .thread_future import ConfirmFutures, PublishFuture, ThreadFuture
+from .thread_lock import ReentrantLock
 from .url import ConnectionParameters
 from .workpool import WorkPool
 
@@ -102,9 +103,10 @@ class ThreadIO:
     # what waits and what is waited for -----------------------------------------------------
 
     @staticmethod
-    def new_lock() -> Any:
-        """The lock of the core and the state that the reader and callers share."""
-        return threading.RLock()
+    def new_lock() -> ReentrantLock:
+        """The lock of the core and the state that the reader and callers share (an RLock
+        the compiled publish takes in C)."""
+        return ReentrantLock()
 
     @staticmethod
     def new_waiter() -> "ThreadFuture[Any]":

@@ -18,6 +18,7 @@ from amqwire.codec.writer cimport FrameWriter
 from amqwire.client.confirm_tracker cimport ConfirmTracker
 from amqwire.client.thread_future cimport ConfirmFutures, PublishFuture
 from amqwire.client.slots cimport Slot, slot_get, slot_set
+from amqwire.client.thread_lock cimport ReentrantLock, lock_take, lock_give
 
 from amqwire.codec import BasicAck, encode_publish_iov
 
@@ -176,6 +177,7 @@ cdef class ChannelPublisher:
     less per publish."""
 
     cdef object channel, connection, waits, lifecycle, io, acquire, release
+    cdef ReentrantLock thread_lock  # the blocking transport's: taken in C (else None)
     cdef bint locking, compiled_futures
     # of the channel and the connection (their types differ between the transports)
     cdef Slot channel_id, unsettled, core, observer, to_stamp, flush_later
@@ -188,7 +190,8 @@ cdef class ChannelPublisher:
         self.lifecycle = connection._lifecycle
         self.io = connection._io
         lock = connection._lock
-        self.locking = type(lock) is not NoLock
+        self.thread_lock = lock if type(lock) is ReentrantLock else None
+        self.locking = type(lock) is not NoLock and self.thread_lock is None  # any other lock: called
         self.acquire = lock.acquire
         self.release = lock.release
         self.compiled_futures = isinstance(waits, ConfirmFutures)  # the blocking transport's
@@ -234,7 +237,10 @@ cdef class ChannelPublisher:
         else:
             token = waits.new_token(1, callback)
         cdef long long seqno
-        if self.locking:
+        cdef ReentrantLock thread_lock = self.thread_lock
+        if thread_lock is not None:
+            lock_take(thread_lock)
+        elif self.locking:
             self.acquire()
         try:
             # Checked again under the lock: a connection lost while we waited has drained
@@ -253,7 +259,9 @@ cdef class ChannelPublisher:
                 # stamped when written (see ConnectionBase._take_output)
                 slot_get(self.to_stamp, connection)[channel] = None
         finally:
-            if self.locking:
+            if thread_lock is not None:
+                lock_give(thread_lock)
+            elif self.locking:
                 self.release()
         if not slot_get(self.flush_later, connection) or slot_get(_CORE_FLUSH_DUE, core):
             self.io.flush_soon()
