@@ -141,10 +141,11 @@ class Confirmed(_Event):
     acked (``ack``) or nacked by the broker.  ``returned`` maps the seqnos among them that
     came back as basic.return first (mandatory, unroutable) to their ReturnedMessage.
 
-    The basic.acks of one read on one channel, one after the other, come as one event:
-    ``acks`` then lists each as it came, ``(delivery_tag, multiple, end)``, where its
-    publishes are ``seqnos[previous end:end]``; it is None for a single frame, whose
-    ``delivery_tag`` and ``multiple`` are the event's (a folded event's are its last)."""
+    The basic.acks of one read on one channel, one after the other, come as one event
+    (folded by the core, publish_path.core_on_confirm): ``acks`` then lists each as it came,
+    ``(delivery_tag, multiple, end)``, where its publishes are ``seqnos[previous end:end]``;
+    it is None for a single frame, whose ``delivery_tag`` and ``multiple`` are the event's (a
+    folded event's are its last)."""
 
     __slots__ = ("channel_id", "ack", "seqnos", "tokens", "returned", "delivery_tag", "multiple", "acks")
 
@@ -160,23 +161,6 @@ class Confirmed(_Event):
         self.delivery_tag = delivery_tag  # of the broker's ack/nack, as it came
         self.multiple = multiple
         self.acks: Optional[list[tuple[int, bool, int]]] = None
-
-    def fold(self, seqnos: list[Any], tokens: list[Any], returned: Optional[dict[int, ReturnedMessage]],
-             delivery_tag: int, multiple: bool) -> None:
-        """Add the next ack frame's publishes."""
-        acks = self.acks
-        if acks is None:
-            self.acks = acks = [(self.delivery_tag, self.multiple, len(self.tokens))]
-        self.seqnos += seqnos
-        self.tokens += tokens
-        acks.append((delivery_tag, multiple, len(self.tokens)))
-        if returned is not None:
-            if self.returned is None:
-                self.returned = returned
-            else:
-                self.returned.update(returned)
-        self.delivery_tag = delivery_tag
-        self.multiple = multiple
 
 
 class ConsumerCancelled(_Event):

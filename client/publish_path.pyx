@@ -53,6 +53,12 @@ cdef Slot _CHANNEL_PUBLISHER = Slot("_publisher")
 # A Confirmed event (events.Confirmed).
 cdef Slot _EVENT_ACK = Slot("ack")
 cdef Slot _EVENT_CHANNEL = Slot("channel_id")
+cdef Slot _EVENT_SEQNOS = Slot("seqnos")
+cdef Slot _EVENT_TOKENS = Slot("tokens")
+cdef Slot _EVENT_RETURNED = Slot("returned")
+cdef Slot _EVENT_TAG = Slot("delivery_tag")
+cdef Slot _EVENT_MULTIPLE = Slot("multiple")
+cdef Slot _EVENT_ACKS = Slot("acks")
 
 cdef int _COMMAND_INVALID = 503
 cdef int _PRECONDITION_FAILED = 406
@@ -160,12 +166,35 @@ def core_on_confirm(core, state, method, command, list events):
             if (type(last) is Confirmed and slot_get(_EVENT_ACK, last)
                     and slot_get(_EVENT_CHANNEL, last) == channel_id):
                 # the ack before this one in this read, on this channel: one event for both
-                last.fold(seqnos, tokens, returned, tag, multiple)
+                _fold(last, seqnos, tokens, returned, tag, multiple)
                 return
         events.append(Confirmed(channel_id, True, seqnos, tokens, returned, tag, multiple))
     else:
         slot_set(_CORE_NACKED, core, slot_get(_CORE_NACKED, core) + settled)
         events.append(Confirmed(channel_id, False, seqnos, tokens, returned, tag, multiple))
+
+
+cdef int _fold(object event, list seqnos, list tokens, object returned, object tag, bint multiple) except -1:
+    """Add an ack frame's publishes to the Confirmed event of the ack frame before it:
+    ``acks`` lists each frame as it came, ``(delivery_tag, multiple, end)``, and the
+    event's ``delivery_tag`` and ``multiple`` become the last frame's."""
+    cdef list event_tokens = slot_get(_EVENT_TOKENS, event)
+    acks = slot_get(_EVENT_ACKS, event)
+    if acks is None:
+        acks = [(slot_get(_EVENT_TAG, event), slot_get(_EVENT_MULTIPLE, event), len(event_tokens))]
+        slot_set(_EVENT_ACKS, event, acks)
+    (<list?>slot_get(_EVENT_SEQNOS, event)).extend(seqnos)
+    event_tokens.extend(tokens)
+    acks.append((tag, multiple, len(event_tokens)))
+    if returned is not None:
+        event_returned = slot_get(_EVENT_RETURNED, event)
+        if event_returned is None:
+            slot_set(_EVENT_RETURNED, event, returned)
+        else:
+            event_returned.update(returned)
+    slot_set(_EVENT_TAG, event, tag)
+    slot_set(_EVENT_MULTIPLE, event, multiple)
+    return 0
 
 
 cdef class ChannelPublisher:

@@ -1072,6 +1072,31 @@ def test_acks_on_other_channels_or_around_a_return_are_not_folded():
     assert events[4].acks is None and events[4].returned == {4: events[3]}
 
 
+def test_acks_folded_after_returns_of_an_earlier_read_keep_every_return():
+    """Returns matched in an earlier read ride on the acks of a later one: folded into one
+    event, each frame's returns are kept (the first frame's dict, then merged)."""
+    p, broker, _ = connect()
+    c1 = open_channel(p, broker)
+    confirm_mode(p, broker, c1)
+    p.publish(c1, "ex", "lost-1", b"one", PROPS, mandatory=True, token="r1")
+    p.publish(c1, "", "q", b"kept", token="k")
+    p.publish(c1, "ex", "lost-3", b"three", PROPS, mandatory=True, token="r3")
+    p.publish(c1, "ex", "lost-4", b"four", PROPS, mandatory=True, token="r4")
+    broker.sent()
+    returns = p.receive_data(b"".join(
+        broker.content_bytes(c1, BasicReturn(312, "NO_ROUTE", "ex", key), PROPS, body)
+        for key, body in [("lost-1", b"one"), ("lost-3", b"three"), ("lost-4", b"four")]
+    ))
+    assert [type(e) for e in returns] == [proto.ReturnedMessage] * 3
+    events = p.receive_data(b"".join([BasicAck(1, False).encode(c1), BasicAck(2, False).encode(c1),
+                                      BasicAck(3, False).encode(c1), BasicAck(4, False).encode(c1)]))
+    assert confirmed(events) == [(c1, True, [1, 2, 3, 4], ["r1", "k", "r3", "r4"])]
+    (event,) = events
+    assert event.acks == [(1, False, 1), (2, False, 2), (3, False, 3), (4, False, 4)]
+    assert event.delivery_tag == 4 and event.multiple is False
+    assert event.returned == {1: returns[0], 3: returns[1], 4: returns[2]}
+
+
 def test_tokens_default_to_none():
     p, broker, cid = published_in_confirm_mode(2, tokens=False)
     assert confirmed(broker.send(cid, BasicAck(2, True))) == [(cid, True, [1, 2], [None, None])]

@@ -136,7 +136,7 @@ def test_the_compiled_publish_reads_the_real_classes_at_their_offsets():
         (ConnectionProtocol, ["_channels", "_writer", "_iov", "flush_due", "publishes_acked", "publishes_nacked",
                               "publishes_returned"]),
         (ChannelState, ["state", "confirms", "id"]),
-        (Confirmed, ["ack", "channel_id"]),
+        (Confirmed, ["ack", "channel_id", "seqnos", "tokens", "returned", "delivery_tag", "multiple", "acks"]),
         (Lifecycle, ["usable"]),
         (SyncChannel, ["channel_id", "_unsettled", "_confirm_window", "_flow_paused", "_max_in_flight"]),
         (AsyncChannel, ["channel_id", "_unsettled", "_confirm_window", "_flow_paused", "_max_in_flight"]),
