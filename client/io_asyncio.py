@@ -24,16 +24,16 @@ import socket
 import sys
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Generator, Generic, Optional, Protocol, TypeVar
+from typing import Any, Awaitable, Callable, Generator, Generic, Optional, TypeVar
 
-from amqwire.codec import BasicProperties
 
 from . import protocol as proto
 from .connect import make_ssl_context, server_hostname
 from .errors import AMQPConnectionError
 from .io_contract import ProgressDeadline, heartbeat_check
-from .message import AsyncMessage, Body, Message
-from .publish_path import FLUSH_AT, NoLock  # NoLock compiled: the confirmed publish knows it and skips it
+from .message import AsyncMessage, Message
+from .loop_future import LoopConfirmFutures
+from .publish_path import FLUSH_AT, NoLock, aio_publish_async  # NoLock compiled: the confirmed publish knows it and skips it
 from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .url import ConnectionParameters
 
@@ -323,34 +323,6 @@ class AsyncioIO:
         self.flush()
 
 
-class _BatchFuture:
-    """The confirm token of a publish_encoded batch: settles its future when the last of
-    ``count`` publishes is acked, or at the first failure."""
-
-    __slots__ = ("future", "pending")
-
-    def __init__(self, future: "asyncio.Future[None]", count: int) -> None:
-        self.future = future
-        self.pending = count
-        if count == 0:
-            future.set_result(None)
-
-    def done(self) -> bool:
-        return self.future.done()
-
-    def set_result(self, value: None) -> None:
-        self.pending -= 1
-        if self.pending <= 0 and not self.future.done():
-            self.future.set_result(value)
-
-    def set_exception(self, error: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(error)
-
-    def exception(self) -> Optional[BaseException]:
-        return self.future.exception()
-
-
 class AsyncioConnectionAPI:
     """What only the asyncio transport's Connection offers: nothing (the blocking one's
     ``process_events`` is ``io_threads.ThreadConnectionAPI``)."""
@@ -358,42 +330,14 @@ class AsyncioConnectionAPI:
     __slots__ = ()
 
 
-class _PublishingChannel(Protocol):
-    _publisher: Any
-
-    async def _publish_waiting(self, exchange: str, routing_key: str, body: Any, properties: Any,
-                               mandatory: bool, callback: Any, timeout: Optional[float]) -> ConfirmFuture: ...
-
-
 class AsyncioChannelAPI:
-    """The asyncio transport's way into a confirmed publish (the blocking one's is compiled,
-    ``io_threads.ThreadChannelAPI``; both go on in ``publish_path.ChannelPublisher`` and the
-    channel's ``_publish_waiting``)."""
+    """The asyncio transport's way into a confirmed publish: a compiled coroutine (the
+    blocking one's, ``io_threads.ThreadChannelAPI``, a compiled function); both go on in
+    ``publish_path.ChannelPublisher`` and the channel's ``_publish_waiting``."""
 
     __slots__ = ()
 
-    async def publish_async(
-        self: _PublishingChannel,
-        exchange: str,
-        routing_key: str,
-        body: Body,
-        properties: Optional[BasicProperties] = None,
-        *,
-        mandatory: bool = False,
-        callback: Optional[Callable[[ConfirmFuture], Any]] = None,
-        timeout: Optional[float] = None,
-    ) -> ConfirmFuture:
-        """Publish in confirm mode without waiting for the broker: returns a future of its
-        verdict (None when acked; PublishNacked, MessageReturned or PublishUnconfirmed).
-
-        Waits only while ``max_in_flight`` publishes are unconfirmed, or under
-        back-pressure; ``timeout`` bounds that wait.  ``callback(future)`` runs once the
-        broker has answered (in the loop).
-        """
-        future = self._publisher.publish_if_room(exchange, routing_key, body, properties, mandatory, callback)
-        if future is not None:  # the way of almost every publish, compiled
-            return future  # type: ignore[no-any-return]
-        return await self._publish_waiting(exchange, routing_key, body, properties, mandatory, callback, timeout)
+    publish_async = aio_publish_async
 
 
 class Progress:
@@ -432,13 +376,14 @@ class Progress:
                 changed.set_result(None)
 
 
-class ChannelWaits:
-    """A channel's confirm futures and its waits for confirms, on the loop."""
+class ChannelWaits(LoopConfirmFutures):
+    """A channel's confirm futures (made, handed out and settled by the compiled
+    ``LoopConfirmFutures``) and its waits for confirms, on the loop."""
 
-    __slots__ = ("_channel", "_io", "rpc_lock", "_progress")
+    __slots__ = ("_io", "rpc_lock", "_progress")
 
     def __init__(self, channel: "ChannelBase[AsyncMessage]", io: AsyncioIO) -> None:
-        self._channel = channel
+        super().__init__(channel, io.connection, io.loop)
         self._io = io
         self.rpc_lock = asyncio.Lock()  # one request at a time on the channel
         self._progress = Progress(io.loop)
@@ -461,42 +406,6 @@ class ChannelWaits:
     def notify_progress(self) -> None:
         """Confirms moved (or the channel failed): wake who waits for them."""
         self._progress.notify()
-
-    @staticmethod
-    def acked(tokens: list[Any]) -> None:
-        """Settle the futures of publishes the broker acked (the hot path of confirms)."""
-        for token in tokens:
-            if not token.done():
-                token.set_result(None)
-
-    def new_token(self, count: int, callback: Any) -> Any:
-        """The future of ``count`` confirm-mode publishes (one, or a publish_encoded batch)."""
-        future = self._io.loop.create_future()
-        if callback is not None:
-            future.add_done_callback(self._guarded(callback))
-        return future if count == 1 else _BatchFuture(future, count)
-
-    @staticmethod
-    def token_error(token: Any) -> Optional[BaseException]:
-        """How a token failed."""
-        error: Optional[BaseException] = token.exception()
-        return error
-
-    def _guarded(self, callback: Callable[[Any], Any]) -> Callable[[Any], None]:
-        """A publish-future callback whose exception (or coroutine) the connection handles."""
-        connection = self._io.connection
-        channel = self._channel
-
-        def run(future: Any) -> None:
-            connection._call_user(callback, future, "publish", channel)
-
-        return run
-
-    @staticmethod
-    def issued(token: Any, seqno: int) -> "asyncio.Future[None]":
-        """What the caller gets for a token: its future."""
-        future: asyncio.Future[None] = token.future if type(token) is _BatchFuture else token
-        return future
 
 
 class Mailbox:

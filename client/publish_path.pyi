@@ -1,3 +1,4 @@
+import asyncio
 from typing import Any, Callable, Final, Optional
 
 from amqwire.codec import BasicProperties
@@ -49,3 +50,14 @@ def blocking_publish_async(
     callback: Optional[Callable[[PublishFuture], Any]] = None,
     timeout: Optional[float] = None,
 ) -> PublishFuture: ...
+async def aio_publish_async(
+    self: Any,
+    exchange: str,
+    routing_key: str,
+    body: Body,
+    properties: Optional[BasicProperties] = None,
+    *,
+    mandatory: bool = False,
+    callback: Optional[Callable[["asyncio.Future[None]"], Any]] = None,
+    timeout: Optional[float] = None,
+) -> "asyncio.Future[None]": ...
