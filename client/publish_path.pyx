@@ -1,14 +1,15 @@
 # cython: language_level=3
-"""A confirmed publish's hot calls, compiled: the core's ``publish``; what every
-confirm-mode ``publish_async`` does when it has room (both transports); and the core's
-handling of the broker's ack or nack frame.
+"""A confirmed publish's hot calls, compiled: the core's ``publish``; each transport's
+``Channel.publish_async`` (a function on threads, a coroutine on asyncio) and what it does
+when it has room; and the core's handling of the broker's ack or nack frame.
 
 Each is the Python code it replaced, step for step; what they save is the interpreter
 running ~180 bytecodes and five Python calls per publish and ~60 per ack frame.  The
 objects they read are the client's Python objects, read through ``slots.Slot`` (at the
 offset of the ``__slots__`` member, as the interpreter's specialized read does: a
 generic read from C costs ~125 instructions, a dozen of them per publish); the codec's
-writer, the seqno tracker and the blocking transport's futures are typed and called in C.
+writer, the seqno tracker, the blocking connection's lock and both transports' confirm
+futures are typed and called in C.
 """
 from libc.stdint cimport uint16_t
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
@@ -49,7 +50,8 @@ cdef Slot _CORE_RETURNED = Slot("publishes_returned")
 cdef Slot _STATE_ID = Slot("id")
 # The connection's lifecycle (lifecycle.Lifecycle).
 cdef Slot _USABLE = Slot("usable")
-# A channel of the blocking transport (operations_sync.SyncChannel), of asyncio's (operations_async.AsyncChannel).
+# A channel of the blocking transport (operations_sync.SyncChannel); one of asyncio's
+# (operations_async.AsyncChannel): a Slot keeps the offset of one type.
 cdef Slot _CHANNEL_PUBLISHER = Slot("_publisher")
 cdef Slot _AIO_CHANNEL_PUBLISHER = Slot("_publisher")
 # A Confirmed event (events.Confirmed).
