@@ -116,14 +116,14 @@ def test_a_signal_handler_that_raises_ends_the_wait():
         raise Interrupted
 
     previous = signal.signal(signal.SIGUSR1, handler)
+    sender = signals_until(stop, threading.main_thread().ident)
     try:
-        sender = signals_until(stop, threading.main_thread().ident)
         with pytest.raises(Interrupted):
             lock.acquire()
     finally:
         stop.set()
+        sender.join(10)  # no signal after the handler is put back (the default one ends the process)
         signal.signal(signal.SIGUSR1, previous)
-    sender.join(10)
     assert not lock._is_owned()
     done.set()
     holder.join(10)
@@ -137,15 +137,15 @@ def test_a_wait_goes_on_through_signals_and_keeps_its_timeout():
     stop = threading.Event()
     seen = []
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
+    sender = signals_until(stop, threading.main_thread().ident)
     try:
-        sender = signals_until(stop, threading.main_thread().ident)
         assert lock.acquire(timeout=0.3) is False  # interrupted, resumed with what was left, timed out
         threading.Timer(0.3, done.set).start()
         assert lock.acquire() is True  # waits through the signals until the holder gives up
     finally:
         stop.set()
+        sender.join(10)
         signal.signal(signal.SIGUSR1, previous)
-    sender.join(10)
     assert seen  # the handler ran while this thread waited
     assert lock._is_owned()
     lock.release()
