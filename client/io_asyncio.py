@@ -26,7 +26,6 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Generator, Generic, Optional, TypeVar
 
-
 from . import protocol as proto
 from .connect import make_ssl_context, server_hostname
 from .errors import AMQPConnectionError

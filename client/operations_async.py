@@ -695,7 +695,7 @@ class AsyncChannel(ChannelBase[AsyncMessage], AsyncioChannelAPI):
         callback: Optional[Callable[[ConfirmFuture], Any]],
         timeout: Optional[float],
     ) -> ConfirmFuture:
-        """``publish_async`` when it cannot publish at once (``ChannelPublisher.publish_if_room``
+        """``publish_async`` when it cannot publish at once (``ChannelPublisher.if_room``
         declined): says why, traces, or waits for room."""
         if not self._confirm_window:
             raise InvalidStateError("publish_async needs confirm mode: call confirm_select() first")

@@ -697,7 +697,7 @@ class SyncChannel(ChannelBase[Message], ThreadChannelAPI):
         callback: Optional[Callable[[PublishFuture], Any]],
         timeout: Optional[float],
     ) -> PublishFuture:
-        """``publish_async`` when it cannot publish at once (``ChannelPublisher.publish_if_room``
+        """``publish_async`` when it cannot publish at once (``ChannelPublisher.if_room``
         declined): says why, traces, or waits for room."""
         if not self._confirm_window:
             raise InvalidStateError("publish_async needs confirm mode: call confirm_select() first")

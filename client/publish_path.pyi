@@ -34,10 +34,6 @@ class ChannelPublisher:
         self, exchange: str, routing_key: str, body: Any, properties: Optional[BasicProperties], mandatory: bool,
         callback: Any,
     ) -> Any: ...
-    def publish_if_room(
-        self, exchange: str, routing_key: str, body: Any, properties: Optional[BasicProperties], mandatory: bool,
-        callback: Any,
-    ) -> Any: ...
 
 def blocking_publish_async(
     self: Any,

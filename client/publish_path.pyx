@@ -209,10 +209,9 @@ cdef class ChannelPublisher:
     lock, lifecycle and I/O, the channel's futures): each is a generic attribute read
     less per publish."""
 
-    cdef object channel, connection, waits, lifecycle, io, acquire, release
-    cdef ReentrantLock thread_lock  # the blocking transport's: taken in C (else None)
-    cdef bint locking
-    # the channel's futures, made and issued in C: the blocking transport's, or asyncio's (else None)
+    cdef object channel, connection, lifecycle, io
+    cdef ReentrantLock thread_lock  # the blocking transport's, taken in C; None on asyncio (NoLock)
+    # the channel's futures, made and issued in C: the blocking transport's, or asyncio's
     cdef ConfirmFutures thread_futures
     cdef LoopConfirmFutures loop_futures
     # of the channel and the connection (their types differ between the transports)
@@ -222,16 +221,19 @@ cdef class ChannelPublisher:
     def __init__(self, channel, connection, waits):
         self.channel = channel
         self.connection = connection
-        self.waits = waits
         self.lifecycle = connection._lifecycle
         self.io = connection._io
         lock = connection._lock
-        self.thread_lock = lock if type(lock) is ReentrantLock else None
-        self.locking = type(lock) is not NoLock and self.thread_lock is None  # any other lock: called
-        self.acquire = lock.acquire
-        self.release = lock.release
-        self.thread_futures = waits if isinstance(waits, ConfirmFutures) else None
-        self.loop_futures = waits if isinstance(waits, LoopConfirmFutures) else None
+        if type(lock) is ReentrantLock:
+            self.thread_lock = lock
+        elif type(lock) is not NoLock:
+            raise TypeError(f"a connection's lock is a ReentrantLock or a NoLock, not {type(lock).__name__}")
+        if isinstance(waits, ConfirmFutures):
+            self.thread_futures = waits
+        elif isinstance(waits, LoopConfirmFutures):
+            self.loop_futures = waits
+        else:
+            raise TypeError(f"a channel's futures are ConfirmFutures or LoopConfirmFutures, not {type(waits).__name__}")
         self.channel_id = Slot("channel_id")
         self.unsettled = Slot("_unsettled")
         self.core = Slot("_core")
@@ -243,13 +245,6 @@ cdef class ChannelPublisher:
         self.max_in_flight = Slot("_max_in_flight")
         self.tracing = Slot("_tracing")
         self.held = Slot("_held")
-
-    def publish_if_room(self, exchange, routing_key, body, properties, bint mandatory, callback):
-        """``publish`` when ``publish_async`` can go straight on: the channel in confirm
-        mode with room in its window, not paused by the broker, the connection not held
-        and not traced; else None, and ``publish_async`` takes its way (which says why,
-        waits or traces)."""
-        return self.if_room(exchange, routing_key, body, properties, mandatory, callback)
 
     cdef object if_room(self, object exchange, object routing_key, object body, object properties,
                         bint mandatory, object callback):
@@ -271,16 +266,12 @@ cdef class ChannelPublisher:
         cdef object channel = self.channel, connection = self.connection
         if self.thread_futures is not None:
             token = self.thread_futures.new_token(1, callback)
-        elif self.loop_futures is not None:
-            token = self.loop_futures.new_token(1, callback)
         else:
-            token = self.waits.new_token(1, callback)
+            token = self.loop_futures.new_token(1, callback)
         cdef long long seqno
         cdef ReentrantLock thread_lock = self.thread_lock
         if thread_lock is not None:
             lock_take(thread_lock)
-        elif self.locking:
-            self.acquire()
         try:
             # Checked again under the lock: a connection lost while we waited has drained
             # its unconfirmed publishes already, and one queued now would never settle.
@@ -300,16 +291,12 @@ cdef class ChannelPublisher:
         finally:
             if thread_lock is not None:
                 lock_give(thread_lock)
-            elif self.locking:
-                self.release()
         if not slot_get(self.flush_later, connection) or slot_get(_CORE_FLUSH_DUE, core):
             self.io.flush_soon()
         if self.thread_futures is not None:
             (<PublishFuture>token).delivery_tag = seqno
             return token
-        if self.loop_futures is not None:
-            return self.loop_futures.issued(token, seqno)
-        return self.waits.issued(token, seqno)
+        return self.loop_futures.issued(token, seqno)
 
 
 def blocking_publish_async(self, exchange, routing_key, body, properties=None, *, mandatory=False,

@@ -688,7 +688,7 @@ def test_confirm_select_publish_async_and_wait_for_confirms(run):
 
 def test_publish_async_with_and_without_room(run):
     """The way with room (compiled: the blocking transport's publish_async is a compiled
-    function, asyncio's asks ChannelPublisher.publish_if_room) and the way that waits
+    function, asyncio's a compiled coroutine) and the way that waits
     (_publish_waiting) keep publish_async's contract on both transports: options by
     keyword only, mandatory returns, callbacks, a full window waited for within timeout."""
     async def scenario(api):
