@@ -19,14 +19,18 @@ cdef class Slot:
     cdef int bind(self, object obj) except -1
 
 
-cdef inline PyObject **slot_address(Slot slot, object obj) except? NULL:
-    """Where ``obj``'s slot lives, or NULL if ``obj`` is not of the slot's type as it was."""
+cdef object slot_get_generic(Slot slot, object obj)
+cdef int slot_set_generic(Slot slot, object obj, object value) except -1
+
+
+# The fast paths are small enough for the C compiler to inline them where they are used;
+# everything else (binding the slot, another type, the generic way) is a call away.
+
+cdef inline PyObject **slot_address(Slot slot, object obj) noexcept:
+    """Where ``obj``'s slot lives, or NULL if ``obj`` is not of the slot's type as it was
+    bound (or the slot is not bound yet)."""
     cdef PyObject *kind = <PyObject *>Py_TYPE(obj)
-    if kind != <PyObject *>slot.owner:
-        if slot.owner is not None:
-            return NULL
-        slot.bind(obj)
-    if slot.offset < 0 or (<_TypeFields *>kind).tp_version_tag != slot.version:
+    if kind != <PyObject *>slot.owner or slot.offset < 0 or (<_TypeFields *>kind).tp_version_tag != slot.version:
         return NULL
     return <PyObject **>((<char *><PyObject *>obj) + slot.offset)
 
@@ -36,7 +40,7 @@ cdef inline object slot_get(Slot slot, object obj):
     cdef PyObject **address = slot_address(slot, obj)
     if address != NULL and address[0] != NULL:
         return <object>address[0]
-    return getattr(obj, slot.name)
+    return slot_get_generic(slot, obj)
 
 
 cdef inline int slot_set(Slot slot, object obj, object value) except -1:
@@ -44,8 +48,7 @@ cdef inline int slot_set(Slot slot, object obj, object value) except -1:
     cdef PyObject **address = slot_address(slot, obj)
     cdef PyObject *old
     if address == NULL:
-        setattr(obj, slot.name, value)
-        return 0
+        return slot_set_generic(slot, obj, value)
     old = address[0]
     Py_INCREF(value)
     address[0] = <PyObject *>value

@@ -66,3 +66,29 @@ cdef class Slot:
     def __repr__(self):
         owner = "unbound" if self.owner is None else self.owner.__qualname__
         return f"Slot({self.name!r}, {owner}, {'fast' if self.fast else 'generic'})"
+
+
+cdef int _bound(Slot slot, object obj) except -1:
+    """Bind a slot not bound yet to ``obj``'s type; 1 if that made it fast for ``obj``."""
+    if slot.owner is None:
+        slot.bind(obj)
+        return slot_address(slot, obj) != NULL
+    return 0
+
+
+cdef object slot_get_generic(Slot slot, object obj):
+    """``slot_get`` for what its fast path does not take: the first use (which binds the
+    slot), another type, a changed type, an empty slot (getattr raises AttributeError)."""
+    cdef PyObject **address
+    if _bound(slot, obj):
+        address = slot_address(slot, obj)
+        if address[0] != NULL:
+            return <object>address[0]
+    return getattr(obj, slot.name)
+
+
+cdef int slot_set_generic(Slot slot, object obj, object value) except -1:
+    if _bound(slot, obj):
+        return slot_set(slot, obj, value)
+    setattr(obj, slot.name, value)
+    return 0
