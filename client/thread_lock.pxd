@@ -15,24 +15,28 @@ cdef extern from "pythread.h":
 
 
 cdef class ReentrantLock:
-    cdef PyThread_type_lock _lock
+    # all read and written under the GIL (see the class)
+    cdef PyThread_type_lock _signal  # held unless a give has signalled a waiter
+    cdef bint _signalled
     cdef unsigned long _owner    # the holding thread's ident (meaningful while _count > 0)
     cdef Py_ssize_t _count       # how many times the owner holds it
+    cdef Py_ssize_t _waiters     # threads in _wait
 
-    cdef bint _wait(self, PY_TIMEOUT_T microseconds) except -1
+    cdef bint _wait(self, unsigned long me, PY_TIMEOUT_T microseconds) except -1
+    cdef bint _take_free(self, unsigned long me) except -1
     cdef int _give(self, unsigned long me) except -1
 
 
 cdef inline int lock_take(ReentrantLock lock) except -1:
-    """``lock.acquire()``, from C."""
+    """``lock.acquire()``, from C (with the GIL, as every use of the lock)."""
     cdef unsigned long me = PyThread_get_thread_ident()
-    if lock._count > 0 and lock._owner == me:
+    if lock._count == 0:
+        lock._owner = me
+        lock._count = 1
+    elif lock._owner == me:
         lock._count += 1
-        return 0
-    if PyThread_acquire_lock_timed(lock._lock, 0, 0) != PY_LOCK_ACQUIRED:
-        lock._wait(-1)
-    lock._owner = me
-    lock._count = 1
+    else:
+        lock._wait(me, -1)
     return 0
 
 

@@ -6,7 +6,8 @@ Every confirmed publish takes the connection's lock once, and so does every read
 I/O thread.  ``RLock.acquire`` parses its optional arguments from a tuple and a dict on
 each call and reads the clock: ~430 instructions a pair, one sixth of a confirmed
 publish's own cost.  ``lock_take``/``lock_give`` (thread_lock.pxd) skip the call
-altogether; from Python, ``acquire()`` and ``with`` cost what RLock's do, or less.
+altogether, and a lock nobody holds is taken without a call into the platform's lock;
+called from Python, ``acquire()`` and ``with`` cost what RLock's do, or less.
 
 Waiting releases the GIL, can be interrupted by a signal whose handler raises (as
 RLock's), and ``timeout`` is honoured across such interruptions.
@@ -15,7 +16,12 @@ from libc.math cimport isnan
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from cpython.exc cimport PyErr_CheckSignals
 
+import sysconfig
 from threading import TIMEOUT_MAX as _THREADING_TIMEOUT_MAX
+
+if sysconfig.get_config_var("Py_GIL_DISABLED"):
+    # ReentrantLock's state is guarded by the GIL (see the class)
+    raise ImportError("amqwire.client.thread_lock needs an interpreter with the GIL")
 
 cdef double _TIMEOUT_MAX = _THREADING_TIMEOUT_MAX  # the longest wait the platform's lock takes (s)
 
@@ -31,20 +37,29 @@ cdef class ReentrantLock:
 
     ``acquire(blocking=True, timeout=-1)``, ``release()`` and ``with`` as
     ``threading.RLock``'s: releasing a lock this thread does not hold raises RuntimeError.
+
+    Its state (owner, count, waiters) is read and written only under the GIL, so a lock
+    nobody else holds is taken by setting two fields, without a call into the platform's
+    lock (which reads the clock on every call, even a try).  A thread that finds it held
+    waits without the GIL on ``_signal``, a platform lock that stands for "given back
+    while someone waited": held while no such signal is pending (``_signalled`` false).
     """
 
     def __cinit__(self):
-        self._lock = PyThread_allocate_lock()
-        if self._lock == NULL:
+        self._signal = PyThread_allocate_lock()
+        if self._signal == NULL:
             raise MemoryError("cannot allocate a lock")
+        PyThread_acquire_lock_timed(self._signal, 0, 0)  # no signal pending
+        self._signalled = False
         self._owner = 0
         self._count = 0
+        self._waiters = 0
 
     def __dealloc__(self):
-        if self._lock != NULL:
-            if self._count > 0:  # a held lock is never freed (undefined on some platforms)
-                PyThread_release_lock(self._lock)
-            PyThread_free_lock(self._lock)
+        if self._signal != NULL:
+            if not self._signalled:  # a held lock is never freed (undefined on some platforms)
+                PyThread_release_lock(self._signal)
+            PyThread_free_lock(self._signal)
 
     def acquire(self, bint blocking=True, double timeout=-1):
         """Take the lock (again, if this thread holds it); True once held, False if
@@ -57,18 +72,17 @@ cdef class ReentrantLock:
             raise ValueError("timeout value must be a non-negative number or -1")
         if timeout > _TIMEOUT_MAX:
             raise OverflowError("timeout value is too large")
-        if self._count > 0 and self._owner == me:
+        if self._count == 0:
+            self._owner = me
+            self._count = 1
+            return True
+        if self._owner == me:
             self._count += 1
             return True
-        if PyThread_acquire_lock_timed(self._lock, 0, 0) != PY_LOCK_ACQUIRED:
-            if not blocking:
-                return False
-            microseconds = -1 if timeout == -1 else <PY_TIMEOUT_T>(timeout * 1e6)
-            if microseconds == 0 or not self._wait(microseconds):
-                return False
-        self._owner = me
-        self._count = 1
-        return True
+        if not blocking:
+            return False
+        microseconds = -1 if timeout == -1 else <PY_TIMEOUT_T>(timeout * 1e6)
+        return microseconds != 0 and self._wait(me, microseconds)
 
     def release(self):
         """Give the lock back once; another thread may take it when this thread has given
@@ -92,21 +106,33 @@ cdef class ReentrantLock:
             return "<%s held by thread %d, %d time(s)>" % (type(self).__qualname__, self._owner, self._count)
         return "<%s free>" % type(self).__qualname__
 
-    cdef bint _wait(self, PY_TIMEOUT_T microseconds) except -1:
-        """Wait for another thread to give the lock up, without the GIL (-1: for ever):
-        True once taken.  A signal's handler runs meanwhile, and if it raises, so does this."""
+    cdef bint _wait(self, unsigned long me, PY_TIMEOUT_T microseconds) except -1:
+        """Another thread holds the lock: wait until it is given back and take it, without
+        the GIL while waiting (-1: for ever); False once ``microseconds`` passed.  A signal's
+        handler runs meanwhile, and if it raises, so does this."""
         cdef PyLockStatus status
         cdef double deadline = _now() + microseconds * 1e-6 if microseconds > 0 else 0
-        while True:
-            with nogil:
-                status = PyThread_acquire_lock_timed(self._lock, microseconds, 1)
-            if status != PY_LOCK_INTR:
-                return status == PY_LOCK_ACQUIRED
-            PyErr_CheckSignals()  # raises what a signal handler raised
-            if microseconds > 0:
-                microseconds = <PY_TIMEOUT_T>((deadline - _now()) * 1e6)
-                if microseconds <= 0:
-                    return False
+        self._waiters += 1
+        try:
+            while self._count > 0:
+                with nogil:
+                    status = PyThread_acquire_lock_timed(self._signal, microseconds, 1)
+                if status == PY_LOCK_ACQUIRED:
+                    self._signalled = False  # taken up: the next give signals again
+                elif status == PY_LOCK_INTR:
+                    PyErr_CheckSignals()  # raises what a signal handler raised
+                if microseconds > 0 and self._count > 0:
+                    microseconds = <PY_TIMEOUT_T>((deadline - _now()) * 1e6)
+                    if microseconds <= 0:
+                        return False
+            return self._take_free(me)
+        finally:
+            self._waiters -= 1
+
+    cdef bint _take_free(self, unsigned long me) except -1:
+        self._owner = me
+        self._count = 1
+        return True
 
     cdef int _give(self, unsigned long me) except -1:
         if self._count == 0 or self._owner != me:
@@ -114,5 +140,7 @@ cdef class ReentrantLock:
         self._count -= 1
         if self._count == 0:
             self._owner = 0
-            PyThread_release_lock(self._lock)
+            if self._waiters > 0 and not self._signalled:
+                self._signalled = True
+                PyThread_release_lock(self._signal)
         return 0

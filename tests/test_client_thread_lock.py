@@ -93,6 +93,52 @@ def test_waiting_lets_other_threads_run_and_counts_stay_exact():
     assert "free" in repr(lock)
 
 
+def test_waiters_that_give_up_never_let_two_threads_in():
+    """Threads that wait with short timeouts, some giving up while the lock is being given
+    back (leaving the hand-over signal to the next waiter): never two inside at once, and
+    whoever got in was counted."""
+    lock = ReentrantLock()
+    inside = [0]
+    got = [0, 0]  # taken, gave up
+
+    def work(seed):
+        for i in range(3000):
+            if lock.acquire(timeout=0.0005 * ((i + seed) % 4)) if (i + seed) % 5 else lock.acquire():
+                try:
+                    inside[0] += 1
+                    if inside[0] != 1:
+                        raise AssertionError("two threads inside the lock")
+                    got[0] += 1
+                    if i % 7 == 0:
+                        time.sleep(0)  # give the GIL away while holding the lock
+                    inside[0] -= 1
+                finally:
+                    lock.release()
+            else:
+                got[1] += 1
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads)
+    assert got[0] + got[1] == 5 * 3000 and got[0] > 0
+    assert "free" in repr(lock) and lock.acquire(blocking=False)
+    lock.release()
+
+
+def test_a_waiter_takes_the_lock_its_holder_gives_back_in_time():
+    lock = ReentrantLock()
+    thread, done = held_elsewhere(lock)
+    threading.Timer(0.05, done.set).start()
+    started = time.monotonic()
+    assert lock.acquire(timeout=20) is True
+    assert time.monotonic() - started < 20
+    lock.release()
+    thread.join(10)
+
+
 class Interrupted(Exception):
     pass
 
