@@ -1,3 +1,9 @@
+cdef class SeqnoRun:
+    cdef readonly long long start, stop  # the seqnos start .. stop - 1
+
+    cdef bint join(self, object after) except -1
+
+
 cdef class ConfirmTracker:
     cdef public long long base  # the lowest unresolved seqno
     cdef list _slots  # tokens by seqno, from _head on

@@ -7,6 +7,10 @@ multiple, costs O(1) per publish, and an out-of-order single ack marks its slot 
 resolved slot lets go of its token at once; the list is cut when everything in it is
 resolved, or when its resolved head outgrows the rest.
 """
+cimport cython
+
+from collections.abc import Sequence
+
 from amqwire.codec.properties import BasicProperties
 
 cdef object _DONE = object()  # a slot settled out of order, before the lowest unresolved
@@ -20,6 +24,73 @@ cdef bint _same_body(object sent, bytes returned) except -1:
     if isinstance(sent, (bytes, bytearray)):
         return sent == returned
     return bytes(sent) == returned
+
+
+@cython.final
+@cython.freelist(16)
+cdef class SeqnoRun:
+    """Consecutive seqnos, ``start`` to ``stop - 1``: what an ack frame settles, unless single
+    acks came out of order.  A read-only sequence of ints (equal to any sequence of the same
+    ints) that costs one small object, not an int and a list slot per publish."""
+
+    def __cinit__(self, long long start, long long stop):
+        self.start = start
+        self.stop = stop if stop > start else start
+
+    cdef bint join(self, object after) except -1:
+        """Take in the run right after this one (the next in-order ack of a read); False if
+        ``after`` is not that."""
+        if type(after) is not SeqnoRun or (<SeqnoRun>after).start != self.stop:
+            return False
+        self.stop = (<SeqnoRun>after).stop
+        return True
+
+    def __len__(self):
+        return self.stop - self.start
+
+    def __iter__(self):
+        return iter(range(self.start, self.stop))
+
+    def __reversed__(self):
+        return reversed(range(self.start, self.stop))
+
+    def __getitem__(self, index, /):
+        return range(self.start, self.stop)[index]  # an int, or a range for a slice
+
+    def __contains__(self, value, /):
+        return value in range(self.start, self.stop)
+
+    def index(self, value, start=0, stop=None):
+        """Where ``value`` is (between ``start`` and ``stop``, as ``list.index``)."""
+        seqnos = range(self.start, self.stop)
+        if start == 0 and stop is None:
+            return seqnos.index(value)
+        return list(seqnos).index(value, start, len(seqnos) if stop is None else stop)
+
+    def count(self, value):
+        return 1 if value in range(self.start, self.stop) else 0
+
+    def __eq__(self, other, /):
+        if type(other) is SeqnoRun:
+            return self.start == (<SeqnoRun>other).start and self.stop == (<SeqnoRun>other).stop
+        if isinstance(other, (list, tuple, range)):
+            return list(range(self.start, self.stop)) == list(other)
+        return NotImplemented
+
+    def __ne__(self, other, /):
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"SeqnoRun({self.start}, {self.stop})"
+
+    def __reduce__(self):
+        return SeqnoRun, (self.start, self.stop)
+
+
+Sequence.register(SeqnoRun)
 
 
 cdef class ConfirmTracker:
@@ -69,36 +140,48 @@ cdef class ConfirmTracker:
         return first
 
     cpdef tuple resolve(self, long long delivery_tag, bint multiple):
-        """Seqnos and tokens settled by an ack/nack; unknown tags settle nothing."""
+        """Seqnos and tokens settled by an ack/nack; unknown tags settle nothing.
+
+        The seqnos are a ``SeqnoRun`` when they are consecutive (always, unless single acks
+        came out of order before): no Python int per publish on the hot path of confirms."""
         cdef list slots = self._slots
-        cdef list seqnos = []
+        cdef list seqnos
         cdef list tokens = []
         cdef Py_ssize_t size = len(slots)
         cdef Py_ssize_t head = self._head
         cdef Py_ssize_t index
         cdef long long base = self.base
+        cdef long long first = base
         cdef object token
         if multiple:
+            seqnos = None  # until a slot settled out of order breaks the run
             while head < size and base <= delivery_tag:
                 token = slots[head]
                 if token is not _DONE:
-                    seqnos.append(base)
+                    if seqnos is not None:
+                        seqnos.append(base)
                     tokens.append(token)
+                elif seqnos is None:
+                    seqnos = list(range(first, base))
                 slots[head] = None
                 head += 1
                 base += 1
+            if seqnos is None:
+                result = SeqnoRun(first, base)
+            else:
+                result = seqnos
         else:
             if delivery_tag < base or delivery_tag - base >= size - head:
-                return seqnos, tokens
+                return [], tokens
             index = head + <Py_ssize_t>(delivery_tag - base)
             token = slots[index]
             if token is _DONE:
-                return seqnos, tokens
-            seqnos.append(delivery_tag)
+                return [], tokens
+            result = SeqnoRun(delivery_tag, delivery_tag + 1)
             tokens.append(token)
             if index != head:
                 slots[index] = _DONE
-                return seqnos, tokens
+                return result, tokens
             slots[head] = None
             head += 1
             base += 1
@@ -114,7 +197,7 @@ cdef class ConfirmTracker:
             del slots[:head]
             head = 0
         self._head = head
-        return seqnos, tokens
+        return result, tokens
 
     def match_return(self, returned):
         """Record a basic.return against the first unconfirmed mandatory publish it matches."""
@@ -130,7 +213,7 @@ cdef class ConfirmTracker:
                 return
         self.unmatched_return = returned
 
-    def take_returned(self, tag, list seqnos):
+    def take_returned(self, tag, seqnos):
         """The returns among the publishes ``seqnos`` an ack/nack of ``tag`` just settled."""
         returned = None
         if self.unmatched_return is not None:

@@ -5,7 +5,7 @@ returns come as ``Message`` and ``ReturnedMessage`` (from ``message.py``) and ar
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from .message import Message, ReturnedMessage
 
@@ -138,7 +138,8 @@ class GetResult(_Event):
 
 class Confirmed(_Event):
     """Publisher confirms: the publishes ``seqnos`` (with the tokens given to publish) were
-    acked (``ack``) or nacked by the broker.  ``returned`` maps the seqnos among them that
+    acked (``ack``) or nacked by the broker (a ``range`` while they are consecutive, as
+    they are unless single acks came out of order).  ``returned`` maps the seqnos among them that
     came back as basic.return first (mandatory, unroutable) to their ReturnedMessage.
 
     The basic.acks of one read on one channel, one after the other, come as one event
@@ -150,7 +151,7 @@ class Confirmed(_Event):
     __slots__ = ("channel_id", "ack", "seqnos", "tokens", "returned", "delivery_tag", "multiple", "acks")
 
     def __init__(
-        self, channel_id: int, ack: bool, seqnos: list[Any], tokens: list[Any], returned: Optional[dict[int, ReturnedMessage]],
+        self, channel_id: int, ack: bool, seqnos: Sequence[int], tokens: list[Any], returned: Optional[dict[int, ReturnedMessage]],
         delivery_tag: int = 0, multiple: bool = False,
     ) -> None:
         self.channel_id = channel_id

@@ -8,3 +8,6 @@ cdef class LoopConfirmFutures:
 
     cpdef object new_token(self, Py_ssize_t count, object callback)
     cpdef object issued(self, object token, unsigned long long seqno)
+
+
+cdef int loop_settle_acked(list tokens) except -1

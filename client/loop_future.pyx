@@ -86,11 +86,17 @@ cdef class LoopConfirmFutures:
     def acked(list tokens):
         """Settle the futures of publishes the broker acked (one ack frame's: the hot path
         of confirms)."""
-        for token in tokens:
-            if not token.done():
-                token.set_result(None)
+        loop_settle_acked(tokens)
 
     @staticmethod
     def token_error(token):
         """How a token failed."""
         return token.exception()
+
+
+cdef int loop_settle_acked(list tokens) except -1:
+    """``LoopConfirmFutures.acked``, for compiled callers."""
+    for token in tokens:
+        if not token.done():
+            token.set_result(None)
+    return 0

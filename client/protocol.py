@@ -722,6 +722,9 @@ class ConnectionProtocol:
                 if self.state is not ConnectionState.HANDSHAKE:
                     continue  # discarded while closing or in error, and moot once closed earlier in this read
                 self._protocol_error(_COMMAND_INVALID, f"{method.NAME} on channel {channel} before the connection is open", method)
+            elif type(method) in _CONFIRMS and (state := channels.get(channel)) is not None \
+                    and state.state is _CHANNEL_OPEN:
+                core_on_confirm(self, state, method, item, events)  # the hot path of confirms
             else:
                 self._on_channel_method(channel, method, item, events)
         if run_state is not None:
@@ -1070,6 +1073,7 @@ _CHANNEL_METHODS: Final[dict[type, _ChannelHandler]] = {
     ChannelFlow: ConnectionProtocol._on_flow,
 }
 _on_reply: Final = ConnectionProtocol._on_reply
+_CONFIRMS: Final = frozenset((BasicAck, BasicNack))  # what _handle gives an open channel's tracker itself
 # Replies that are more than a MethodReply.
 _REPLY_METHODS: Final[dict[type, _ChannelHandler]] = {
     ChannelOpenOk: ConnectionProtocol._on_channel_open_ok,

@@ -34,6 +34,9 @@ class ChannelPublisher:
         self, exchange: str, routing_key: str, body: Any, properties: Optional[BasicProperties], mandatory: bool,
         callback: Any,
     ) -> Any: ...
+    def on_confirmed(self, event: Any) -> None: ...
+
+def channel_on_confirmed(self: Any, event: Any) -> None: ...
 
 def blocking_publish_async(
     self: Any,

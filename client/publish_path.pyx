@@ -13,12 +13,14 @@ futures are typed and called in C.
 """
 from libc.stdint cimport uint16_t
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF
 
 from amqwire.codec.properties cimport BasicProperties
 from amqwire.codec.writer cimport FrameWriter
-from amqwire.client.confirm_tracker cimport ConfirmTracker
-from amqwire.client.thread_future cimport ConfirmFutures, PublishFuture
-from amqwire.client.loop_future cimport LoopConfirmFutures
+from amqwire.client.confirm_tracker cimport ConfirmTracker, SeqnoRun
+from amqwire.client.thread_future cimport ConfirmFutures, PublishFuture, settle_acked
+from amqwire.client.loop_future cimport LoopConfirmFutures, loop_settle_acked
 from amqwire.client.slots cimport Slot, slot_get, slot_set
 from amqwire.client.thread_lock cimport ReentrantLock, lock_take, lock_give
 
@@ -26,7 +28,7 @@ from amqwire.codec import BasicAck, encode_publish_iov
 
 from .errors import InvalidStateError
 from .events import Confirmed
-from .lifecycle import ChannelStatus
+from .lifecycle import ChannelPhase, ChannelStatus
 
 #: Bodies this big (bytes) are sent from the caller's buffer, not copied into the writer.
 ZERO_COPY_THRESHOLD = 65536
@@ -36,6 +38,7 @@ FLUSH_AT = 256 * 1024
 cdef Py_ssize_t _ZERO_COPY_THRESHOLD = ZERO_COPY_THRESHOLD
 cdef Py_ssize_t _FLUSH_AT = FLUSH_AT
 cdef object _CHANNEL_OPEN = ChannelStatus.OPEN
+cdef object _PHASE_OPEN = ChannelPhase.OPEN
 
 # The core (protocol.ConnectionProtocol) and its channels' states (protocol.ChannelState).
 cdef Slot _CORE_CHANNELS = Slot("_channels")
@@ -48,8 +51,9 @@ cdef Slot _CORE_ACKED = Slot("publishes_acked")
 cdef Slot _CORE_NACKED = Slot("publishes_nacked")
 cdef Slot _CORE_RETURNED = Slot("publishes_returned")
 cdef Slot _STATE_ID = Slot("id")
-# The connection's lifecycle (lifecycle.Lifecycle).
+# The connection's lifecycle (lifecycle.Lifecycle); a channel's (lifecycle.Machine).
 cdef Slot _USABLE = Slot("usable")
+cdef Slot _PHASE = Slot("state")
 # A channel of the blocking transport (operations_sync.SyncChannel); one of asyncio's
 # (operations_async.AsyncChannel): a Slot keeps the offset of one type.
 cdef Slot _CHANNEL_PUBLISHER = Slot("_publisher")
@@ -63,6 +67,33 @@ cdef Slot _EVENT_RETURNED = Slot("returned")
 cdef Slot _EVENT_TAG = Slot("delivery_tag")
 cdef Slot _EVENT_MULTIPLE = Slot("multiple")
 cdef Slot _EVENT_ACKS = Slot("acks")
+
+cdef extern from "Python.h":
+    ctypedef struct _TypeAlloc "PyTypeObject":
+        PyObject *(*tp_alloc)(void *, Py_ssize_t)
+
+cdef object _CONFIRMED = Confirmed
+
+
+cdef object _new_confirmed(object channel_id, bint ack, object seqnos, list tokens, object returned, object tag,
+                           bint multiple):
+    """``Confirmed(channel_id, ack, seqnos, tokens, returned, tag, multiple)``, its fields set
+    here rather than by a call of its Python ``__init__`` (once per ack frame)."""
+    cdef PyObject *raw = (<_TypeAlloc *><PyObject *>_CONFIRMED).tp_alloc(<void *><PyObject *>_CONFIRMED, 0)
+    if raw == NULL:
+        raise MemoryError()
+    event = <object>raw
+    Py_DECREF(event)  # the cast took a reference of its own
+    slot_set(_EVENT_CHANNEL, event, channel_id)
+    slot_set(_EVENT_ACK, event, ack)
+    slot_set(_EVENT_SEQNOS, event, seqnos)
+    slot_set(_EVENT_TOKENS, event, tokens)
+    slot_set(_EVENT_RETURNED, event, returned)
+    slot_set(_EVENT_TAG, event, tag)
+    slot_set(_EVENT_MULTIPLE, event, multiple)
+    slot_set(_EVENT_ACKS, event, None)
+    return event
+
 
 cdef int _COMMAND_INVALID = 503
 cdef int _PRECONDITION_FAILED = 406
@@ -145,7 +176,6 @@ def core_on_confirm(core, state, method, command, list events):
     cdef ConfirmTracker tracker = <ConfirmTracker?>confirms
     tag = method.delivery_tag
     cdef bint multiple = method.multiple
-    cdef list seqnos
     seqnos, tokens = tracker.resolve(tag, multiple)
     if not seqnos:
         if multiple and 0 < tag < tracker.next_seqno:
@@ -172,22 +202,29 @@ def core_on_confirm(core, state, method, command, list events):
                 # the ack before this one in this read, on this channel: one event for both
                 _fold(last, seqnos, tokens, returned, tag, multiple)
                 return
-        events.append(Confirmed(channel_id, True, seqnos, tokens, returned, tag, multiple))
+        events.append(_new_confirmed(channel_id, True, seqnos, tokens, returned, tag, multiple))
     else:
         slot_set(_CORE_NACKED, core, slot_get(_CORE_NACKED, core) + settled)
-        events.append(Confirmed(channel_id, False, seqnos, tokens, returned, tag, multiple))
+        events.append(_new_confirmed(channel_id, False, seqnos, tokens, returned, tag, multiple))
 
 
-cdef int _fold(object event, list seqnos, list tokens, object returned, object tag, bint multiple) except -1:
+cdef int _fold(object event, object seqnos, list tokens, object returned, object tag, bint multiple) except -1:
     """Add an ack frame's publishes to the Confirmed event of the ack frame before it:
     ``acks`` lists each frame as it came, ``(delivery_tag, multiple, end)``, and the
-    event's ``delivery_tag`` and ``multiple`` become the last frame's."""
+    event's ``delivery_tag`` and ``multiple`` become the last frame's.  Two runs of
+    seqnos that meet (in-order acks) stay one run."""
     cdef list event_tokens = slot_get(_EVENT_TOKENS, event)
     acks = slot_get(_EVENT_ACKS, event)
     if acks is None:
         acks = [(slot_get(_EVENT_TAG, event), slot_get(_EVENT_MULTIPLE, event), len(event_tokens))]
         slot_set(_EVENT_ACKS, event, acks)
-    (<list?>slot_get(_EVENT_SEQNOS, event)).extend(seqnos)
+    event_seqnos = slot_get(_EVENT_SEQNOS, event)
+    if type(event_seqnos) is not SeqnoRun or not (<SeqnoRun>event_seqnos).join(seqnos):
+        # not the run that follows on (single acks out of order): a list of what was settled
+        if type(event_seqnos) is not list:
+            event_seqnos = list(event_seqnos)
+            slot_set(_EVENT_SEQNOS, event, event_seqnos)
+        (<list>event_seqnos).extend(seqnos)
     event_tokens.extend(tokens)
     acks.append((tag, multiple, len(event_tokens)))
     if returned is not None:
@@ -217,6 +254,7 @@ cdef class ChannelPublisher:
     # of the channel and the connection (their types differ between the transports)
     cdef Slot channel_id, unsettled, core, observer, to_stamp, flush_later
     cdef Slot confirm_window, flow_paused, max_in_flight, tracing, held
+    cdef Slot listeners, channel_lifecycle, progress_below
 
     def __init__(self, channel, connection, waits):
         self.channel = channel
@@ -245,6 +283,9 @@ cdef class ChannelPublisher:
         self.max_in_flight = Slot("_max_in_flight")
         self.tracing = Slot("_tracing")
         self.held = Slot("_held")
+        self.listeners = Slot("_listeners")
+        self.channel_lifecycle = Slot("_lifecycle")
+        self.progress_below = Slot("_progress_below")
 
     cdef object if_room(self, object exchange, object routing_key, object body, object properties,
                         bint mandatory, object callback):
@@ -297,6 +338,46 @@ cdef class ChannelPublisher:
             (<PublishFuture>token).delivery_tag = seqno
             return token
         return self.loop_futures.issued(token, seqno)
+
+
+    def on_confirmed(self, event):
+        """The broker's verdict (a ``Confirmed`` event) on the channel's publishes: settle
+        their futures (confirm listeners are told first), count them settled, watch a
+        restored channel's verdicts, and wake who waits for room or for confirms."""
+        cdef object channel = self.channel
+        cdef list tokens = slot_get(_EVENT_TOKENS, event)
+        cdef Py_ssize_t count = len(tokens)
+        ack = slot_get(_EVENT_ACK, event)
+        listeners = slot_get(self.listeners, channel)
+        if listeners is not None:
+            listeners = listeners.of("confirm")
+        if listeners:
+            channel._tell_and_settle(event, listeners)
+        elif ack and slot_get(_EVENT_RETURNED, event) is None:
+            if self.thread_futures is not None:
+                settle_acked(tokens)
+            else:
+                loop_settle_acked(tokens)
+        else:
+            channel._settle_tokens(event, 0, count)
+        cdef ReentrantLock thread_lock = self.thread_lock
+        if thread_lock is not None:
+            lock_take(thread_lock)
+        try:
+            slot_set(self.unsettled, channel, slot_get(self.unsettled, channel) - count)
+        finally:
+            if thread_lock is not None:
+                lock_give(thread_lock)
+        if slot_get(_PHASE, slot_get(self.channel_lifecycle, channel)) is not _PHASE_OPEN:
+            channel._watch_verdict(ack, count)  # restored by a recovery: watched
+        if slot_get(self.unsettled, channel) <= slot_get(self.progress_below, channel):
+            # else no waiter is ready to go on yet
+            (self.thread_futures if self.thread_futures is not None else self.loop_futures).notify_progress()
+
+
+def channel_on_confirmed(self, event):
+    """``ChannelBase._on_confirmed``: the channel's ``ChannelPublisher.on_confirmed``."""
+    (<ChannelPublisher?>self._publisher).on_confirmed(event)
 
 
 def blocking_publish_async(self, exchange, routing_key, body, properties=None, *, mandatory=False,

@@ -79,7 +79,7 @@ from .lifecycle import (
 )
 from .metrics import MetricsCollector
 from .observer import Listeners, Observer
-from .publish_path import ChannelPublisher
+from .publish_path import ChannelPublisher, channel_on_confirmed
 from .recovery import END, NackWatch, RecoveryPolicy, Topology, recoverable
 from .connect import unverified_tls
 from .io_contract import ConnectionIO
@@ -1148,25 +1148,9 @@ class ChannelBase(Generic[_M]):
 
     # confirms --------------------------------------------------------------------------
 
-    def _on_confirmed(self, event: proto.Confirmed) -> None:
-        tokens = event.tokens
-        listeners = self._listeners.of("confirm") if self._listeners is not None else ()
-        if listeners:
-            self._tell_and_settle(event, listeners)
-        elif event.ack and event.returned is None:
-            self._waits.acked(tokens)
-        else:
-            self._settle_tokens(event, 0, len(tokens))
-        lock = self._connection._lock
-        lock.acquire()
-        try:
-            self._unsettled -= len(tokens)
-        finally:
-            lock.release()
-        if self._lifecycle.state is not _CHANNEL_OPEN:  # restored by a recovery: watched
-            self._watch_verdict(event.ack, len(tokens))
-        if self._unsettled <= self._progress_below:  # else no waiter is ready to go on yet
-            self._waits.notify_progress()
+    # The broker's verdict on publishes (once per Confirmed event): settle their futures,
+    # count them settled, watch a restored channel, wake waiters.  Compiled (publish_path.pyx).
+    _on_confirmed = channel_on_confirmed
 
     def _tell_and_settle(self, event: proto.Confirmed, listeners: tuple[Callable[[Any], Any], ...]) -> None:
         """Confirm listeners are told of each ack or nack frame before its futures settle."""

@@ -19,3 +19,6 @@ cdef class ConfirmFutures:
     cdef public object _channel
 
     cpdef PublishFuture new_token(self, Py_ssize_t count, object callback)
+
+
+cdef int settle_acked(list tokens) except -1

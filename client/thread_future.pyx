@@ -215,16 +215,22 @@ cdef class ConfirmFutures:
     def acked(list tokens):
         """Settle the futures of publishes the broker acked (one ack frame's: the hot path
         of confirms): ``set_result(None)`` on each, in one loop."""
-        cdef PublishFuture future
-        for item in tokens:
-            future = <PublishFuture?>item
-            future._pending -= 1
-            if future._pending == 0 and future._state == PENDING:
-                future._state = SUCCEEDED  # before reading _callbacks and _waiter: see the module
-                if future._callbacks is not None or future._waiter is not None:
-                    future._wake()
+        settle_acked(tokens)
 
     @staticmethod
     def token_error(PublishFuture token):
         """How a token failed, unless the caller saw it already."""
         return None if token._retrieved else token._error
+
+
+cdef int settle_acked(list tokens) except -1:
+    """``ConfirmFutures.acked``, for compiled callers."""
+    cdef PublishFuture future
+    for item in tokens:
+        future = <PublishFuture?>item
+        future._pending -= 1
+        if future._pending == 0 and future._state == PENDING:
+            future._state = SUCCEEDED  # before reading _callbacks and _waiter: see the module
+            if future._callbacks is not None or future._waiter is not None:
+                future._wake()
+    return 0

@@ -2,7 +2,9 @@
 exchanges: this file plays the broker with the codec (encoding what the broker sends,
 parsing what the client sent).  No socket, no broker."""
 import ast
+import collections.abc
 import logging
+import pickle
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,7 @@ from amqwire.codec import (
     QueueDeclareOk,
 )
 from amqwire.client import protocol as proto
+from amqwire.client.confirm_tracker import SeqnoRun
 from amqwire.client.errors import AMQPError, AuthenticationError, InvalidStateError, NotFound
 from amqwire.client.lifecycle import fire
 
@@ -997,21 +1000,64 @@ def test_the_confirm_tracker_settles_what_a_set_of_unconfirmed_seqnos_would(seed
     assert len(tracker) == 0 and not tracker and tracker.next_seqno == published + 1
 
 
+def _resolved(tracker, tag, multiple):
+    seqnos, tokens = tracker.resolve(tag, multiple)
+    return list(seqnos), tokens
+
+
+@pytest.mark.parametrize("start,stop", [(1, 1), (1, 2), (5, 9), (2**40, 2**40 + 3), (7, 3)])
+def test_a_seqno_run_is_the_sequence_its_range_is(start, stop):
+    run, same = SeqnoRun(start, stop), range(start, max(start, stop))
+    assert len(run) == len(same) and list(run) == list(same) and list(reversed(run)) == list(reversed(same))
+    assert run == same and run == list(same) and run == tuple(same) and run == SeqnoRun(start, stop)
+    assert run != list(same) + [0] and run != "x" and not (run == {start})
+    for index in range(-len(same), len(same)):
+        assert run[index] == same[index] and run.index(same[index]) == same.index(same[index])
+        assert same[index] in run and run.count(same[index]) == 1
+    assert run[1:] == same[1:] and (start - 1) not in run and run.count(start - 1) == 0
+    if len(same) > 2:
+        assert run.index(same[2], 1) == 2 and run.index(same[1], -3, -1) == 1
+        with pytest.raises(ValueError):
+            run.index(same[0], 1)
+    with pytest.raises(IndexError):
+        run[len(same)]
+    assert isinstance(run, collections.abc.Sequence) and bool(run) == bool(same)
+    assert pickle.loads(pickle.dumps(run)) == run and repr(run) == f"SeqnoRun({start}, {max(start, stop)})"
+    with pytest.raises(TypeError):
+        hash(run)
+
+
 def test_the_confirm_tracker_keeps_its_seqnos_when_it_cuts_its_resolved_head():
     """A long resolved head is cut from the slots while later seqnos are unresolved (one
     settled out of order among them): every seqno still maps to its own token."""
     tracker = proto.ConfirmTracker()
     for n in range(1, 10_001):
         tracker.add(n)
-    assert tracker.resolve(7_000, False) == ([7_000], [7_000])  # out of order: marked, not cut
-    assert tracker.resolve(5_000, True) == (list(range(1, 5_001)), list(range(1, 5_001)))  # the head is cut
+    assert _resolved(tracker, 7_000, False) == ([7_000], [7_000])  # out of order: marked, not cut
+    assert _resolved(tracker, 5_000, True) == (list(range(1, 5_001)), list(range(1, 5_001)))  # the head is cut
     assert tracker.base == 5_001 and tracker.next_seqno == 10_001 and len(tracker) == 4_999
-    assert tracker.resolve(7_000, False) == ([], [])  # settled before the cut: still settled
-    assert tracker.resolve(5_001, False) == ([5_001], [5_001])
-    assert tracker.resolve(8_000, True) == ([s for s in range(5_002, 8_001) if s != 7_000],
-                                            [s for s in range(5_002, 8_001) if s != 7_000])
+    assert _resolved(tracker, 7_000, False) == ([], [])  # settled before the cut: still settled
+    assert _resolved(tracker, 5_001, False) == ([5_001], [5_001])
+    assert _resolved(tracker, 8_000, True) == ([s for s in range(5_002, 8_001) if s != 7_000],
+                                               [s for s in range(5_002, 8_001) if s != 7_000])
     assert tracker.add(10_001) == 10_001 and tracker.base == 8_001
     assert tracker.drain() == (list(range(8_001, 10_002)), list(range(8_001, 10_002)))
+
+
+def test_the_confirm_tracker_gives_consecutive_seqnos_as_one_run():
+    """In-order acks settle consecutive seqnos: a SeqnoRun, no int per publish; a run broken
+    by a seqno settled out of order before is a list without it."""
+    tracker = proto.ConfirmTracker()
+    for n in range(1, 21):
+        tracker.add(f"t{n}")
+    seqnos, tokens = tracker.resolve(5, True)
+    assert type(seqnos) is SeqnoRun and seqnos == range(1, 6) and tokens == ["t1", "t2", "t3", "t4", "t5"]
+    assert tracker.resolve(6, False) == (range(6, 7), ["t6"])
+    assert tracker.resolve(9, False) == (range(9, 10), ["t9"])  # out of order
+    seqnos, tokens = tracker.resolve(12, True)
+    assert type(seqnos) is list and seqnos == [7, 8, 10, 11, 12] and tokens == ["t7", "t8", "t10", "t11", "t12"]
+    assert tracker.resolve(20, True) == (range(13, 21), [f"t{n}" for n in range(13, 21)])
+    assert tracker.resolve(20, True) == (range(21, 21), [])
 
 
 def test_each_seqno_resolved_exactly_once():
@@ -1095,6 +1141,19 @@ def test_acks_folded_after_returns_of_an_earlier_read_keep_every_return():
     assert event.acks == [(1, False, 1), (2, False, 2), (3, False, 3), (4, False, 4)]
     assert event.delivery_tag == 4 and event.multiple is False
     assert event.returned == {1: returns[0], 3: returns[1], 4: returns[2]}
+
+
+def test_acks_folded_in_order_keep_one_run_and_out_of_order_a_list():
+    """Folding in-order acks joins their runs; an ack that does not follow on (settled
+    out of order) turns the event's seqnos into the list of exactly what was settled."""
+    p, broker, cid = published_in_confirm_mode(10)
+    (event,) = p.receive_data(b"".join([BasicAck(3, True).encode(cid), BasicAck(5, True).encode(cid)]))
+    assert type(event.seqnos) is SeqnoRun and event.seqnos == range(1, 6) and event.tokens == [f"t{n}" for n in range(1, 6)]
+    (event,) = p.receive_data(b"".join([BasicAck(8, False).encode(cid), BasicAck(7, True).encode(cid),
+                                        BasicAck(10, True).encode(cid)]))
+    assert type(event.seqnos) is list and event.seqnos == [8, 6, 7, 9, 10]
+    assert event.tokens == ["t8", "t6", "t7", "t9", "t10"]
+    assert event.acks == [(8, False, 1), (7, True, 3), (10, True, 5)]
 
 
 def test_tokens_default_to_none():

@@ -138,3 +138,4 @@ def test_new_token_makes_the_future_publish_future_init_would(count, callback):
     for name in _FIELDS:
         assert getattr(made, name) == getattr(expected, name), name
     assert repr(made) == repr(expected) and made.done() == (count == 0)
+
