@@ -8,7 +8,7 @@ cdef class ThreadFuture:
 
 
 cdef class PublishFuture(ThreadFuture):
-    cdef public object _channel
+    cdef object _channel_ref  # a weakref.ref to the channel (see new_token), or the channel
     cdef public unsigned long long delivery_tag
     cdef public Py_ssize_t count
     cdef public Py_ssize_t _pending
@@ -17,6 +17,10 @@ cdef class PublishFuture(ThreadFuture):
 
 cdef class ConfirmFutures:
     cdef public object _channel
+    cdef object _channel_ref     # the weak reference to it the futures share
+    cdef object _channel_of_ref  # the channel _channel_ref was made for
+
+    cdef int _bind_channel(self) except -1
 
     cpdef PublishFuture new_token(self, Py_ssize_t count, object callback)
 

@@ -15,11 +15,30 @@ acquire of ``_ADDING_CALLBACKS``).
 import logging
 import threading
 import types
+import weakref
+
+from cpython.object cimport PyObject
+
+
+cdef extern from "Python.h":
+    void PyObject_GC_Track(void *op)
+    void PyObject_GC_UnTrack(void *op)
+    int PyObject_GC_IsTracked(PyObject *op)
 
 log = logging.getLogger("amqwire.client")
 
 # add_done_callback and _wait against each other (never held by a settling thread)
 _ADDING_CALLBACKS = threading.Lock()
+
+cdef object _weakref_type = weakref.ref
+
+
+cdef inline void _track(object future) noexcept:
+    """Watched by the cycle collector again (see ``ConfirmFutures.new_token``): before a
+    future holds what could lead back to it (a callback, a value, an error's traceback)."""
+    if not PyObject_GC_IsTracked(<PyObject *>future):
+        PyObject_GC_Track(<PyObject *>future)
+
 
 # The state a future is in (a C int; ``done()`` is ``_state != PENDING``).
 cdef enum:
@@ -73,6 +92,7 @@ cdef class ThreadFuture:
         cdef list box
         if self._state == PENDING:
             box = [fn]  # whoever pops fn from its box runs it: only one side can
+            _track(self)
             with _ADDING_CALLBACKS:
                 if self._callbacks is None:
                     self._callbacks = [box]
@@ -106,6 +126,8 @@ cdef class ThreadFuture:
     def _settle(self, value, error):
         if self._state != PENDING:
             return
+        if value is not None or error is not None:
+            _track(self)
         self._value = value
         self._error = error
         self._state = FAILED if error is not None else SUCCEEDED  # before reading _callbacks and _waiter
@@ -142,13 +164,24 @@ cdef class PublishFuture(ThreadFuture):
 
     def __init__(self, channel, Py_ssize_t count=1):
         super().__init__()
-        self._channel = channel
+        self._channel_ref = channel
         self.delivery_tag = 0
         self.count = count  # publishes it stands for (publish_encoded: a whole batch)
         self._pending = count
         if not count:
             self._state = SUCCEEDED
         self._retrieved = False  # a failure seen through result() is not reported again
+
+    @property
+    def _channel(self):
+        """Its channel (held weakly by the futures ``new_token`` makes; None once gone)."""
+        ref = self._channel_ref
+        return ref() if type(ref) is _weakref_type else ref
+
+    @_channel.setter
+    def _channel(self, channel):
+        _track(self)  # it may hold the channel strongly now
+        self._channel_ref = channel
 
     def result(self, timeout=None):
         """None when the broker acked; raises PublishNacked, MessageReturned or PublishUnconfirmed."""
@@ -165,13 +198,20 @@ cdef class PublishFuture(ThreadFuture):
     def _wait(self, timeout):
         # the channel's wait for confirms: it reads the socket itself while the I/O thread is parked
         if self._state == PENDING:
-            self._channel._waits.wait_progress(self.done, timeout, "the broker's confirm")
+            channel = self._channel
+            if channel is None:  # never while it is pending: a channel's end settles its futures
+                raise RuntimeError("the publish's channel is gone and its future was never settled")
+            channel._waits.wait_progress(self.done, timeout, "the broker's confirm")
 
     def _run(self, fn):
         try:
             fn(self)
         except Exception as exc:
-            self._channel._connection._callback_failed(exc, fn, "publish", self._channel, self)
+            channel = self._channel
+            if channel is None:
+                log.exception("publish callback %r failed", fn)
+            else:
+                channel._connection._callback_failed(exc, fn, "publish", channel, self)
 
     def set_result(self, value):
         """One of the publishes it stands for was acked."""
@@ -195,15 +235,33 @@ cdef class ConfirmFutures:
     cpdef PublishFuture new_token(self, Py_ssize_t count, object callback):
         """The future of ``count`` confirm-mode publishes (one, or a publish_encoded batch):
         what ``PublishFuture(channel, count)`` makes, with ``callback`` given at publish,
-        without the ``__init__`` call (once per confirmed publish)."""
+        without the ``__init__`` call (once per confirmed publish).
+
+        It holds its channel through one weak reference the channel's futures share, so
+        nothing it holds can lead back to it: it is left out of the cycle collector (which
+        would otherwise walk the thousands in flight at every collection) until it takes
+        a callback, a value or an error (``_track``)."""
         cdef PublishFuture future = PublishFuture.__new__(PublishFuture)
-        future._channel = self._channel
+        if self._channel_ref is None or self._channel_of_ref is not self._channel:
+            self._bind_channel()
+        future._channel_ref = self._channel_ref
         future.count = future._pending = count
         future._state = PENDING if count else SUCCEEDED
         # _value, _error, _waiter: None from __new__; delivery_tag: 0
         if callback is not None:
             future._callbacks = [[callback]]  # boxed: see add_done_callback
+        elif type(self._channel_ref) is _weakref_type:
+            PyObject_GC_UnTrack(<void *>future)
         return future
+
+    cdef int _bind_channel(self) except -1:
+        channel = self._channel
+        try:
+            self._channel_ref = weakref.ref(channel)
+        except TypeError:  # not weakly referable (a test's stand-in): held, and collected as usual
+            self._channel_ref = channel
+        self._channel_of_ref = channel
+        return 0
 
     @staticmethod
     def issued(PublishFuture token, unsigned long long seqno):

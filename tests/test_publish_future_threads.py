@@ -139,3 +139,81 @@ def test_new_token_makes_the_future_publish_future_init_would(count, callback):
         assert getattr(made, name) == getattr(expected, name), name
     assert repr(made) == repr(expected) and made.done() == (count == 0)
 
+
+
+class _Channel:
+    """Stands for a channel: weakly referable, holds its unsettled futures (as the confirm
+    tracker does) and its waits."""
+
+    def __init__(self) -> None:
+        self.unsettled: list[Any] = []
+        self._waits = ChannelWaits.__new__(ChannelWaits)
+        self._waits._channel = self
+
+
+def test_a_publish_future_is_left_to_the_cycle_collector_only_once_it_can_be_in_a_cycle():
+    """new_token's futures hold their channel weakly and are not tracked by the cycle
+    collector (thousands in flight would be walked at every collection) until they hold
+    what could lead back to them: a callback, a value, an error."""
+    import gc
+
+    channel = _Channel()
+    plain = channel._waits.new_token(1, None)
+    assert not gc.is_tracked(plain) and plain._channel is channel
+    ChannelWaits.acked([plain])
+    assert plain.done() and not gc.is_tracked(plain)  # acked: nothing new held
+    assert gc.is_tracked(channel._waits.new_token(1, print))
+    added = channel._waits.new_token(1, None)
+    added.add_done_callback(lambda f: None)
+    assert gc.is_tracked(added)
+    failed = channel._waits.new_token(1, None)
+    failed.set_exception(RuntimeError("nacked"))
+    assert gc.is_tracked(failed)
+    moved = channel._waits.new_token(1, None)
+    moved._channel = channel  # held strongly now
+    assert gc.is_tracked(moved)
+    PublishFuture(None, 1).set_exception(RuntimeError("again"))  # tracked from the start: no double track
+    waits = ChannelWaits.__new__(ChannelWaits)
+    waits._channel = object()  # not weakly referable: held, and tracked as any object
+    assert gc.is_tracked(waits.new_token(1, None))
+
+
+def test_cycles_through_publish_futures_are_collected():
+    """A channel dropped with unsettled futures (they lead to it, it holds them), a failed
+    future in the cycle result() makes (error -> traceback -> caller's frame -> future), and
+    one whose callback holds it: all freed by gc.collect()."""
+    import gc
+    import weakref
+
+    def dropped_with_unsettled() -> Any:
+        channel = _Channel()
+        channel.unsettled = [channel._waits.new_token(1, None) for _ in range(3)]
+        return weakref.ref(channel)
+
+    def fail_and_look() -> Any:
+        future = _Channel()._waits.new_token(1, None)
+        future.set_exception(RuntimeError("nacked"))
+        try:
+            future.result()
+        except RuntimeError:
+            pass
+        return weakref.ref(future)
+
+    def call_back_to_itself() -> Any:
+        future = _Channel()._waits.new_token(1, None)
+        future.add_done_callback(lambda f, me=future: None)  # the callback holds the future
+        return weakref.ref(future)
+
+    refs = [dropped_with_unsettled(), fail_and_look(), call_back_to_itself()]
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None, None]
+
+
+def test_a_pending_future_whose_channel_is_gone_says_so():
+    import gc
+
+    future = _Channel()._waits.new_token(1, None)
+    gc.collect()  # the channel and its waits: a cycle nothing else holds
+    assert future._channel is None
+    with pytest.raises(RuntimeError, match="channel is gone"):
+        future.result(0)
