@@ -377,6 +377,10 @@ class ThreadIO:
         read_lock = self._read_lock
         readable: Any = [sock]  # try a read first: while data flows it is there, and select() is a wasted call
         park = _PARK_MIN
+        # When the heartbeat decision is next due: the monitor wants a look only by its next
+        # deadline (every interval/2 at least), not after every read.  Heartbeats off (or not
+        # tuned yet): a look a second.
+        check_at = 0.0
 
         def send_heartbeat() -> None:
             if self._write_lock.acquire(blocking=False):  # else a writer holding the lock writes now
@@ -395,8 +399,7 @@ class ThreadIO:
                 else:
                     now = time.monotonic()
                     if not readable and not (tls and sock.pending()):
-                        timeout = monitor.next_deadline(now)
-                        readable, _, _ = select.select([sock], [], [], 1.0 if timeout is None else min(timeout, 1.0))
+                        readable, _, _ = select.select([sock], [], [], min(max(check_at - now, 0.0), 1.0))
                         now = time.monotonic()
                     else:
                         readable = [sock]
@@ -408,12 +411,18 @@ class ThreadIO:
                         try:
                             if self.parked or self._sock is not sock:
                                 continue
-                            if not self._receive(sock, now):
+                            if self._receive(sock, now) < _RECV_SIZE:
+                                # drained (nothing, or less than a full buffer): select next
+                                # rather than a read that most likely finds nothing (and
+                                # raises BlockingIOError, the costliest way to learn it)
                                 readable = None
                         finally:
                             read_lock.release()
-                if not heartbeat_check(connection, monitor, now, send_heartbeat):
-                    return
+                if now >= check_at:
+                    if not heartbeat_check(connection, monitor, now, send_heartbeat):
+                        return
+                    left = monitor.next_deadline(now)
+                    check_at = now + (1.0 if left is None else left)
         except (OSError, ValueError) as exc:  # ValueError: select on a socket closed meanwhile
             if self._sock is sock:
                 connection._on_lost(connection._eof_error(None if type(exc) is _EndOfStream else exc))
@@ -439,9 +448,9 @@ class ThreadIO:
             self.parked = False  # the socket is left alone: read it again
         return _PARK_MIN
 
-    def _receive(self, sock: Any, now: float) -> bool:
-        """Under ``_read_lock``: one read, dispatched.  False when there was nothing to read;
-        raises OSError (_EndOfStream when the peer closed the socket)."""
+    def _receive(self, sock: Any, now: float) -> int:
+        """Under ``_read_lock``: one read, dispatched; the bytes read (0: there was nothing
+        to read).  Raises OSError (_EndOfStream when the peer closed the socket)."""
         buffer = self._read_buffer
         try:
             if self._tls:
@@ -450,13 +459,13 @@ class ThreadIO:
             else:
                 size = sock.recv_into(buffer)
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            return False
+            return 0
         if size == 0:
             raise _EndOfStream
         self._reads += 1
         self._monitor.received(now)
         self._connection._data_received(buffer[:size])
-        return True
+        return size  # type: ignore[no-any-return]
 
     def read_for(self, ready: Callable[[], bool], timeout: Optional[float]) -> Optional[float]:
         """read_while_waiting for up to ``timeout`` seconds; returns the time left of it."""
@@ -493,8 +502,9 @@ class ThreadIO:
                 if not lifecycle.has_socket or self._sock is not sock:
                     return
                 now = time.monotonic()
-                if self._receive_or_lose(sock, now):
-                    continue
+                got = self._receive_or_lose(sock, now)
+                if got == _RECV_SIZE or (got and ready()):
+                    continue  # a full buffer: more may be there at once; else drained: select
                 left = 1.0 if deadline is None else min(deadline - now, 1.0)
                 if left <= 0:
                     return
@@ -515,7 +525,7 @@ class ThreadIO:
             self.parked = False
             self._resume.set()
 
-    def _receive_or_lose(self, sock: Any, now: float) -> bool:
+    def _receive_or_lose(self, sock: Any, now: float) -> int:
         connection = self._connection
         try:
             return self._receive(sock, now)
