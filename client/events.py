@@ -138,8 +138,8 @@ class GetResult(_Event):
 
 class Confirmed(_Event):
     """Publisher confirms: the publishes ``seqnos`` (with the tokens given to publish) were
-    acked (``ack``) or nacked by the broker (a ``range`` while they are consecutive, as
-    they are unless single acks came out of order).  ``returned`` maps the seqnos among them that
+    acked (``ack``) or nacked by the broker (a ``SeqnoRun``, a sequence equal to their
+    range, while they are consecutive, as they are unless single acks came out of order).  ``returned`` maps the seqnos among them that
     came back as basic.return first (mandatory, unroutable) to their ReturnedMessage.
 
     The basic.acks of one read on one channel, one after the other, come as one event
