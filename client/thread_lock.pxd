@@ -23,7 +23,6 @@ cdef class ReentrantLock:
     cdef Py_ssize_t _waiters     # threads in _wait
 
     cdef bint _wait(self, unsigned long me, PY_TIMEOUT_T microseconds) except -1
-    cdef bint _take_free(self, unsigned long me) except -1
     cdef int _give(self, unsigned long me) except -1
 
 

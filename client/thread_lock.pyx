@@ -125,14 +125,11 @@ cdef class ReentrantLock:
                     microseconds = <PY_TIMEOUT_T>((deadline - _now()) * 1e6)
                     if microseconds <= 0:
                         return False
-            return self._take_free(me)
+            self._owner = me
+            self._count = 1
+            return True
         finally:
             self._waiters -= 1
-
-    cdef bint _take_free(self, unsigned long me) except -1:
-        self._owner = me
-        self._count = 1
-        return True
 
     cdef int _give(self, unsigned long me) except -1:
         if self._count == 0 or self._owner != me:
