@@ -2564,6 +2564,19 @@ cdef bint method_has_content(uint32_t index) noexcept:
     return index == 0x003C0028 or index == 0x003C0032 or index == 0x003C003C or index == 0x003C0047
 
 
+cdef int confirm_of(Method method, uint64_t *delivery_tag, bint *multiple) noexcept:
+    """1 for basic.ack, 2 for basic.nack (their delivery tag and multiple flag set), 0 else."""
+    if type(method) is BasicAck:
+        delivery_tag[0] = (<BasicAck>method).delivery_tag
+        multiple[0] = (<BasicAck>method).multiple
+        return 1
+    if type(method) is BasicNack:
+        delivery_tag[0] = (<BasicNack>method).delivery_tag
+        multiple[0] = (<BasicNack>method).multiple
+        return 2
+    return 0
+
+
 METHODS = {
     0x000A000A: ConnectionStart,
     0x000A000B: ConnectionStartOk,

@@ -23,7 +23,7 @@ from amqwire.codec.buffer cimport (
     FRAME_OVERHEAD, ReadView, amqw_unpack_u16, amqw_unpack_u32, expect_end, read_shortstr,
     read_u8, read_u16, read_u32, read_u64,
 )
-from amqwire.codec.methods cimport Method, method_has_content, read_method
+from amqwire.codec.methods cimport Method, confirm_of, method_has_content, read_method
 from amqwire.codec.properties cimport BasicProperties, read_properties
 from amqwire.codec.table cimport find_int64_field
 
@@ -180,6 +180,17 @@ cdef class Command:
         body = "None" if self.body is None else f"<{len(self.body)} bytes>"
         return (f"Command(channel={self.channel}, method={self.method!r}, "
                 f"properties={self.properties!r}, body={body})")
+
+
+cdef int command_confirm(object item, int *channel, uint64_t *delivery_tag, bint *multiple) noexcept:
+    """1 when ``item`` (from ``CommandParser.feed``) is a basic.ack, 2 a basic.nack (their
+    channel, delivery tag and multiple flag set), 0 for anything else."""
+    if type(item) is not Command:
+        return 0
+    cdef int kind = confirm_of((<Command>item).method, delivery_tag, multiple)
+    if kind:
+        channel[0] = (<Command>item).channel
+    return kind
 
 
 @cython.auto_pickle(False)
