@@ -11,11 +11,12 @@ generic read from C costs ~125 instructions, a dozen of them per publish); the c
 writer, the seqno tracker, the blocking connection's lock and both transports' confirm
 futures are typed and called in C.
 """
-from libc.stdint cimport uint16_t
+from libc.stdint cimport uint16_t, uint64_t
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF
 
+from amqwire.codec.parser cimport command_confirm
 from amqwire.codec.properties cimport BasicProperties
 from amqwire.codec.writer cimport FrameWriter
 from amqwire.client.confirm_tracker cimport ConfirmTracker, SeqnoRun
@@ -28,7 +29,7 @@ from amqwire.codec import BasicAck, encode_publish_iov
 
 from .errors import InvalidStateError
 from .events import Confirmed
-from .lifecycle import ChannelPhase, ChannelStatus
+from .lifecycle import ChannelPhase, ChannelStatus, ConnectionState
 
 #: Bodies this big (bytes) are sent from the caller's buffer, not copied into the writer.
 ZERO_COPY_THRESHOLD = 65536
@@ -39,12 +40,15 @@ cdef Py_ssize_t _ZERO_COPY_THRESHOLD = ZERO_COPY_THRESHOLD
 cdef Py_ssize_t _FLUSH_AT = FLUSH_AT
 cdef object _CHANNEL_OPEN = ChannelStatus.OPEN
 cdef object _PHASE_OPEN = ChannelPhase.OPEN
+cdef object _CONNECTION_OPEN = ConnectionState.OPEN
+cdef long long _MAX_SEQNO = 0x7FFFFFFFFFFFFFFF  # a tag above it names no publish (seqnos are long long)
 
 # The core (protocol.ConnectionProtocol) and its channels' states (protocol.ChannelState).
 cdef Slot _CORE_CHANNELS = Slot("_channels")
 cdef Slot _CORE_WRITER = Slot("_writer")
 cdef Slot _CORE_IOV = Slot("_iov")
 cdef Slot _CORE_FLUSH_DUE = Slot("flush_due")
+cdef Slot _CORE_STATE = Slot("state")
 cdef Slot _STATE_STATE = Slot("state")
 cdef Slot _STATE_CONFIRMS = Slot("confirms")
 cdef Slot _CORE_ACKED = Slot("publishes_acked")
@@ -166,46 +170,80 @@ def core_on_confirm(core, state, method, command, list events):
     ``ConnectionProtocol._on_confirm``: settles the publishes up to the frame's tag in the
     channel's seqno tracker and adds their ``Confirmed`` event (an ack right after another
     ack of the same channel in the same read is folded into its event)."""
-    confirms = slot_get(_STATE_CONFIRMS, state)
-    if confirms is None:
+    cdef uint64_t tag = method.delivery_tag
+    if slot_get(_STATE_CONFIRMS, state) is None:
         core._protocol_error(
             _COMMAND_INVALID, f"{method.NAME} on channel {slot_get(_STATE_ID, state)}, which is not in confirm mode",
             method,
         )
-        return
-    cdef ConfirmTracker tracker = <ConfirmTracker?>confirms
-    tag = method.delivery_tag
-    cdef bint multiple = method.multiple
-    seqnos, tokens = tracker.resolve(tag, multiple)
-    if not seqnos:
-        if multiple and 0 < tag < tracker.next_seqno:
-            return  # everything up to tag was confirmed one by one already
+    elif not _settle(core, state, type(method) is BasicAck, tag, method.multiple, events):
         core._protocol_error(
             _PRECONDITION_FAILED,
             f"{method.NAME} for delivery tag {tag} on channel {slot_get(_STATE_ID, state)}, "
             f"which is not an unconfirmed publish",
             method,
         )
-        return
-    returned = tracker.take_returned(tag, seqnos) if tracker.unmatched_return is not None or tracker.mandatory else None
+
+
+def core_confirm_run(core, list items, list events):
+    """The leading basic.ack and basic.nack frames of a read (``items``, from the parser),
+    for channels open in confirm mode, handled as ``core_on_confirm`` would; returns how
+    many were handled.  ``ConnectionProtocol.receive_data`` hands the rest, from the first
+    other item (or a frame it must refuse), to ``_handle``: a read of acks alone never runs
+    the Python loop."""
+    cdef Py_ssize_t i, n = len(items)
+    cdef int channel = 0
+    cdef uint64_t tag = 0
+    cdef bint multiple = False
+    cdef int kind
+    if slot_get(_CORE_STATE, core) is not _CONNECTION_OPEN:
+        return 0
+    cdef dict channels = slot_get(_CORE_CHANNELS, core)
+    for i in range(n):
+        kind = command_confirm(items[i], &channel, &tag, &multiple)
+        if kind == 0 or channel == 0:
+            return i
+        state = channels.get(channel)
+        if (state is None or slot_get(_STATE_STATE, state) is not _CHANNEL_OPEN
+                or slot_get(_STATE_CONFIRMS, state) is None
+                or not _settle(core, state, kind == 1, tag, multiple, events)):
+            return i  # refused by _handle (or a closing channel's, which it discards)
+    return n
+
+
+cdef bint _settle(object core, object state, bint ack, uint64_t tag, bint multiple, list events) except -1:
+    """Settle an ack or nack of ``tag`` on ``state``'s channel (in confirm mode) and add or
+    fold its ``Confirmed`` event; False if it names no unconfirmed publish (a protocol
+    error the caller reports; nothing was changed)."""
+    cdef ConfirmTracker tracker = <ConfirmTracker>slot_get(_STATE_CONFIRMS, state)
+    if tag > <uint64_t>_MAX_SEQNO:
+        return False
+    seqnos, tokens = tracker.resolve(<long long>tag, multiple)
+    if not seqnos:
+        # nothing left up to tag, all of it confirmed one by one already: not an error
+        return multiple and 0 < tag < <uint64_t>tracker.next_seqno
+    tag_object = tag
+    returned = tracker.take_returned(tag_object, seqnos) \
+        if tracker.unmatched_return is not None or tracker.mandatory else None
     cdef Py_ssize_t settled = len(seqnos)
     if returned is not None:
         slot_set(_CORE_RETURNED, core, slot_get(_CORE_RETURNED, core) + len(returned))
         settled -= len(returned)
     channel_id = slot_get(_STATE_ID, state)
-    if type(method) is BasicAck:
+    if ack:
         slot_set(_CORE_ACKED, core, slot_get(_CORE_ACKED, core) + settled)
         if events:
             last = events[len(events) - 1]  # (built with wraparound off)
             if (type(last) is Confirmed and slot_get(_EVENT_ACK, last)
                     and slot_get(_EVENT_CHANNEL, last) == channel_id):
                 # the ack before this one in this read, on this channel: one event for both
-                _fold(last, seqnos, tokens, returned, tag, multiple)
-                return
-        events.append(_new_confirmed(channel_id, True, seqnos, tokens, returned, tag, multiple))
+                _fold(last, seqnos, tokens, returned, tag_object, multiple)
+                return True
+        events.append(_new_confirmed(channel_id, True, seqnos, tokens, returned, tag_object, multiple))
     else:
         slot_set(_CORE_NACKED, core, slot_get(_CORE_NACKED, core) + settled)
-        events.append(_new_confirmed(channel_id, False, seqnos, tokens, returned, tag, multiple))
+        events.append(_new_confirmed(channel_id, False, seqnos, tokens, returned, tag_object, multiple))
+    return True
 
 
 cdef int _fold(object event, object seqnos, list tokens, object returned, object tag, bint multiple) except -1:
@@ -338,7 +376,6 @@ cdef class ChannelPublisher:
             (<PublishFuture>token).delivery_tag = seqno
             return token
         return self.loop_futures.issued(token, seqno)
-
 
     def on_confirmed(self, event):
         """The broker's verdict (a ``Confirmed`` event) on the channel's publishes: settle

@@ -1156,6 +1156,62 @@ def test_acks_folded_in_order_keep_one_run_and_out_of_order_a_list():
     assert event.acks == [(8, False, 1), (7, True, 3), (10, True, 5)]
 
 
+def test_a_read_of_acks_alone_is_handled_without_the_python_loop(monkeypatch):
+    """A read made only of ack/nack frames of open confirm-mode channels is handled in C
+    (publish_path.core_confirm_run): _handle is never called for it."""
+    p, broker, cid = published_in_confirm_mode(6)
+
+    def refuse(self, items, events):
+        raise AssertionError("_handle called for a read of acks")
+    monkeypatch.setattr(proto.ConnectionProtocol, "_handle", refuse)
+    events = p.receive_data(b"".join([BasicAck(2, True).encode(cid), BasicNack(3, False, True).encode(cid),
+                                      BasicAck(4, False).encode(cid), BasicAck(6, True).encode(cid)]))
+    assert confirmed(events) == [(cid, True, [1, 2], ["t1", "t2"]), (cid, False, [3], ["t3"]),
+                                 (cid, True, [4, 5, 6], ["t4", "t5", "t6"])]
+    assert (p.publishes_acked, p.publishes_nacked) == (5, 1)
+
+
+def test_acks_around_other_frames_keep_the_order_of_the_read():
+    """The leading acks are handled in C, the rest from the first other frame on by _handle
+    (acks after it included): the events come in the order of the read."""
+    p, broker, cid = published_in_confirm_mode(4)
+    events = p.receive_data(b"".join([BasicAck(1, False).encode(cid), BasicCancel("gone", True).encode(cid),
+                                      BasicAck(3, True).encode(cid), BasicAck(4, False).encode(cid)]))
+    assert [type(e) for e in events] == [proto.Confirmed, proto.ConsumerCancelled, proto.Confirmed]
+    assert confirmed(events) == [(cid, True, [1], ["t1"]), (cid, True, [2, 3, 4], ["t2", "t3", "t4"])]
+
+
+def test_a_bad_ack_after_good_ones_in_one_read_settles_those_and_closes():
+    """Acks before a bad one in the same read are settled (their events ride on the error or
+    come back); the bad one closes the connection with 406; what follows is not settled."""
+    p, broker, cid = published_in_confirm_mode(4)
+    exc, events, close = feed_fatal(p, broker, b"".join([BasicAck(1, False).encode(cid), BasicAck(99, False).encode(cid),
+                                                         BasicAck(4, True).encode(cid)]))
+    if exc is not None:
+        events = getattr(exc, "events", None) or events
+    assert confirmed(events) == [(cid, True, [1], ["t1"])]
+    assert close.reply_code == 406 and "delivery tag 99" in close.reply_text
+    assert sorted(token for pairs in p.drain_unconfirmed().values() for _, token in pairs) == ["t2", "t3", "t4"]
+
+
+@pytest.mark.parametrize("tag", [2**63, 2**64 - 1])
+def test_an_ack_beyond_any_seqno_is_a_precondition_failed_not_an_overflow(tag):
+    p, broker, cid = published_in_confirm_mode(2)
+    exc, events, close = feed_fatal(p, broker, BasicAck(tag, True).encode(cid))
+    assert close.reply_code == 406
+    assert close.reply_text == f"basic.ack for delivery tag {tag} on channel {cid}, which is not an unconfirmed publish"
+
+
+def test_acks_on_a_closing_channel_are_discarded_and_on_channel_zero_refused():
+    p, broker, cid = published_in_confirm_mode(2)
+    p.close_channel(cid)
+    broker.sent()
+    assert p.receive_data(BasicAck(2, True).encode(cid)) == []
+    p, broker, cid = published_in_confirm_mode(2)
+    exc, events, close = feed_fatal(p, broker, BasicAck(1, False).encode(0))
+    assert close.reply_code == 504
+
+
 def test_tokens_default_to_none():
     p, broker, cid = published_in_confirm_mode(2, tokens=False)
     assert confirmed(broker.send(cid, BasicAck(2, True))) == [(cid, True, [1, 2], [None, None])]
