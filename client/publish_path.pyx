@@ -78,6 +78,36 @@ cdef extern from "Python.h":
 
 cdef object _CONFIRMED = Confirmed
 
+# The window's counts and flags are Python ints and bools (session.py reads and writes them);
+# these read the common case, a small exact int, without a call into the int type.
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX >= 0x030C0000 && !defined(PYPY_VERSION)
+    #define AMQW_SMALL_INT(o) (PyLong_CheckExact(o) && PyUnstable_Long_IsCompact((PyLongObject *)(o)))
+    #define AMQW_SMALL_VALUE(o) PyUnstable_Long_CompactValue((PyLongObject *)(o))
+    #elif !defined(PYPY_VERSION)
+    #define AMQW_SMALL_INT(o) (PyLong_CheckExact(o) && Py_SIZE(o) >= -1 && Py_SIZE(o) <= 1)
+    #define AMQW_SMALL_VALUE(o) ((Py_ssize_t)Py_SIZE(o) * (Py_ssize_t)((PyLongObject *)(o))->ob_digit[0])
+    #else
+    #define AMQW_SMALL_INT(o) 0
+    #define AMQW_SMALL_VALUE(o) 0
+    #endif
+    /* bool(o) */
+    static CYTHON_INLINE int amqw_truth(PyObject *o) {
+        if (o == Py_True) return 1;
+        if (o == Py_False || o == Py_None) return 0;
+        if (AMQW_SMALL_INT(o)) return AMQW_SMALL_VALUE(o) != 0;
+        return PyObject_IsTrue(o);
+    }
+    /* a >= b */
+    static CYTHON_INLINE int amqw_at_least(PyObject *a, PyObject *b) {
+        if (AMQW_SMALL_INT(a) && AMQW_SMALL_INT(b)) return AMQW_SMALL_VALUE(a) >= AMQW_SMALL_VALUE(b);
+        return PyObject_RichCompareBool(a, b, Py_GE);
+    }
+    """
+    int amqw_truth(object o) except -1
+    int amqw_at_least(object a, object b) except -1
+
 
 cdef object _new_confirmed(object channel_id, bint ack, object seqnos, list tokens, object returned, object tag,
                            bint multiple):
@@ -129,12 +159,23 @@ def core_publish(core, channel, exchange, routing_key, body, properties=None, ma
     return _publish(core, channel, exchange, routing_key, body, properties, mandatory, immediate, token)
 
 
+cdef object _open_channel_state(object core, object channel):
+    """The core's state of ``channel``, open; else InvalidStateError saying why."""
+    state = (<dict>slot_get(_CORE_CHANNELS, core)).get(channel)
+    if state is None or slot_get(_STATE_STATE, state) is not _CHANNEL_OPEN:
+        core._open_state(channel)  # raises
+    return state
+
+
 cdef long long _publish(object core, object channel, object exchange, object routing_key, object body,
                         object properties, bint mandatory, bint immediate, object token) except -1:
-    cdef dict channels = slot_get(_CORE_CHANNELS, core)
-    state = channels.get(channel)
-    if state is None or slot_get(_STATE_STATE, state) is not _CHANNEL_OPEN:
-        core._open_state(channel)  # raises InvalidStateError saying why
+    return _publish_on(core, _open_channel_state(core, channel), channel, exchange, routing_key, body,
+                       properties, mandatory, immediate, token)
+
+
+cdef long long _publish_on(object core, object state, object channel, object exchange, object routing_key,
+                           object body, object properties, bint mandatory, bint immediate, object token) except -1:
+    """``_publish`` on the core's open ``state`` of ``channel``."""
     cdef FrameWriter writer = slot_get(_CORE_WRITER, core)
     iov = slot_get(_CORE_IOV, core)
     if PyBytes_CheckExact(body) and PyBytes_GET_SIZE(body) >= _ZERO_COPY_THRESHOLD:
@@ -285,6 +326,11 @@ cdef class ChannelPublisher:
     less per publish."""
 
     cdef object channel, connection, lifecycle, io
+    # The core's state of the channel as of the last publish, and that core: a state leaves
+    # the core's channels only by a transition out of OPEN, never to come back (lifecycle's
+    # CHANNEL_TRANSITIONS), so while it is OPEN and the connection has that core, it is
+    # the channel's, without a lookup per publish.
+    cdef object open_state, state_core
     cdef ReentrantLock thread_lock  # the blocking transport's, taken in C; None on asyncio (NoLock)
     # the channel's futures, made and issued in C: the blocking transport's, or asyncio's
     cdef ConfirmFutures thread_futures
@@ -328,11 +374,11 @@ cdef class ChannelPublisher:
     cdef object if_room(self, object exchange, object routing_key, object body, object properties,
                         bint mandatory, object callback):
         cdef object channel = self.channel, connection = self.connection
-        if (not slot_get(self.confirm_window, channel)
+        if (not amqw_truth(slot_get(self.confirm_window, channel))
                 or slot_get(self.tracing, connection) is not None
-                or slot_get(self.held, connection)
-                or slot_get(self.flow_paused, channel)
-                or slot_get(self.unsettled, channel) >= slot_get(self.max_in_flight, channel)):
+                or amqw_truth(slot_get(self.held, connection))
+                or amqw_truth(slot_get(self.flow_paused, channel))
+                or amqw_at_least(slot_get(self.unsettled, channel), slot_get(self.max_in_flight, channel))):
             return None
         return self.publish_now(exchange, routing_key, body, properties, mandatory, callback)
 
@@ -357,9 +403,16 @@ cdef class ChannelPublisher:
             if not slot_get(_USABLE, self.lifecycle):  # a closed channel: the core refuses it below
                 channel._check()
             core = slot_get(self.core, connection)
+            channel_id = slot_get(self.channel_id, channel)
             try:
-                seqno = _publish(core, slot_get(self.channel_id, channel), exchange, routing_key, body,
-                                 properties, mandatory, False, token)
+                state = self.open_state
+                if (state is None or core is not self.state_core
+                        or slot_get(_STATE_STATE, state) is not _CHANNEL_OPEN):
+                    self.open_state = self.state_core = None
+                    state = _open_channel_state(core, channel_id)
+                    self.open_state, self.state_core = state, core
+                seqno = _publish_on(core, state, channel_id, exchange, routing_key, body,
+                                    properties, mandatory, False, token)
             except InvalidStateError:
                 channel._check()  # the connection or channel went away meanwhile: say why
                 raise
@@ -370,7 +423,7 @@ cdef class ChannelPublisher:
         finally:
             if thread_lock is not None:
                 lock_give(thread_lock)
-        if not slot_get(self.flush_later, connection) or slot_get(_CORE_FLUSH_DUE, core):
+        if not amqw_truth(slot_get(self.flush_later, connection)) or amqw_truth(slot_get(_CORE_FLUSH_DUE, core)):
             self.io.flush_soon()
         if self.thread_futures is not None:
             (<PublishFuture>token).delivery_tag = seqno
