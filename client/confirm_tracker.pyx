@@ -8,6 +8,7 @@ resolved slot lets go of its token at once; the list is cut when everything in i
 resolved, or when its resolved head outgrows the rest.
 """
 cimport cython
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
 
 from collections.abc import Sequence
 
@@ -91,6 +92,81 @@ cdef class SeqnoRun:
 
 
 Sequence.register(SeqnoRun)
+
+
+@cython.final
+cdef class AckFrames:
+    """The ack frames folded into one ``Confirmed`` event, as they came: a read-only sequence
+    of ``(delivery_tag, multiple, end)``, equal to the list of those tuples.  Kept as C
+    values, so a frame folded in costs no tuple and no ints (the tuples are made when
+    read: by a confirm listener's dispatch, or a test)."""
+
+    def __init__(self, frames=()):
+        for tag, multiple, end in frames:
+            self.add(tag, multiple, end)
+
+    def __dealloc__(self):
+        PyMem_Free(self._frames)
+
+    cdef int add(self, unsigned long long tag, bint multiple, Py_ssize_t end) except -1:
+        """One more frame: its delivery tag, multiple flag, and where its publishes end."""
+        cdef Py_ssize_t cap
+        cdef AckFrame *grown
+        if self._len == self._cap:
+            cap = 8 if self._cap == 0 else 2 * self._cap
+            grown = <AckFrame *>PyMem_Realloc(self._frames, cap * sizeof(AckFrame))
+            if grown == NULL:
+                raise MemoryError()
+            self._frames, self._cap = grown, cap
+        self._frames[self._len].tag = tag
+        self._frames[self._len].multiple = multiple
+        self._frames[self._len].end = end
+        self._len += 1
+        return 0
+
+    cdef tuple _frame(self, Py_ssize_t i):
+        cdef AckFrame *frame = &self._frames[i]
+        return (frame.tag, frame.multiple, frame.end)
+
+    def __len__(self):
+        return self._len
+
+    def __getitem__(self, index, /):
+        cdef Py_ssize_t i
+        if isinstance(index, slice):
+            return [self._frame(i) for i in range(*index.indices(self._len))]
+        i = index
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError("ack frame index out of range")
+        return self._frame(i)
+
+    def __iter__(self):
+        cdef Py_ssize_t i = 0
+        while i < self._len:  # (frames added meanwhile are seen, as a list's iterator would)
+            yield self._frame(i)
+            i += 1
+
+    def __eq__(self, other, /):
+        if isinstance(other, (AckFrames, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __ne__(self, other, /):
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"AckFrames({list(self)!r})"
+
+    def __reduce__(self):
+        return AckFrames, (list(self),)
+
+
+Sequence.register(AckFrames)
 
 
 cdef class ConfirmTracker:
@@ -185,7 +261,42 @@ cdef class ConfirmTracker:
             slots[head] = None
             head += 1
             base += 1
-        while head < size and slots[head] is _DONE:  # settled out of order before: base stays the lowest unresolved
+        self._advance(slots, head, base)
+        return result, tokens
+
+    cdef Py_ssize_t take_in_order(self, long long delivery_tag, bint multiple, list tokens) except -2:
+        """``resolve`` of an ack that settles the lowest unresolved seqnos in order (a single
+        ack of ``base``, or a multiple ack up to ``delivery_tag`` of seqnos none of which was
+        settled out of order): their tokens appended to ``tokens``, no result objects made;
+        how many it settled (the seqnos ``base`` before the call on).  -1 when the ack is
+        not that: nothing changed, ``resolve`` decides (the next in-order ack of a read,
+        folded into the event of the one before: publish_path._settle)."""
+        cdef list slots = self._slots
+        cdef Py_ssize_t head = self._head
+        cdef long long base = self.base
+        cdef Py_ssize_t count, i
+        if delivery_tag < base or delivery_tag - base >= len(slots) - head:
+            return -1
+        if not multiple:
+            if delivery_tag != base:
+                return -1
+            count = 1
+        else:
+            count = <Py_ssize_t>(delivery_tag - base) + 1
+        for i in range(head, head + count):
+            if slots[i] is _DONE:
+                return -1
+        for i in range(head, head + count):
+            tokens.append(slots[i])
+            slots[i] = None
+        self._advance(slots, head + count, base + count)
+        return count
+
+    cdef Py_ssize_t _advance(self, list slots, Py_ssize_t head, long long base) except -1:
+        """Resolved up to ``head`` (seqno ``base``): past the slots settled out of order that
+        follow (base stays the lowest unresolved), the list cut when it can be."""
+        cdef Py_ssize_t size = len(slots)
+        while head < size and slots[head] is _DONE:
             slots[head] = None
             head += 1
             base += 1
@@ -197,7 +308,7 @@ cdef class ConfirmTracker:
             del slots[:head]
             head = 0
         self._head = head
-        return result, tokens
+        return 0
 
     def match_return(self, returned):
         """Record a basic.return against the first unconfirmed mandatory publish it matches."""

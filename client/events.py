@@ -144,7 +144,8 @@ class Confirmed(_Event):
 
     The basic.acks of one read on one channel, one after the other, come as one event
     (folded by the core, publish_path.core_on_confirm): ``acks`` then lists each as it came,
-    ``(delivery_tag, multiple, end)``, where its publishes are ``seqnos[previous end:end]``;
+    ``(delivery_tag, multiple, end)`` (an ``AckFrames``, equal to the list of those tuples),
+    where its publishes are ``seqnos[previous end:end]``;
     it is None for a single frame, whose ``delivery_tag`` and ``multiple`` are the event's (a
     folded event's are its last)."""
 
@@ -161,7 +162,7 @@ class Confirmed(_Event):
         self.returned = returned
         self.delivery_tag = delivery_tag  # of the broker's ack/nack, as it came
         self.multiple = multiple
-        self.acks: Optional[list[tuple[int, bool, int]]] = None
+        self.acks: Optional[Sequence[tuple[int, bool, int]]] = None
 
 
 class ConsumerCancelled(_Event):

@@ -19,7 +19,7 @@ from cpython.ref cimport Py_DECREF
 from amqwire.codec.parser cimport command_confirm
 from amqwire.codec.properties cimport BasicProperties
 from amqwire.codec.writer cimport FrameWriter
-from amqwire.client.confirm_tracker cimport ConfirmTracker, SeqnoRun
+from amqwire.client.confirm_tracker cimport AckFrame, AckFrames, ConfirmTracker, SeqnoRun
 from amqwire.client.thread_future cimport ConfirmFutures, PublishFuture, settle_acked
 from amqwire.client.loop_future cimport LoopConfirmFutures, loop_settle_acked
 from amqwire.client.slots cimport Slot, slot_get, slot_set
@@ -217,13 +217,19 @@ def core_on_confirm(core, state, method, command, list events):
             _COMMAND_INVALID, f"{method.NAME} on channel {slot_get(_STATE_ID, state)}, which is not in confirm mode",
             method,
         )
-    elif not _settle(core, state, type(method) is BasicAck, tag, method.multiple, events):
+    elif not _settle(core, state, type(method) is BasicAck, tag, method.multiple, events, NULL):
         core._protocol_error(
             _PRECONDITION_FAILED,
             f"{method.NAME} for delivery tag {tag} on channel {slot_get(_STATE_ID, state)}, "
             f"which is not an unconfirmed publish",
             method,
         )
+
+
+cdef struct Folds:
+    # What a run of folded acks (_fold_in_order) leaves to do once, at the end of the run:
+    PyObject *event  # the event (held by the events list) whose delivery_tag and multiple are not set yet
+    Py_ssize_t acked  # publishes acked, not counted in publishes_acked yet
 
 
 def core_confirm_run(core, list items, list events):
@@ -237,28 +243,63 @@ def core_confirm_run(core, list items, list events):
     cdef uint64_t tag = 0
     cdef bint multiple = False
     cdef int kind
+    cdef int state_of = 0  # the channel ``state`` is of (nothing in the loop changes it)
     if slot_get(_CORE_STATE, core) is not _CONNECTION_OPEN:
         return 0
     cdef dict channels = slot_get(_CORE_CHANNELS, core)
-    for i in range(n):
-        kind = command_confirm(items[i], &channel, &tag, &multiple)
-        if kind == 0 or channel == 0:
-            return i
-        state = channels.get(channel)
-        if (state is None or slot_get(_STATE_STATE, state) is not _CHANNEL_OPEN
-                or slot_get(_STATE_CONFIRMS, state) is None
-                or not _settle(core, state, kind == 1, tag, multiple, events)):
-            return i  # refused by _handle (or a closing channel's, which it discards)
-    return n
+    cdef Folds folds
+    folds.event = NULL
+    folds.acked = 0
+    state = None
+    try:
+        for i in range(n):
+            kind = command_confirm(items[i], &channel, &tag, &multiple)
+            if kind == 0 or channel == 0:
+                return i
+            if channel != state_of:
+                state = channels.get(channel)
+                if (state is None or slot_get(_STATE_STATE, state) is not _CHANNEL_OPEN
+                        or slot_get(_STATE_CONFIRMS, state) is None):
+                    return i  # refused by _handle (or a closing channel's, which it discards)
+                state_of = channel
+            if not _settle(core, state, kind == 1, tag, multiple, events, &folds):
+                return i
+        return n
+    finally:
+        _finish_folds(core, &folds)
 
 
-cdef bint _settle(object core, object state, bint ack, uint64_t tag, bint multiple, list events) except -1:
+cdef int _finish_folds(object core, Folds *folds) except -1:
+    """Set the event's ``delivery_tag`` and ``multiple`` (its last frame's) and count the
+    publishes acked."""
+    if folds.event != NULL:
+        _finish_event(<object>folds.event)
+        folds.event = NULL
+    if folds.acked:
+        slot_set(_CORE_ACKED, core, slot_get(_CORE_ACKED, core) + folds.acked)
+        folds.acked = 0
+    return 0
+
+
+cdef int _finish_event(object event) except -1:
+    cdef AckFrames acks = <AckFrames>slot_get(_EVENT_ACKS, event)
+    cdef AckFrame *last = &acks._frames[acks._len - 1]
+    slot_set(_EVENT_TAG, event, last.tag)
+    slot_set(_EVENT_MULTIPLE, event, last.multiple)
+    return 0
+
+
+cdef bint _settle(object core, object state, bint ack, uint64_t tag, bint multiple, list events,
+                 Folds *folds) except -1:
     """Settle an ack or nack of ``tag`` on ``state``'s channel (in confirm mode) and add or
     fold its ``Confirmed`` event; False if it names no unconfirmed publish (a protocol
     error the caller reports; nothing was changed)."""
     cdef ConfirmTracker tracker = <ConfirmTracker>slot_get(_STATE_CONFIRMS, state)
     if tag > <uint64_t>_MAX_SEQNO:
         return False
+    if (ack and events and tracker.unmatched_return is None and not tracker.mandatory
+            and _fold_in_order(core, state, tracker, events[len(events) - 1], <long long>tag, multiple, folds)):
+        return True
     seqnos, tokens = tracker.resolve(<long long>tag, multiple)
     if not seqnos:
         # nothing left up to tag, all of it confirmed one by one already: not an error
@@ -287,16 +328,60 @@ cdef bint _settle(object core, object state, bint ack, uint64_t tag, bint multip
     return True
 
 
+cdef AckFrames _ack_frames(object event, Py_ssize_t end):
+    """The ``acks`` of an event a frame is folded into: made on the first fold, with the
+    event's own frame (its publishes end at ``end``) first."""
+    acks = slot_get(_EVENT_ACKS, event)
+    if acks is None:
+        acks = AckFrames.__new__(AckFrames)
+        (<AckFrames>acks).add(slot_get(_EVENT_TAG, event), slot_get(_EVENT_MULTIPLE, event), end)
+        slot_set(_EVENT_ACKS, event, acks)
+    return <AckFrames?>acks
+
+
+cdef bint _fold_in_order(object core, object state, ConfirmTracker tracker, object last, long long tag,
+                         bint multiple, Folds *folds) except -1:
+    """An ack that goes on from the ack before it in the read (``last``'s, on the same
+    channel): its publishes' tokens appended to that event's, its run of seqnos extended,
+    the frame recorded in ``acks`` (as ``_fold`` does), and nothing else made for it (the
+    common case pipelined: the broker acks each publish or a few at a time).  False when
+    it is not that: nothing changed, ``_settle`` goes the general way."""
+    if type(last) is not Confirmed or slot_get(_EVENT_ACK, last) is not True:
+        return False
+    channel_id = slot_get(_STATE_ID, state)
+    event_channel = slot_get(_EVENT_CHANNEL, last)
+    if event_channel is not channel_id and event_channel != channel_id:
+        return False
+    seqnos = slot_get(_EVENT_SEQNOS, last)
+    if type(seqnos) is not SeqnoRun or (<SeqnoRun>seqnos).stop != tracker.base:
+        return False
+    cdef list tokens = slot_get(_EVENT_TOKENS, last)
+    cdef Py_ssize_t before = len(tokens)
+    cdef Py_ssize_t count = tracker.take_in_order(tag, multiple, tokens)
+    if count < 0:
+        return False
+    (<SeqnoRun>seqnos).stop += count
+    cdef AckFrames acks = _ack_frames(last, before)
+    acks.add(<uint64_t>tag, multiple, before + count)
+    if folds == NULL:
+        slot_set(_CORE_ACKED, core, slot_get(_CORE_ACKED, core) + count)
+        _finish_event(last)
+        return True
+    # a read's run of acks (core_confirm_run): the event's tag and the count set once, at its end
+    if folds.event != <PyObject *>last:
+        _finish_folds(core, folds)
+        folds.event = <PyObject *>last
+    folds.acked += count
+    return True
+
+
 cdef int _fold(object event, object seqnos, list tokens, object returned, object tag, bint multiple) except -1:
     """Add an ack frame's publishes to the Confirmed event of the ack frame before it:
     ``acks`` lists each frame as it came, ``(delivery_tag, multiple, end)``, and the
     event's ``delivery_tag`` and ``multiple`` become the last frame's.  Two runs of
     seqnos that meet (in-order acks) stay one run."""
     cdef list event_tokens = slot_get(_EVENT_TOKENS, event)
-    acks = slot_get(_EVENT_ACKS, event)
-    if acks is None:
-        acks = [(slot_get(_EVENT_TAG, event), slot_get(_EVENT_MULTIPLE, event), len(event_tokens))]
-        slot_set(_EVENT_ACKS, event, acks)
+    cdef AckFrames acks = _ack_frames(event, len(event_tokens))
     event_seqnos = slot_get(_EVENT_SEQNOS, event)
     if type(event_seqnos) is not SeqnoRun or not (<SeqnoRun>event_seqnos).join(seqnos):
         # not the run that follows on (single acks out of order): a list of what was settled
@@ -305,7 +390,7 @@ cdef int _fold(object event, object seqnos, list tokens, object returned, object
             slot_set(_EVENT_SEQNOS, event, event_seqnos)
         (<list>event_seqnos).extend(seqnos)
     event_tokens.extend(tokens)
-    acks.append((tag, multiple, len(event_tokens)))
+    acks.add(tag, multiple, len(event_tokens))
     if returned is not None:
         event_returned = slot_get(_EVENT_RETURNED, event)
         if event_returned is None:

@@ -126,9 +126,6 @@ def _repr_masking(Method m, tuple secret):
     args = ", ".join(f"{k}=<masked>" if k in secret else f"{k}={v!r}" for k, v in zip(m.FIELDS, m._values()))
     return f"{type(m).__name__}({args})"
 
-    def __reduce__(self):
-        return (type(self), self._values())
-
 
 cdef Method read_method(ReadView *v):
     """Decode a whole method frame payload: ids, arguments, and nothing after them."""
@@ -148,7 +145,8 @@ cdef Method read_method(ReadView *v):
             f"unknown method {class_id}.{method_id} (index 0x{(class_id << 16) | method_id:08X}) "
             f"at offset {at}", offset=at)
     m = reader(v)
-    expect_end(v, m.NAME)
+    if v.pos != v.len:  # (the name, a class attribute lookup, only for the error)
+        expect_end(v, m.NAME)
     return m
 
 

@@ -8,6 +8,8 @@ import pickle
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import amqwire.codec as codec
 from amqwire.codec import (
@@ -53,7 +55,7 @@ from amqwire.codec import (
     QueueDeclareOk,
 )
 from amqwire.client import protocol as proto
-from amqwire.client.confirm_tracker import SeqnoRun
+from amqwire.client.confirm_tracker import AckFrames, SeqnoRun
 from amqwire.client.errors import AMQPError, AuthenticationError, InvalidStateError, NotFound
 from amqwire.client.lifecycle import fire
 
@@ -1027,6 +1029,29 @@ def test_a_seqno_run_is_the_sequence_its_range_is(start, stop):
         hash(run)
 
 
+@pytest.mark.parametrize("count", [0, 1, 8, 9, 100])
+def test_ack_frames_are_the_list_of_their_tuples(count):
+    """A folded event's ``acks``: C values that read, compare and pickle as the list of
+    (delivery_tag, multiple, end) tuples they stand for, however many frames it grew to."""
+    same = [(2**63 - 1 - n if n % 3 else n, bool(n % 2), 2 * n + 1) for n in range(count)]
+    frames = AckFrames(same)
+    assert len(frames) == count and list(frames) == same and frames == same and frames == tuple(same)
+    assert frames == AckFrames(same) and not (frames != same) and frames != same + [(1, True, 1)]
+    assert frames != "x" and not (frames == {0})
+    for index in range(-count, count):
+        assert frames[index] == same[index]
+    assert frames[1:] == same[1:] and frames[::-2] == same[::-2]
+    for index in (count, -count - 1):
+        with pytest.raises(IndexError):
+            frames[index]
+    assert isinstance(frames, collections.abc.Sequence) and bool(frames) == bool(same)
+    assert pickle.loads(pickle.dumps(frames)) == same and repr(frames) == f"AckFrames({same!r})"
+    with pytest.raises(TypeError):
+        hash(frames)
+    with pytest.raises(OverflowError):
+        AckFrames([(-1, False, 0)])
+
+
 def test_the_confirm_tracker_keeps_its_seqnos_when_it_cuts_its_resolved_head():
     """A long resolved head is cut from the slots while later seqnos are unresolved (one
     settled out of order among them): every seqno still maps to its own token."""
@@ -1154,6 +1179,86 @@ def test_acks_folded_in_order_keep_one_run_and_out_of_order_a_list():
     assert type(event.seqnos) is list and event.seqnos == [8, 6, 7, 9, 10]
     assert event.tokens == ["t8", "t6", "t7", "t9", "t10"]
     assert event.acks == [(8, False, 1), (7, True, 3), (10, True, 5)]
+
+
+def _model_confirms(publishes, reads):
+    """What the core must report for ``reads`` (lists of (channel index, ack, tag, multiple))
+    of ack and nack frames on channels with ``publishes`` unconfirmed each: the events, as
+    (channel index, ack, seqnos, acks or None, delivery_tag, multiple), and the counts."""
+    unsettled = [set(range(1, n + 1)) for n in publishes]
+    events, acked, nacked = [], 0, 0
+    for frames in reads:
+        last = None
+        for index, ack, tag, multiple in frames:
+            pending = unsettled[index]
+            settled = sorted(s for s in pending if s <= tag) if multiple else [tag]
+            pending.difference_update(settled)
+            if not settled:
+                continue  # a multiple ack of what is settled already: nothing, and no fold ended
+            acked, nacked = (acked + len(settled), nacked) if ack else (acked, nacked + len(settled))
+            if ack and last is not None and last[0] == index and last[1]:
+                seqnos, acks = last[2] + settled, last[3] or [(last[4], last[5], len(last[2]))]
+                last = (index, True, seqnos, acks + [(tag, multiple, len(seqnos))], tag, multiple)
+                events[-1] = last
+            else:
+                last = (index, ack, settled, None, tag, multiple)
+                events.append(last)
+    return events, acked, nacked
+
+
+@st.composite
+def _ack_reads(draw):
+    """Reads of valid ack and nack frames on two channels: in-order and out-of-order singles,
+    multiples (some covering what is settled already), nacks, cut into reads anywhere."""
+    publishes = [draw(st.integers(1, 40)), draw(st.integers(0, 12))]
+    unsettled = [set(range(1, n + 1)) for n in publishes]
+    frames = []
+    for _ in range(draw(st.integers(1, 40))):
+        index = draw(st.sampled_from([i for i in (0, 1) if publishes[i]]))
+        pending = unsettled[index]
+        in_order = min(pending) if pending else None
+        kind = draw(st.sampled_from(["next", "single", "multiple", "multiple"]))
+        if kind != "multiple" and not pending:
+            continue
+        if kind == "next":
+            tag, multiple = in_order, False
+        elif kind == "single":
+            tag, multiple = draw(st.sampled_from(sorted(pending))), False
+        else:
+            tag, multiple = draw(st.integers(1, publishes[index])), True
+        pending.difference_update(s for s in list(pending) if s <= tag) if multiple else pending.discard(tag)
+        frames.append((index, draw(st.booleans()) or draw(st.booleans()), tag, multiple))
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(frames) - 1)), max_size=4)))
+    reads = [frames[a:b] for a, b in zip([0] + cuts, cuts + [len(frames)])]
+    return publishes, [read for read in reads if read]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ack_reads())
+def test_every_read_of_acks_and_nacks_gives_what_the_model_says(case):
+    """However a broker's acks and nacks fall into reads (in order or not, single or
+    multiple, on two channels), the core's events (seqnos, tokens, the frames of a fold)
+    and its counts are what a plain model of the frames says."""
+    publishes, reads = case
+    p, broker, _ = connect()
+    cids = [open_channel(p, broker), open_channel(p, broker)]
+    for cid in cids:
+        confirm_mode(p, broker, cid)
+    for cid, n in zip(cids, publishes):
+        for i in range(n):
+            p.publish(cid, "ex", "rk", b"m", token=(cid, i + 1))
+    broker.sent()
+    got = []
+    for frames in reads:
+        data = b"".join((BasicAck(tag, multiple) if ack else BasicNack(tag, multiple, False)).encode(cids[index])
+                        for index, ack, tag, multiple in frames)
+        for event in of_type(p.receive_data(data), proto.Confirmed):
+            index = cids.index(event.channel_id)
+            assert event.tokens == [(event.channel_id, s) for s in event.seqnos]
+            got.append((index, event.ack, list(event.seqnos), event.acks, event.delivery_tag, event.multiple))
+    events, acked, nacked = _model_confirms(publishes, reads)
+    assert got == events
+    assert (p.publishes_acked, p.publishes_nacked) == (acked, nacked)
 
 
 def test_a_read_of_acks_alone_is_handled_without_the_python_loop(monkeypatch):
