@@ -78,10 +78,6 @@ cdef class SeqnoRun:
             return list(range(self.start, self.stop)) == list(other)
         return NotImplemented
 
-    def __ne__(self, other, /):
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
     __hash__ = None
 
     def __repr__(self):
@@ -152,10 +148,6 @@ cdef class AckFrames:
         if isinstance(other, (AckFrames, list, tuple)):
             return list(self) == list(other)
         return NotImplemented
-
-    def __ne__(self, other, /):
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
 
     __hash__ = None
 
