@@ -389,14 +389,15 @@ class ConnectionProtocol:
 
     def buffers_to_send(self) -> list[Any]:
         """All output queued so far as a list of buffers for ``socket.sendmsg``: big bodies
-        are memoryview slices of the caller's body, not copies."""
+        are memoryview slices of the caller's body and a big run of frames the writer's own
+        memory (``FrameWriter.take_view``), not copies."""
         self.flush_due = False
         if self._iov:
             self._spill_writer()
             pieces, self._iov = self._iov, []
             self.bytes_sent += sum(len(piece) for piece in pieces)
             return pieces
-        data = self._writer.take()
+        data = self._writer.take_view()  # big output: the writer's memory, not a copy
         if not data:
             return []
         self.bytes_sent += len(data)
@@ -411,7 +412,7 @@ class ConnectionProtocol:
 
     def _spill_writer(self) -> None:
         if len(self._writer):
-            self._iov.append(self._writer.take())
+            self._iov.append(self._writer.take_view())
 
     # ------------------------------------------------------------------ handshake / connection
 

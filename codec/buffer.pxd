@@ -36,6 +36,7 @@ cdef enum:
     FRAME_HEADER_SIZE = 7      # type, channel, size
     FRAME_OVERHEAD = 8         # header + end octet
     FRAME_MIN_SIZE = 4096      # the smallest frame_max a peer may negotiate
+    HAND_OVER_AT = 4096        # WriteBuffer.take_view hands its memory over from this many bytes
     MAX_NESTING = 64           # tables and arrays nested deeper than this are refused
 
 
@@ -74,6 +75,7 @@ cdef class WriteBuffer:
     cdef Py_ssize_t begin_frame(self, uint8_t frame_type, uint16_t channel) except -1
     cdef int end_frame(self, Py_ssize_t start, Py_ssize_t frame_max) except -1
     cdef bytes to_bytes(self)
+    cdef object take_view(self)
 
     cdef inline int ensure(self, Py_ssize_t extra) except -1:
         if self._len + extra > self._cap:

@@ -1,3 +1,5 @@
+from typing import final
+
 class WriteBuffer:
     """A growable byte buffer (the Cython-level API is cimported from buffer.pxd)."""
     # __cinit__ at run time: the arguments go to __new__
@@ -5,3 +7,8 @@ class WriteBuffer:
     def __len__(self) -> int: ...
     def getvalue(self) -> bytes: ...
     def clear(self) -> None: ...
+
+@final
+class Written:
+    """Bytes a WriteBuffer handed over (FrameWriter.take_view): read through the buffer protocol."""
+    def __len__(self) -> int: ...

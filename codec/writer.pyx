@@ -405,5 +405,11 @@ cdef class FrameWriter:
         self.buf._len = 0
         return data
 
+    def take_view(self):
+        """Everything written so far, for a socket write; the writer is left empty.  Bytes
+        when small; from ``HAND_OVER_AT`` bytes a read-only memoryview of the writer's own
+        memory, handed over rather than copied (the writer goes on in fresh memory)."""
+        return self.buf.take_view()
+
     def clear(self):
         self.buf._len = 0
