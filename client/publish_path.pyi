@@ -1,5 +1,5 @@
 import asyncio
-from typing import Any, Callable, Final, Optional
+from typing import Any, Callable, Final, Optional, final
 
 from amqwire.codec import BasicProperties
 
@@ -29,8 +29,13 @@ def core_publish(
 def core_on_confirm(core: Any, state: Any, method: Any, command: Any, events: list[Any]) -> None: ...
 def core_confirm_run(core: Any, items: list[Any], events: list[Any]) -> int: ...
 
+@final
 class ChannelPublisher:
-    def __init__(self, channel: Any, connection: Any, waits: Any) -> None: ...
+    confirm_window: int
+    max_in_flight: int
+    unsettled: int
+    progress_below: int
+    def __init__(self, channel: Any, connection: Any, waits: Any, progress_below: int) -> None: ...
     def publish(
         self, exchange: str, routing_key: str, body: Any, properties: Optional[BasicProperties], mandatory: bool,
         callback: Any,

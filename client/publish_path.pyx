@@ -11,6 +11,7 @@ generic read from C costs ~125 instructions, a dozen of them per publish); the c
 writer, the seqno tracker, the blocking connection's lock and both transports' confirm
 futures are typed and called in C.
 """
+cimport cython
 from libc.stdint cimport uint16_t, uint64_t
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
 from cpython.object cimport PyObject
@@ -78,8 +79,8 @@ cdef extern from "Python.h":
 
 cdef object _CONFIRMED = Confirmed
 
-# The window's counts and flags are Python ints and bools (session.py reads and writes them);
-# these read the common case, a small exact int, without a call into the int type.
+# The channel's and connection's flags are Python bools or ints (session.py writes them);
+# this reads the common case, True, False or a small exact int, without a call into the int type.
 cdef extern from *:
     """
     #if PY_VERSION_HEX >= 0x030C0000 && !defined(PYPY_VERSION)
@@ -99,14 +100,8 @@ cdef extern from *:
         if (AMQW_SMALL_INT(o)) return AMQW_SMALL_VALUE(o) != 0;
         return PyObject_IsTrue(o);
     }
-    /* a >= b */
-    static CYTHON_INLINE int amqw_at_least(PyObject *a, PyObject *b) {
-        if (AMQW_SMALL_INT(a) && AMQW_SMALL_INT(b)) return AMQW_SMALL_VALUE(a) >= AMQW_SMALL_VALUE(b);
-        return PyObject_RichCompareBool(a, b, Py_GE);
-    }
     """
     int amqw_truth(object o) except -1
-    int amqw_at_least(object a, object b) except -1
 
 
 cdef object _new_confirmed(object channel_id, bint ack, object seqnos, list tokens, object returned, object tag,
@@ -402,14 +397,23 @@ cdef int _fold(object event, object seqnos, list tokens, object returned, object
     return 0
 
 
+@cython.final
 cdef class ChannelPublisher:
     """A channel's confirm-mode publishes once ``publish_async`` has room (the channel in
     confirm mode, its connection not held): ``publish`` makes the future, queues the
     publish under the connection's lock, counts it unsettled, has it written, and returns
     the future.  It keeps what that reads and never changes (the channel's connection, its
     lock, lifecycle and I/O, the channel's futures): each is a generic attribute read
-    less per publish."""
+    less per publish.
 
+    It holds the channel's confirm window, as C counts that every publish and ack frame
+    reads and writes without making an int (the channel's ``_confirm_window``,
+    ``_max_in_flight``, ``_unsettled`` and ``_progress_below`` are these fields)."""
+
+    cdef public long long confirm_window  # confirm_select's max_in_flight; 0: not in confirm mode
+    cdef public long long max_in_flight  # unconfirmed publishes allowed now: the window, or less while watched
+    cdef public long long unsettled  # confirm-mode publishes whose futures are not settled yet
+    cdef public long long progress_below  # wake confirm waiters once unsettled is at most this
     cdef object channel, connection, lifecycle, io
     # The core's state of the channel as of the last publish, and that core: a state leaves
     # the core's channels only by a transition out of OPEN, never to come back (lifecycle's
@@ -421,11 +425,12 @@ cdef class ChannelPublisher:
     cdef ConfirmFutures thread_futures
     cdef LoopConfirmFutures loop_futures
     # of the channel and the connection (their types differ between the transports)
-    cdef Slot channel_id, unsettled, core, observer, to_stamp, flush_later
-    cdef Slot confirm_window, flow_paused, max_in_flight, tracing, held
-    cdef Slot listeners, channel_lifecycle, progress_below
+    cdef Slot channel_id, core, observer, to_stamp, flush_later
+    cdef Slot flow_paused, tracing, held
+    cdef Slot listeners, channel_lifecycle
 
-    def __init__(self, channel, connection, waits):
+    def __init__(self, channel, connection, waits, long long progress_below):
+        self.progress_below = progress_below
         self.channel = channel
         self.connection = connection
         self.lifecycle = connection._lifecycle
@@ -442,28 +447,23 @@ cdef class ChannelPublisher:
         else:
             raise TypeError(f"a channel's futures are ConfirmFutures or LoopConfirmFutures, not {type(waits).__name__}")
         self.channel_id = Slot("channel_id")
-        self.unsettled = Slot("_unsettled")
         self.core = Slot("_core")
         self.observer = Slot("_observer")
         self.to_stamp = Slot("_to_stamp")
         self.flush_later = Slot("_flush_later")
-        self.confirm_window = Slot("_confirm_window")
         self.flow_paused = Slot("_flow_paused")
-        self.max_in_flight = Slot("_max_in_flight")
         self.tracing = Slot("_tracing")
         self.held = Slot("_held")
         self.listeners = Slot("_listeners")
         self.channel_lifecycle = Slot("_lifecycle")
-        self.progress_below = Slot("_progress_below")
 
     cdef object if_room(self, object exchange, object routing_key, object body, object properties,
                         bint mandatory, object callback):
         cdef object channel = self.channel, connection = self.connection
-        if (not amqw_truth(slot_get(self.confirm_window, channel))
+        if (not self.confirm_window or self.unsettled >= self.max_in_flight
                 or slot_get(self.tracing, connection) is not None
                 or amqw_truth(slot_get(self.held, connection))
-                or amqw_truth(slot_get(self.flow_paused, channel))
-                or amqw_at_least(slot_get(self.unsettled, channel), slot_get(self.max_in_flight, channel))):
+                or amqw_truth(slot_get(self.flow_paused, channel))):
             return None
         return self.publish_now(exchange, routing_key, body, properties, mandatory, callback)
 
@@ -501,7 +501,7 @@ cdef class ChannelPublisher:
             except InvalidStateError:
                 channel._check()  # the connection or channel went away meanwhile: say why
                 raise
-            slot_set(self.unsettled, channel, slot_get(self.unsettled, channel) + 1)
+            self.unsettled += 1
             if slot_get(self.observer, connection) is not None and connection._metrics is not None:  # (a property)
                 # stamped when written (see ConnectionBase._take_output)
                 slot_get(self.to_stamp, connection)[channel] = None
@@ -539,13 +539,13 @@ cdef class ChannelPublisher:
         if thread_lock is not None:
             lock_take(thread_lock)
         try:
-            slot_set(self.unsettled, channel, slot_get(self.unsettled, channel) - count)
+            self.unsettled -= count
         finally:
             if thread_lock is not None:
                 lock_give(thread_lock)
         if slot_get(_PHASE, slot_get(self.channel_lifecycle, channel)) is not _PHASE_OPEN:
             channel._watch_verdict(ack, count)  # restored by a recovery: watched
-        if slot_get(self.unsettled, channel) <= slot_get(self.progress_below, channel):
+        if self.unsettled <= self.progress_below:
             # else no waiter is ready to go on yet
             (self.thread_futures if self.thread_futures is not None else self.loop_futures).notify_progress()
 

@@ -26,7 +26,7 @@ import inspect
 import logging
 import ssl
 import time
-from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Sequence, TypedDict, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Sequence, TypedDict, TypeVar, Union, overload
 
 from amqwire.codec import BasicCancel, BasicConsumeOk, CodecError, ProtocolHeaderError
 from amqwire.codec.parser import one_run, set_channel
@@ -844,6 +844,26 @@ class ConnectionBase:
             self._emit(listeners, RecoveryEvent(attempt))
 
 
+class _OfPublisher:
+    """A channel's count that is a C field of its ``ChannelPublisher`` (the confirm window's:
+    every publish and ack frame reads and writes them in C)."""
+
+    __slots__ = ("field",)
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    @overload
+    def __get__(self, channel: None, owner: Any) -> _OfPublisher: ...
+    @overload
+    def __get__(self, channel: object, owner: Any) -> int: ...
+    def __get__(self, channel: Any, owner: Any) -> Any:
+        return self if channel is None else getattr(channel._publisher, self.field)
+
+    def __set__(self, channel: Any, value: int) -> None:
+        setattr(channel._publisher, self.field, value)
+
+
 class ChannelBase(Generic[_M]):
     """What a channel knows and does on events, on both transports (``_M``: the
     transport's message, for the types of callbacks that receive one)."""
@@ -853,16 +873,21 @@ class ChannelBase(Generic[_M]):
     # (on a publish that cost ~700 more instructions).
     __slots__ = (
         "_connection", "channel_id", "_waiter", "_request", "_lifecycle", "_consumers",
-        "_pending_consumer", "_return_callbacks", "_max_in_flight", "_confirm_window", "_unsettled",
+        "_pending_consumer", "_return_callbacks",
         "_failures", "_flow_paused", "_flow", "_tag_base", "_qos",
         "_default_consumer", "_default_cancel", "_unknown_deliveries", "_no_ack_orphans", "_request_method",
         "_listeners",
-        "_progress_belows", "_progress_below", "_stamp_ends", "_stamp_times", "_stamp_head",
+        "_progress_belows", "_stamp_ends", "_stamp_times", "_stamp_head",
         "_stamp_low", "_settled_upto", "_settled", "_no_ack_tags",
         "_no_ack_consumers", "_waits", "_publisher", "_nack_watch", "__weakref__"
     )
 
     _connection: Any
+
+    _confirm_window = _OfPublisher("confirm_window")  # confirm_select's max_in_flight; 0: not in confirm mode
+    _max_in_flight = _OfPublisher("max_in_flight")  # unconfirmed publishes allowed now: the window, or less while watched
+    _unsettled = _OfPublisher("unsettled")  # confirm-mode publishes whose futures are not settled yet
+    _progress_below = _OfPublisher("progress_below")  # see _progress_belows
 
     def __init__(self, connection: Any, channel_id: int) -> None:
         self._connection = connection
@@ -881,9 +906,6 @@ class ChannelBase(Generic[_M]):
         self._consumers: dict[str, Any] = {}
         self._pending_consumer: Any = None
         self._return_callbacks: list[Any] = []
-        self._max_in_flight = 0  # unconfirmed publishes allowed now: the window, or less while watched
-        self._confirm_window = 0  # confirm_select's max_in_flight; 0: not in confirm mode
-        self._unsettled = 0  # confirm-mode publishes whose futures are not settled yet
         self._failures: list[Any] = []  # failed confirm tokens not reported by wait_for_confirms yet
         # Publishes wait while it is clear: the broker's channel.flow(active=False), or a
         # renewal; _flow_paused is its view for the hot path (written by _set_flow only).
@@ -905,10 +927,10 @@ class ChannelBase(Generic[_M]):
         # _settled holds those settled singly above it, _no_ack_tags those delivered
         # settled (tracked only on channels that had no_ack consumers).
         # Waiters for confirms (room in the window, wait_for_confirms) say how low _unsettled
-        # must be for them to go on: an ack frame that leaves it higher wakes nobody (a
-        # thread's wake-up costs more than the frame).  No waiter: _ANY (notify, cheaply).
+        # must be for them to go on (_progress_below, the highest): an ack frame that leaves
+        # it higher wakes nobody (a thread's wake-up costs more than the frame).  No waiter:
+        # _ANY (notify, cheaply).
         self._progress_belows: list[int] = []
-        self._progress_below = _ANY
         self._stamp_ends: list[int] = []  # from index _stamp_head on: the last seqno of a write
         self._stamp_times: list[float] = []  # ... and when that write happened
         self._stamp_head = 0
@@ -918,7 +940,8 @@ class ChannelBase(Generic[_M]):
         self._no_ack_tags: set[int] = set()
         self._no_ack_consumers = 0
         self._waits = connection._io.channel_waits(self)  # confirm futures, waits for confirms
-        self._publisher = ChannelPublisher(self, connection, self._waits)  # publish_async's compiled end
+        # publish_async's compiled end, and the confirm window's counts (_OfPublisher)
+        self._publisher = ChannelPublisher(self, connection, self._waits, _ANY)
         # after a recovery: when a channel whose publishes are only nacked is renewed
         self._nack_watch = NackWatch(connection.recovery)
 

@@ -138,10 +138,42 @@ def test_the_compiled_publish_reads_the_real_classes_at_their_offsets():
         (ChannelState, ["state", "confirms", "id"]),
         (Confirmed, ["ack", "channel_id", "seqnos", "tokens", "returned", "delivery_tag", "multiple", "acks"]),
         (Lifecycle, ["usable"]),
-        (SyncChannel, ["channel_id", "_unsettled", "_confirm_window", "_flow_paused", "_max_in_flight"]),
-        (AsyncChannel, ["channel_id", "_unsettled", "_confirm_window", "_flow_paused", "_max_in_flight"]),
+        (SyncChannel, ["channel_id", "_flow_paused", "_listeners", "_lifecycle", "_publisher"]),
+        (AsyncChannel, ["channel_id", "_flow_paused", "_listeners", "_lifecycle", "_publisher"]),
         (SyncConnection, ["_core", "_observer", "_to_stamp", "_flush_later", "_tracing", "_held"]),
         (AsyncConnection, ["_core", "_observer", "_to_stamp", "_flush_later", "_tracing", "_held"]),
     ]:
         for name in names:
             assert plain_slot(kind, name), f"{kind.__qualname__}.{name} is no longer a plain slot"
+
+
+def test_a_channels_window_counts_are_its_publishers_c_fields(amqp_url, names):
+    """The confirm window's counts live once, in the channel's ChannelPublisher (C fields
+    the publish path reads and writes without making an int): the channel's names for them
+    read and write those fields, and are not slots of their own."""
+    from amqwire.client import connect
+    from amqwire.client.operations_async import AsyncChannel
+    from amqwire.client.operations_sync import SyncChannel
+
+    fields = {"_confirm_window": "confirm_window", "_max_in_flight": "max_in_flight",
+              "_unsettled": "unsettled", "_progress_below": "progress_below"}
+    for kind in (SyncChannel, AsyncChannel):
+        for name in fields:
+            assert not isinstance(getattr(kind, name), MemberDescriptorType), f"{kind.__qualname__}.{name}"
+    queue = names.queue()
+    with connect(amqp_url) as conn, conn.channel() as ch:
+        ch.queue_declare(queue, auto_delete=True)
+        ch.confirm_select(max_in_flight=3)
+        publisher = ch._publisher
+        assert (ch._confirm_window, publisher.confirm_window) == (3, 3)
+        assert (ch._max_in_flight, publisher.max_in_flight) == (3, 3)
+        with ch.batch():  # held in the writer: nothing can be acked yet
+            futures = [ch.publish_async("", queue, b"x") for _ in range(2)]
+            assert (ch._unsettled, publisher.unsettled) == (2, 2)
+        ch.wait_for_confirms(timeout=10)
+        assert all(f.result() is None for f in futures)
+        assert (ch._unsettled, publisher.unsettled) == (0, 0)
+        ch._max_in_flight = 1
+        assert publisher.max_in_flight == 1
+        ch.publish_async("", queue, b"y").result(timeout=10)
+        assert ch._unsettled == 0
