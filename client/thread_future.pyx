@@ -224,6 +224,67 @@ cdef class PublishFuture(ThreadFuture):
         return f"<PublishFuture delivery_tag={self.delivery_tag} {state}>"
 
 
+# PublishFuture's memory, recycled.  A confirmed publish makes one (on the publishing
+# thread) and its ack frees it (on the I/O thread), both with the GIL held; Cython keeps
+# freelists for base types only, so the type's tp_alloc and tp_free, set at import, keep
+# up to 4,096 freed futures' memory for the next ones: no PyType_GenericAlloc, malloc or
+# free per publish.  The exact type only (a subclass allocates as usual); not where the
+# GIL is disabled.
+cdef extern from *:
+    """
+    #define AMQW_FUTURE_FREELIST 4096
+    static PyObject *amqw_future_free[AMQW_FUTURE_FREELIST];
+    static Py_ssize_t amqw_future_free_count = 0;
+    static PyTypeObject *amqw_future_type = NULL;
+
+    static PyObject *amqw_future_alloc(PyTypeObject *type, Py_ssize_t nitems) {
+        if (type == amqw_future_type && nitems == 0 && amqw_future_free_count > 0) {
+            PyObject *o = amqw_future_free[--amqw_future_free_count];
+            memset((void *)o, 0, (size_t)type->tp_basicsize);
+            (void)PyObject_Init(o, type);
+            PyObject_GC_Track(o);  /* as PyType_GenericAlloc leaves it */
+            return o;
+        }
+        return PyType_GenericAlloc(type, nitems);
+    }
+
+    static void amqw_future_release(void *p) {
+        PyObject *o = (PyObject *)p;
+        /* untracked by the type's tp_dealloc, its fields cleared */
+        if (Py_TYPE(o) == amqw_future_type && amqw_future_free_count < AMQW_FUTURE_FREELIST) {
+            amqw_future_free[amqw_future_free_count++] = o;
+            return;
+        }
+        PyObject_GC_Del(p);
+    }
+
+    static int amqw_future_freelist_install(PyObject *type) {
+    #if !defined(Py_GIL_DISABLED) && !defined(PYPY_VERSION)
+        PyTypeObject *t = (PyTypeObject *)type;
+        if (t->tp_alloc != PyType_GenericAlloc || t->tp_free != PyObject_GC_Del)
+            return 0;  /* not what this replaces: leave it */
+        amqw_future_type = t;
+        t->tp_alloc = amqw_future_alloc;
+        t->tp_free = amqw_future_release;
+    #endif
+        return 0;
+    }
+
+    static Py_ssize_t amqw_future_freelist_size(void) { return amqw_future_free_count; }
+    static int amqw_future_freelist_on(void) { return amqw_future_type != NULL; }
+    """
+    int amqw_future_freelist_install(object type) except -1
+    Py_ssize_t amqw_future_freelist_size()
+    bint amqw_future_freelist_on()
+
+amqw_future_freelist_install(PublishFuture)
+
+
+def _freelist():
+    """(in use, freed futures held): PublishFuture's freelist, for tests."""
+    return amqw_future_freelist_on(), amqw_future_freelist_size()
+
+
 cdef class ConfirmFutures:
     """How a channel of the blocking transport makes, hands out and settles the futures of
     its confirm-mode publishes, each a call into compiled code (``io_threads.ChannelWaits``

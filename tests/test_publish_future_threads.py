@@ -209,6 +209,53 @@ def test_cycles_through_publish_futures_are_collected():
     assert [ref() for ref in refs] == [None, None, None]
 
 
+def test_a_recycled_future_is_a_new_one():
+    """PublishFuture's memory is recycled (thread_future's freelist): a future made from a
+    freed one's memory has every field of a new one, no weak reference or callback of the
+    old one, and the cycle collector's watch as new_token leaves it; a subclass's
+    instances are not recycled; the freelist is bounded."""
+    import gc
+    import weakref
+
+    on, _ = thread_future._freelist()
+    assert on, "PublishFuture's freelist is installed"
+    gc.collect()  # no other test's futures freed in between: the next ones freed are these
+    channel = _Channel()
+    calls: list[Any] = []
+    old = [channel._waits.new_token(2, lambda f: calls.append("ran")) for _ in range(8)]
+    for future in old:
+        future.set_exception(RuntimeError("nacked"))
+        future.delivery_tag = 99
+        future._retrieved = True
+    seen = [weakref.ref(future, lambda ref: calls.append("gone")) for future in old]
+    ids = {id(future) for future in old}
+    del future, old  # freed now (nothing they hold leads back to them)
+    assert [ref() for ref in seen] == [None] * 8 and calls == ["ran"] * 8 + ["gone"] * 8
+    held = thread_future._freelist()[1]
+    assert held >= 8
+    fresh = [channel._waits.new_token(1, None) for _ in range(8)]
+    assert {id(future) for future in fresh} == ids, "the freed futures' memory is used again"
+    expected = PublishFuture(channel, 1)  # type: ignore[arg-type]
+    for future in fresh:
+        for name in _FIELDS:
+            assert getattr(future, name) == getattr(expected, name), name
+        assert not gc.is_tracked(future) and weakref.getweakrefcount(future) == 0
+        ChannelWaits.acked([future])
+        assert future.done() and future.result() is None
+
+    class Sub(PublishFuture):
+        pass
+
+    subs = [Sub(channel, 1) for _ in range(4)]
+    before = thread_future._freelist()[1]
+    del subs
+    gc.collect()
+    assert thread_future._freelist()[1] == before, "a subclass's instances are freed as usual"
+    many = [channel._waits.new_token(1, None) for _ in range(10_000)]
+    del many
+    assert thread_future._freelist()[1] <= 4096
+
+
 def test_a_pending_future_whose_channel_is_gone_says_so():
     import gc
 
