@@ -26,7 +26,7 @@ import inspect
 import logging
 import ssl
 import time
-from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Sequence, TypedDict, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Sequence, TypedDict, TypeVar, Union
 
 from amqwire.codec import BasicCancel, BasicConsumeOk, CodecError, ProtocolHeaderError
 from amqwire.codec.parser import one_run, set_channel
@@ -79,7 +79,7 @@ from .lifecycle import (
 )
 from .metrics import MetricsCollector
 from .observer import Listeners, Observer
-from .publish_path import ChannelPublisher, channel_on_confirmed
+from .publish_path import ChannelPublisher, WindowCount, channel_on_confirmed
 from .recovery import END, NackWatch, RecoveryPolicy, Topology, recoverable
 from .connect import unverified_tls
 from .io_contract import ConnectionIO
@@ -844,26 +844,6 @@ class ConnectionBase:
             self._emit(listeners, RecoveryEvent(attempt))
 
 
-class _OfPublisher:
-    """A channel's count that is a C field of its ``ChannelPublisher`` (the confirm window's:
-    every publish and ack frame reads and writes them in C)."""
-
-    __slots__ = ("field",)
-
-    def __init__(self, field: str) -> None:
-        self.field = field
-
-    @overload
-    def __get__(self, channel: None, owner: Any) -> _OfPublisher: ...
-    @overload
-    def __get__(self, channel: object, owner: Any) -> int: ...
-    def __get__(self, channel: Any, owner: Any) -> Any:
-        return self if channel is None else getattr(channel._publisher, self.field)
-
-    def __set__(self, channel: Any, value: int) -> None:
-        setattr(channel._publisher, self.field, value)
-
-
 class ChannelBase(Generic[_M]):
     """What a channel knows and does on events, on both transports (``_M``: the
     transport's message, for the types of callbacks that receive one)."""
@@ -884,10 +864,11 @@ class ChannelBase(Generic[_M]):
 
     _connection: Any
 
-    _confirm_window = _OfPublisher("confirm_window")  # confirm_select's max_in_flight; 0: not in confirm mode
-    _max_in_flight = _OfPublisher("max_in_flight")  # unconfirmed publishes allowed now: the window, or less while watched
-    _unsettled = _OfPublisher("unsettled")  # confirm-mode publishes whose futures are not settled yet
-    _progress_below = _OfPublisher("progress_below")  # see _progress_belows
+    # The confirm window's counts: C fields of the channel's ChannelPublisher (see there)
+    _confirm_window = WindowCount("confirm_window")  # confirm_select's max_in_flight; 0: not in confirm mode
+    _max_in_flight = WindowCount("max_in_flight")  # unconfirmed publishes allowed now: the window, or less while watched
+    _unsettled = WindowCount("unsettled")  # confirm-mode publishes whose futures are not settled yet
+    _progress_below = WindowCount("progress_below")  # see _progress_belows
 
     def __init__(self, connection: Any, channel_id: int) -> None:
         self._connection = connection
@@ -940,7 +921,7 @@ class ChannelBase(Generic[_M]):
         self._no_ack_tags: set[int] = set()
         self._no_ack_consumers = 0
         self._waits = connection._io.channel_waits(self)  # confirm futures, waits for confirms
-        # publish_async's compiled end, and the confirm window's counts (_OfPublisher)
+        # publish_async's compiled end, and the confirm window's counts (WindowCount)
         self._publisher = ChannelPublisher(self, connection, self._waits, _ANY)
         # after a recovery: when a channel whose publishes are only nacked is renewed
         self._nack_watch = NackWatch(connection.recovery)

@@ -177,3 +177,10 @@ def test_a_channels_window_counts_are_its_publishers_c_fields(amqp_url, names):
         assert publisher.max_in_flight == 1
         ch.publish_async("", queue, b"y").result(timeout=10)
         assert ch._unsettled == 0
+        with pytest.raises(TypeError):
+            ch._unsettled = "3"  # type: ignore[assignment]
+        assert ch._unsettled == 0
+    from amqwire.client.publish_path import WindowCount
+
+    with pytest.raises(ValueError, match="'unsettle'"):
+        WindowCount("unsettle")
