@@ -125,14 +125,14 @@ cdef class WriteBuffer:
         and the buffer takes fresh memory of the same capacity: a copy costs ~0.8
         instructions a byte, a hand-over a few hundred whatever the size."""
         cdef char *fresh = NULL
-        cdef Written taken
+        cdef Written taken = None
         if self._len >= HAND_OVER_AT:
+            taken = Written.__new__(Written)  # first: nothing to free if it cannot be made
             fresh = <char *>PyMem_Malloc(<size_t>self._cap)
         if fresh is NULL:  # small, or no memory for a new buffer: a copy
             data = PyBytes_FromStringAndSize(self._buf, self._len)
             self._len = 0
             return data
-        taken = Written.__new__(Written)
         taken._buf = self._buf
         taken._len = self._len
         self._buf = fresh
