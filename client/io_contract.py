@@ -146,7 +146,7 @@ class SyncConnectionIO(ConnectionIO, Protocol):
 
     def open_transport(self, params: Any, /) -> None: ...
 
-    def read_for(self, ready: Callable[[], bool], timeout: Optional[float], /) -> Optional[float]:
+    def read_for(self, ready: Callable[[], object], timeout: Optional[float], /) -> Optional[float]:
         """Read the socket in this thread while waiting for ``ready()``, up to ``timeout``
         seconds; returns the time left of it."""
 

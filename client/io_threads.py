@@ -37,7 +37,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterator, NoReturn, Optional, Protocol
 
 from . import protocol as proto
 from .connect import open_socket
@@ -98,7 +98,7 @@ class ThreadIO:
         self._resume = threading.Event()  # ends the parked I/O thread's look early
         # Threads that found another reading and wait for it to dispatch what they wait for
         # (their ready() tests): when the reader leaves, the I/O thread serves those left.
-        self._followers: list[Callable[[], bool]] = []
+        self._followers: list[Callable[[], object]] = []
 
     # what waits and what is waited for -----------------------------------------------------
 
@@ -315,24 +315,23 @@ class ThreadIO:
 
     def _write(self, sock: Any, pieces: list[Any]) -> None:
         try:
-            if len(pieces) == 1 or self._tls:
-                for piece in pieces:
-                    self._write_one(sock, piece)
-            else:
+            if len(pieces) > 1 and not self._tls:
                 self._write_vectored(sock, pieces)
+                return
+            for data in pieces:  # mostly one piece (an ack, a batch of frames)
+                try:
+                    sent = sock.send(data)
+                except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                    sent = 0
+                if sent != len(data):
+                    self._write_rest(sock, memoryview(data)[sent:])
         except OSError as exc:
             connection = self._connection
             connection._on_lost(connection._eof_error(f"writing failed: {exc}"))
             raise connection._lifecycle.error or AMQPConnectionError(str(exc)) from exc
 
-    def _write_one(self, sock: socket.socket, data: Any) -> None:
-        try:
-            sent = sock.send(data)
-        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-            sent = 0
-        if sent == len(data):
-            return
-        view = memoryview(data)[sent:]
+    def _write_rest(self, sock: socket.socket, view: memoryview) -> None:
+        """What the socket did not take at once: written as it becomes writable."""
         while view:
             self._wait_writable(sock)
             try:
@@ -463,11 +462,11 @@ class ThreadIO:
         if size == 0:
             raise _EndOfStream
         self._reads += 1
-        self._monitor.received(now)
+        self._monitor.last_received = now  # (HeartbeatMonitor.received, without a call a read)
         self._connection._data_received(buffer[:size])
         return size  # type: ignore[no-any-return]
 
-    def read_for(self, ready: Callable[[], bool], timeout: Optional[float]) -> Optional[float]:
+    def read_for(self, ready: Callable[[], object], timeout: Optional[float]) -> Optional[float]:
         """read_while_waiting for up to ``timeout`` seconds; returns the time left of it."""
         if timeout is None:
             self.read_while_waiting(ready, None)
@@ -476,7 +475,7 @@ class ThreadIO:
         self.read_while_waiting(ready, deadline)
         return max(0.0, deadline - time.monotonic())
 
-    def read_while_waiting(self, ready: Callable[[], bool], deadline: Optional[float]) -> None:
+    def read_while_waiting(self, ready: Callable[[], object], deadline: Optional[float]) -> None:
         """Read the socket in this thread until ``ready()``, the deadline, or the loss of
         the connection; returns soon if another thread is reading.  Threads waiting for
         deliveries call it always; other waits only while the I/O thread is parked."""
@@ -498,18 +497,26 @@ class ThreadIO:
             self.parked = True
             tls = self._tls
             lifecycle = self._connection._lifecycle
+            monotonic = time.monotonic
+            readable = False  # the last read filled the buffer: read again before a select
             while not ready():
                 if not lifecycle.has_socket or self._sock is not sock:
                     return
-                now = time.monotonic()
-                got = self._receive_or_lose(sock, now)
-                if got == _RECV_SIZE or (got and ready()):
-                    continue  # a full buffer: more may be there at once; else drained: select
-                left = 1.0 if deadline is None else min(deadline - now, 1.0)
-                if left <= 0:
-                    return
-                if not (tls and sock.pending()):
-                    select.select([sock], [], [], left)
+                if not (readable or (tls and sock.pending())):
+                    # select first: a waiting reader mostly comes before the data, and a read
+                    # that finds nothing raises BlockingIOError (the costliest way to learn it)
+                    if deadline is None:
+                        left = 1.0
+                    else:
+                        left = min(deadline - monotonic(), 1.0)
+                        if left <= 0:
+                            return
+                    if not select.select([sock], [], [], left)[0]:
+                        continue
+                try:
+                    readable = self._receive(sock, monotonic()) == _RECV_SIZE
+                except BaseException as exc:
+                    self._lost_while_reading(sock, exc)
         except (OSError, ValueError):  # ValueError: select on a socket closed meanwhile
             return
         finally:
@@ -525,27 +532,26 @@ class ThreadIO:
             self.parked = False
             self._resume.set()
 
-    def _receive_or_lose(self, sock: Any, now: float) -> int:
+    def _lost_while_reading(self, sock: Any, exc: BaseException) -> NoReturn:
+        """Called in the handler of a waiting thread's failed read (or its dispatch): the
+        connection is lost; raises OSError, or what interrupted the thread."""
         connection = self._connection
-        try:
-            return self._receive(sock, now)
-        except OSError as exc:
+        if isinstance(exc, OSError):
             if self._sock is sock:
                 connection._on_lost(connection._eof_error(None if type(exc) is _EndOfStream else exc))
-            raise
-        except AMQPConnectionError as exc:
+            raise exc
+        if isinstance(exc, AMQPConnectionError):
             if self._sock is sock:
                 connection._on_lost(exc)
             raise OSError(str(exc)) from exc
-        except BaseException as exc:
-            # KeyboardInterrupt (this may be the main thread) between reading and the end of
-            # the dispatch, or a bug: what the read brought is gone, so give the connection
-            # up, and every waiter and unconfirmed publish learns it, rather than wait forever.
-            if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                log.exception("amqwire: dispatching a read failed")
-            if self._sock is sock:
-                connection._on_lost(AMQPConnectionError(f"interrupted while dispatching a read: {exc!r}"))
-            raise
+        # KeyboardInterrupt (this may be the main thread) between reading and the end of
+        # the dispatch, or a bug: what the read brought is gone, so give the connection
+        # up, and every waiter and unconfirmed publish learns it, rather than wait forever.
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            log.error("amqwire: dispatching a read failed", exc_info=exc)
+        if self._sock is sock:
+            connection._on_lost(AMQPConnectionError(f"interrupted while dispatching a read: {exc!r}"))
+        raise exc
 
 
 class _CallbackRunner(Protocol):
@@ -678,42 +684,31 @@ class ChannelWaits(ConfirmFutures):
 class Inbox:
     """A consumer's deliveries, for a thread that iterates the consumer.
 
-    The thread that reads the socket hands over the deliveries of one read as one list:
-    one queue operation and one wake-up of the iterating thread per read, not per message.
+    The thread that reads the socket hands over each run of deliveries the dispatch of a
+    read finds (mostly the whole read) as one list: one queue operation and at most one
+    wake-up of the iterating thread per run, not per message.  The list is the dispatch's
+    own, never changed after.
     """
 
-    __slots__ = ("_consumer", "_io", "_connection", "_queue", "_pending", "buffer")
+    __slots__ = ("_consumer", "_io", "_queue", "buffer")
 
     def __init__(self, consumer: "ConsumerBase", io: ThreadIO) -> None:
         self._consumer = consumer
         self._io = io
         self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-        self._pending: list[Any] = []  # the reading thread: deliveries of the current read
         self.buffer: deque[Any] = deque()  # the iterating thread: handed over, not read yet
-        self._connection = consumer.channel._connection
 
     def deliver_run(self, messages: list[Message]) -> None:
-        """Several deliveries in order (the run the dispatch of one read found)."""
+        """Several deliveries in order (a run the dispatch of one read found)."""
         consumer = self._consumer
         if consumer.callback is None:
-            pending = self._pending
-            if not pending:
-                self._connection._batched.append(self)  # handed over once the read's dispatch ends
-            pending.extend(messages)
+            self._queue.put(messages)
         else:
             for message in messages:
                 self._io.run_callback(consumer.callback, message, "consumer", consumer.channel)
 
-    def hand_over(self) -> None:
-        """The read's dispatch is done: what it brought goes to the iterating thread."""
-        pending = self._pending
-        if pending:
-            self._pending = []
-            self._queue.put(pending)
-
     def wake(self) -> None:
         """The consumer ended: its reader gets why."""
-        self.hand_over()
         self._queue.put(self._consumer._finished)
 
     def next(self, timeout: Optional[float]) -> Any:
@@ -724,8 +719,11 @@ class Inbox:
         queue_ = self._queue
         if queue_.empty() and timeout != 0:
             # Read the socket in this thread rather than wait for the I/O thread to hand
-            # deliveries over (see ThreadIO._read_lock).
-            timeout = self._io.read_for(lambda: not queue_.empty(), timeout)
+            # deliveries over (see ThreadIO._read_lock); qsize: ready once it is not 0.
+            if timeout is None:
+                self._io.read_while_waiting(queue_.qsize, None)
+            else:
+                timeout = self._io.read_for(queue_.qsize, timeout)
         try:
             item = queue_.get(timeout=timeout)
         except queue.Empty:

@@ -999,9 +999,13 @@ class ConnectionProtocol:
         state = self._channels.get(channel)
         if state is None or state.state is not _CHANNEL_OPEN:
             self._open_state(channel)
-        tag = self._broker_tag(state, delivery_tag)  # type: ignore[arg-type]
-        if tag < 0:
-            return False
+        tag = delivery_tag - state.tag_base  # type: ignore[union-attr]
+        if tag <= 0 or tag > state.last_delivery_tag:  # type: ignore[union-attr]
+            # 0 ("every one so far"), an earlier connection's, or never delivered; else
+            # (acking each delivery, the hot path) _broker_tag's answer without a call
+            tag = self._broker_tag(state, delivery_tag)  # type: ignore[arg-type]
+            if tag < 0:
+                return False
         self._writer.ack(channel, tag, multiple)
         return True
 

@@ -159,7 +159,7 @@ class ConnectionBase:
     __slots__ = (
         "_io", "_parameters", "_ssl_context", "_warned_unverified", "_client_properties", "_on_secure",
         "blocked_action", "blocked_timeout", "rpc_timeout", "recovery", "params", "_lock",
-        "_channels", "_batched", "_flush_later", "_core", "_lifecycle", "_held", "_writable",
+        "_channels", "_flush_later", "_core", "_lifecycle", "_held", "_writable",
         "_unblocked", "_recovered", "_handshake_waiter", "_close_waiter", "_secret_waiter",
         "_topology", "server_properties", "channel_max", "frame_max", "heartbeat",
         "exception_handler", "_observer", "_seen_published", "_to_stamp",
@@ -215,7 +215,6 @@ class ConnectionBase:
         self._io = io(self)  # the transport's I/O and ways of waiting
         self._lock = self._io.new_lock()
         self._channels = {}
-        self._batched: list[Any] = []  # consumers holding deliveries of the current read
         # Answers the dispatch of a read owes the broker, (what, channel, tag): queued on the
         # core once the dispatch is over, never while it handles the core's output.
         self._owed: list[tuple[str, int, Any]] = []
@@ -636,9 +635,9 @@ class ConnectionBase:
         calling the core: what they owe the broker is queued after (_pay_owed), and a
         close by the broker is returned, the loss to handle once the dispatch is over."""
         if one_run(events):  # the hot path of consuming: the whole read to one consumer
-            self._deliver_run(events[0].channel_id, events)
-            if self._batched:
-                self._hand_over_batches()
+            channel = self._channels.get(events[0].channel_id)
+            if channel is not None:
+                channel._on_messages(events)
             return None
         channels = self._channels
         # Consecutive deliveries to one consumer go to it as one run: one lookup and one
@@ -660,8 +659,6 @@ class ConnectionBase:
             if run:
                 self._deliver_run(run_channel, run)
                 run = []
-            if self._batched:  # deliveries before anything else that happens
-                self._hand_over_batches()
             if kind is proto.Confirmed:
                 channel = channels.get(event.channel_id)
                 if channel is None and read_channels is not None:
@@ -686,8 +683,6 @@ class ConnectionBase:
                         on_channel(channel, event)
         if run:
             self._deliver_run(run_channel, run)
-        if self._batched:
-            self._hand_over_batches()
         return None
 
     def _on_blocked(self, event: proto.ConnectionBlocked) -> None:
@@ -728,12 +723,6 @@ class ConnectionBase:
         channel = self._channels.get(channel_id)
         if channel is not None:
             channel._on_messages(messages)
-
-    def _hand_over_batches(self) -> None:
-        """Give the inboxes that collect deliveries (blocking) what this read brought them."""
-        batched, self._batched = self._batched, []
-        for inbox in batched:
-            inbox.hand_over()
 
     def _set_blocked(self, blocked: bool) -> None:
         with self._lock:
