@@ -462,7 +462,7 @@ class ThreadIO:
         if size == 0:
             raise _EndOfStream
         self._reads += 1
-        self._monitor.last_received = now  # (HeartbeatMonitor.received, without a call a read)
+        self._monitor.last_received = now
         self._connection._data_received(buffer[:size])
         return size  # type: ignore[no-any-return]
 

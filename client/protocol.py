@@ -165,13 +165,10 @@ class HeartbeatMonitor:
 
     def __init__(self, interval: float, now: float) -> None:
         self.interval = interval
-        self.last_received = now
+        self.last_received = now  # set by the transport at each read (an attribute: no call a read)
         self.last_sent = now  # when we last wrote anything, as far as we have looked
         self.last_check = now
         self.written = 0  # the core's bytes_sent at the last look
-
-    def received(self, now: float) -> None:
-        self.last_received = now
 
     def sent(self, now: float, written: Optional[int] = None) -> None:
         self.last_sent = now
