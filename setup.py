@@ -37,7 +37,9 @@ CYTHON_MODULES += [("codec/stream", name) for name in ["amqp10", "frames", "chun
 # The client's publish and confirm hot paths: the core's publish, a confirmed publish with room and
 # the core's ack frame, the slot reads they use, the connection lock they take, the futures an ack
 # frame settles (blocking and asyncio), the seqno tracker.
-CYTHON_MODULES += [("client", name) for name in ["slots", "thread_lock", "thread_future", "loop_future", "confirm_tracker", "publish_path"]]
+CYTHON_MODULES += [("client", name) for name in [
+    "slots", "thread_lock", "thread_future", "loop_future", "confirm_tracker", "publish_path", "ack_path", "write_path",
+]]
 CYTHON_MODULES += [("spark", name) for name in ["arrow_view", "arrow_columns", "encode", "stream_batch", "stream_chunks", "stream_encode"]]
 # Development tools that live beside the code they generate but are not part of the product.
 NOT_SHIPPED = {("amqwire.codec", "codegen"), ("amqwire.client", "make_sync")}

@@ -31,6 +31,7 @@ from .connect import make_ssl_context, server_hostname
 from .errors import AMQPConnectionError
 from .io_contract import ProgressDeadline, heartbeat_check
 from .message import AsyncMessage, Message
+from .ack_path import channel_answer_delivery
 from .loop_future import LoopConfirmFutures
 from .publish_path import FLUSH_AT, NoLock, aio_publish_async  # NoLock compiled: the confirmed publish knows it and skips it
 from .session import ChannelBase, ConnectionBase, ConsumerBase
@@ -332,11 +333,17 @@ class AsyncioConnectionAPI:
 class AsyncioChannelAPI:
     """The asyncio transport's way into a confirmed publish: a compiled coroutine (the
     blocking one's, ``io_threads.ThreadChannelAPI``, a compiled function); both go on in
-    ``publish_path.ChannelPublisher`` and the channel's ``_publish_waiting``."""
+    ``publish_path.ChannelPublisher`` and the channel's ``_publish_waiting``.  And its ack,
+    a coroutine around what both transports' acks do (``ack_path``)."""
 
     __slots__ = ()
 
     publish_async = aio_publish_async
+
+    async def basic_ack(self, delivery_tag: int, multiple: bool = False) -> None:
+        """Acknowledge a delivery (``multiple``: and every one before it on this channel);
+        written at once."""
+        channel_answer_delivery(self, "basic_ack", delivery_tag, multiple)
 
 
 class Progress:

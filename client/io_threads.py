@@ -46,10 +46,12 @@ from .io_contract import ProgressDeadline, SyncConnectionIO, heartbeat_check
 from .lifecycle import ChannelPhase, ConnectionStatus
 from .message import Message
 from .recovery import END
-from .publish_path import FLUSH_AT, blocking_publish_async
+from .ack_path import blocking_basic_ack
+from .publish_path import blocking_publish_async
 from .session import ChannelBase, ConnectionBase, ConsumerBase
 from .thread_future import ConfirmFutures, PublishFuture, ThreadFuture
 from .thread_lock import ReentrantLock
+from .write_path import thread_flush, thread_flush_acks
 from .url import ConnectionParameters
 from .workpool import WorkPool
 
@@ -265,41 +267,11 @@ class ThreadIO:
 
     # writing -------------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Write everything the core has queued, in order."""
-        connection = self._connection
-        # acquire/release, not ``with``: a flush per ack is the hot path of acking each
-        # delivery, and two with-statements cost ~2,000 instructions more than these calls
-        write_lock = self._write_lock
-        lock = connection._lock
-        write_lock.acquire()
-        try:
-            while True:
-                lock.acquire()
-                try:
-                    pieces = connection._core.buffers_to_send() if connection._observer is None \
-                        else connection._take_output()
-                    sock = self._sock if connection._lifecycle.has_socket else None
-                finally:
-                    lock.release()
-                if not pieces:
-                    return
-                if sock is None:
-                    raise connection._lifecycle.error or InvalidStateError("the connection is closed")
-                self._write(sock, pieces)
-                # What another thread queued while this one wrote (read without the lock: a
-                # count queued after this look is written by the flush its writer calls).
-                if not connection._core.pending_output:
-                    return
-        finally:
-            write_lock.release()
-
+    # Compiled (write_path.pyx): a flush per ack and per publish outside a batch.  The
+    # write of one piece the kernel takes whole is there too; the rest is _write's.
+    flush = thread_flush
     flush_soon = flush  # publishes check _flush_later (the batch() depth) themselves
-
-    def flush_acks(self) -> None:
-        connection = self._connection
-        if not connection._flush_later or connection._core.pending_output >= FLUSH_AT:
-            self.flush()
+    flush_acks = thread_flush_acks
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -604,6 +576,8 @@ class ThreadChannelAPI:
     # Compiled (publish_path.pyx), so that a publish with room runs no Python frame; it
     # goes on in ChannelPublisher and the channel's _publish_waiting, as asyncio's does.
     publish_async = blocking_publish_async
+    # Compiled (ack_path.pyx), as its flush is (write_path.pyx): an ack runs no Python frame.
+    basic_ack = blocking_basic_ack
 
     def start_consuming(self: _ConsumingChannel) -> None:
         """Run consumer callbacks in this thread until stop_consuming() or no consumers

@@ -51,6 +51,7 @@ from amqwire.codec.parser import DeliveryIterator
 
 from .io_asyncio import Opener, AsyncioChannelAPI, AsyncioConnectionAPI, AsyncioIO, ChannelWaits, ConfirmFuture, Inbox
 from .io_contract import AsyncConnectionIO
+from .ack_path import channel_answer_delivery
 from .lifecycle import CHANNEL_OPEN_PHASES, OPENED_STATES, ChannelSignal, ChannelPhase, ConnectionSignal, ConnectionStatus
 from .listeners import ConsumerEventKind, RecoveryEvent
 from .errors import (
@@ -516,47 +517,16 @@ class AsyncChannel(ChannelBase[AsyncMessage], AsyncioChannelAPI):
             consumer._finish(END)
             self._consumer_event(ConsumerEventKind.CANCEL_OK, consumer)
 
-    async def basic_ack(self, delivery_tag: int, multiple: bool = False) -> None:
-        self._answer_delivery("basic_ack", delivery_tag, multiple)
-
     async def basic_nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
         self._answer_delivery("basic_nack", delivery_tag, multiple, requeue)
 
     async def basic_reject(self, delivery_tag: int, requeue: bool = True) -> None:
         self._answer_delivery("basic_reject", delivery_tag, requeue)
 
-    def _answer_delivery(self, core_method: str, delivery_tag: int, *args: bool) -> None:
-        """ack, nack or reject: never waits, so both transports share it as it is.
-
-        Whether it may go ahead is the channel's own state on the current connection: a
-        delivery of that connection is always answered there, even while a recovery is
-        still re-subscribing other consumers; one of a lost connection is refused with the
-        loss while the connection is down, and void (logged) once the channel is back: the
-        broker requeued it."""
-        connection = self._connection
-        lock = connection._lock
-        lock.acquire()
-        try:
-            if not connection._lifecycle.answerable:  # a closed channel: the core refuses it below
-                self._check()
-            try:
-                sent = getattr(connection._core, core_method)(self.channel_id, delivery_tag, *args)
-            except InvalidStateError:
-                self._check()
-                raise
-            if not sent:
-                log.info("channel %d: %s of delivery %d from before a recovery ignored (the broker requeued it)",
-                         self.channel_id, core_method, delivery_tag)
-                return
-            observer = connection._observer
-            if observer is not None and observer.metrics is not None:
-                self._count_settled(observer.metrics, core_method, delivery_tag,
-                                    core_method != "basic_reject" and args[0])
-        finally:
-            lock.release()
-        # At once: a consumer busy with its buffered messages would otherwise hold back
-        # the acks that let the broker send more.
-        connection._io.flush_acks()
+    # ack, nack or reject: never waits, so both transports share it as it is (compiled,
+    # ack_path.pyx; each transport's basic_ack is in its backend: the blocking one is
+    # compiled whole)
+    _answer_delivery = channel_answer_delivery
 
     # modes ---------------------------------------------------------------------------------
 

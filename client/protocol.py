@@ -84,6 +84,8 @@ from .events import (
 )
 from .confirm_tracker import ConfirmTracker
 from .publish_path import FLUSH_AT, ZERO_COPY_THRESHOLD, core_confirm_run, core_on_confirm, core_publish
+from .ack_path import core_basic_ack
+from .write_path import core_buffers_to_send
 from .message import Message, ReturnedMessage
 from .lifecycle import (
     CHANNEL_TRANSITIONS,
@@ -384,21 +386,11 @@ class ConnectionProtocol:
         self.bytes_sent += len(data)
         return data
 
-    def buffers_to_send(self) -> list[Any]:
-        """All output queued so far as a list of buffers for ``socket.sendmsg``: big bodies
-        are memoryview slices of the caller's body and a big run of frames the writer's own
-        memory (``FrameWriter.take_view``), not copies."""
-        self.flush_due = False
-        if self._iov:
-            self._spill_writer()
-            pieces, self._iov = self._iov, []
-            self.bytes_sent += sum(len(piece) for piece in pieces)
-            return pieces
-        data = self._writer.take_view()  # big output: the writer's memory, not a copy
-        if not data:
-            return []
-        self.bytes_sent += len(data)
-        return [data]
+    # All output queued so far as a list of buffers for ``socket.sendmsg``: big bodies are
+    # memoryview slices of the caller's body and a big run of frames the writer's own
+    # memory (``FrameWriter.take_view``), not copies.  Compiled (write_path.pyx): a flush
+    # per ack takes the output with it.
+    buffers_to_send = core_buffers_to_send
 
     @property
     def pending_output(self) -> int:
@@ -990,21 +982,10 @@ class ConnectionProtocol:
             return 0
         return confirms.add_run(token, count)
 
-    def basic_ack(self, channel: int, delivery_tag: int, multiple: bool = False) -> bool:
-        """Queue basic.ack; False (nothing queued) for a delivery of an earlier connection:
-        the broker requeued it when that connection was lost."""
-        state = self._channels.get(channel)
-        if state is None or state.state is not _CHANNEL_OPEN:
-            self._open_state(channel)
-        tag = delivery_tag - state.tag_base  # type: ignore[union-attr]
-        if tag <= 0 or tag > state.last_delivery_tag:  # type: ignore[union-attr]
-            # 0 ("every one so far"), an earlier connection's, or never delivered; else
-            # (acking each delivery, the hot path) _broker_tag's answer without a call
-            tag = self._broker_tag(state, delivery_tag)  # type: ignore[arg-type]
-            if tag < 0:
-                return False
-        self._writer.ack(channel, tag, multiple)
-        return True
+    # Queue basic.ack; False (nothing queued) for a delivery of an earlier connection: the
+    # broker requeued it when that connection was lost.  Compiled (ack_path.pyx): acking
+    # each delivery is a hot path of consuming.
+    basic_ack = core_basic_ack
 
     def basic_nack(self, channel: int, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> bool:
         """Queue basic.nack; False as ``basic_ack``."""
