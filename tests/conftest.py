@@ -45,6 +45,18 @@ TRANSPORTS = ("blocking", "aio")
 # --------------------------------------------------------------------------- URLs
 
 
+def fill_queue(ch, queue: str, n: int, body: bytes = b"x" * 100) -> None:
+    """Publish ``n`` messages to ``queue`` in one batch (blocking channel ``ch``) and wait
+    until the broker holds them all."""
+    with ch.batch():
+        for _ in range(n):
+            ch.basic_publish("", queue, body)
+    deadline = time.monotonic() + 30
+    while ch.queue_declare(queue, passive=True).message_count < n:
+        assert time.monotonic() < deadline, "the queue did not fill"
+        time.sleep(0.05)
+
+
 def url_host_port(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
     default = 5671 if parts.scheme == "amqps" else 5672

@@ -14,7 +14,7 @@ import pytest
 
 from amqwire.client import blocking, connect
 from amqwire.client.errors import AMQPConnectionError, ConnectionClosed
-from conftest import with_query
+from conftest import fill_queue, with_query
 
 
 @pytest.fixture
@@ -32,21 +32,11 @@ def reads_by_thread(monkeypatch):
     return counts
 
 
-def _fill(ch: Any, queue: str, n: int, body: bytes = b"x" * 100) -> None:
-    with ch.batch():
-        for _ in range(n):
-            ch.basic_publish("", queue, body)
-    deadline = time.monotonic() + 30
-    while ch.queue_declare(queue, passive=True).message_count < n:
-        assert time.monotonic() < deadline, "the queue did not fill"
-        time.sleep(0.05)
-
-
 def test_a_consumer_iterator_reads_the_socket_in_its_own_thread(amqp_url, reads_by_thread):
     n = 5000
     with connect(amqp_url) as conn, conn.channel() as ch:
         queue = ch.queue_declare("", exclusive=True).queue
-        _fill(ch, queue, n)
+        fill_queue(ch, queue, n)
         ch.basic_qos(200)
         reads_by_thread.clear()
         got = 0
@@ -84,7 +74,7 @@ def test_a_consumers_own_read_costs_few_calls_and_never_an_empty_read(amqp_url, 
 
     with connect(amqp_url) as conn, conn.channel() as ch:
         queue = ch.queue_declare("", exclusive=True).queue
-        _fill(ch, queue, n)
+        fill_queue(ch, queue, n)
         reads_by_thread.clear()
         got = 0
         with ch.consume(queue) as consumer:
@@ -122,7 +112,7 @@ def test_rpcs_and_confirms_of_other_threads_go_on_while_a_slow_consumer_drives_r
         with conn.channel() as ch:
             queue = ch.queue_declare("", exclusive=True).queue
             other = ch.queue_declare("", exclusive=True).queue
-            _fill(ch, queue, 60)
+            fill_queue(ch, queue, 60)
         stop = threading.Event()
         errors: list[BaseException] = []
         done = {"rpcs": 0, "confirmed": 0}
@@ -197,7 +187,7 @@ def test_iterators_in_two_threads_on_one_connection_each_get_their_messages(amqp
         with conn.channel() as ch:
             queues = [ch.queue_declare("", exclusive=True).queue for _ in range(2)]
             for queue in queues:
-                _fill(ch, queue, n)
+                fill_queue(ch, queue, n)
         got = [0, 0]
         errors: list[BaseException] = []
 
